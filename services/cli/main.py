@@ -1,0 +1,248 @@
+"""``hastream``: validate and deploy query networks, produce to and tail streams, run the demo."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from services.cli.common import bootstrap_for, err, fail, out, settings_or_exit, spec_or_exit
+from services.cli.kafka_cmd import kafka_app
+
+app = typer.Typer(
+    name="hastream", no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+    help="Fault-tolerant, highly available stream processing on Kafka.",
+)
+app.add_typer(kafka_app, name="kafka")
+node_app = typer.Typer(no_args_is_help=True, help="Run one node service process (used by 'up' and docker compose).")
+app.add_typer(node_app, name="node")
+
+SpecArg = Annotated[Path, typer.Argument(help="Query network spec (YAML).", exists=False)]
+BootstrapOpt = Annotated[Optional[str], typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: $HASTREAM_BOOTSTRAP or the deployment's broker).")]
+
+
+@app.command()
+def validate(spec: SpecArg) -> None:
+    """Check a spec; print every mistake with its file:line:col."""
+    s = spec_or_exit(spec)
+    out.print(f"[green]ok[/] {escape(str(spec))}: {len(s.streams)} streams, {len(s.operators)} operators, "
+              f"{len(s.nodes)} nodes; inputs: {', '.join(s.sources())}; outputs: {', '.join(s.sinks())}")
+
+
+@app.command()
+def up(
+    spec: SpecArg,
+    bootstrap: BootstrapOpt = None,
+    brokers: Annotated[int, typer.Option(help="Brokers of the embedded cluster, if one is started.")] = 1,
+) -> None:
+    """Deploy: start the embedded broker (unless --bootstrap), create topics, start every service."""
+    from services.deploy.local import up as deploy_up
+
+    s = spec_or_exit(spec)
+    try:
+        dep = deploy_up(s, spec, bootstrap, brokers)
+    except (RuntimeError, OSError) as e:
+        raise fail(str(e))
+    out.print(f"[green]deployed[/] '{s.name}' on {dep.bootstrap}: {len(dep.processes)} processes; logs in {dep.dir / 'logs'}")
+
+
+@app.command()
+def down(
+    name: Annotated[Optional[str], typer.Argument(help="Deployment name (default: all).")] = None,
+    kafka: Annotated[bool, typer.Option("--kafka", help="Also stop the embedded broker the deployment started.")] = False,
+) -> None:
+    """Stop a deployment's services (SIGTERM: each flushes and commits)."""
+    from services.deploy.local import Deployment, down as deploy_down
+
+    try:
+        deps = [Deployment.load(name)] if name else Deployment.all()
+    except LookupError as e:
+        raise fail(str(e))
+    for d in deps:
+        stopped = deploy_down(d, stop_kafka=kafka)
+        out.print(f"stopped '{d.name}': {len(stopped)} processes" + (" and its broker" if kafka and d.kafka_dir else ""))
+
+
+@app.command()
+def status(name: Annotated[Optional[str], typer.Argument(help="Deployment name (default: all).")] = None) -> None:
+    """Show each deployment's processes and whether they are alive."""
+    from services.deploy.local import Deployment
+
+    try:
+        deps = [Deployment.load(name)] if name else Deployment.all()
+    except LookupError as e:
+        raise fail(str(e))
+    if not deps:
+        out.print("no deployments")
+    for d in deps:
+        t = Table(title=f"{d.name} on {d.bootstrap}")
+        for c in ("service", "pid", "alive", "log"):
+            t.add_column(c)
+        for p in d.processes:
+            t.add_row(p.role, str(p.pid), "[green]yes[/]" if d.alive(p) else "[red]no[/]", p.log)
+        out.print(t)
+
+
+@app.command()
+def produce(
+    spec: SpecArg,
+    stream: Annotated[str, typer.Argument(help="Input stream to write.")],
+    count: Annotated[int, typer.Option("--count", "-n", help="Tuples to generate (0 = until Ctrl-C).")] = 1000,
+    rate: Annotated[float, typer.Option(help="Tuples per second (0 = as fast as possible).")] = 0,
+    sensors: Annotated[int, typer.Option(help="Distinct keys of the generated workload.")] = 10,
+    seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
+    json_lines: Annotated[Optional[Path], typer.Option("--json", help="Read records as JSON lines from this file ('-' = stdin) instead of generating.")] = None,
+    bootstrap: BootstrapOpt = None,
+) -> None:
+    """Write tuples to an input stream: a generated sensor workload, or JSON lines."""
+    from services.client.source import SourceWriter, readings
+
+    s = spec_or_exit(spec)
+    try:
+        writer = SourceWriter(s, stream, bootstrap_for(s, bootstrap))
+    except ValueError as e:
+        raise fail(str(e))
+    if json_lines is not None:
+        records = _json_records(json_lines)
+        total = None
+    else:
+        if s.streams[stream].schema != "reading":
+            raise fail(f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json")
+        start = int(time.time() * 1000)
+        step = int(1000 / rate) if rate > 0 else 10
+        records = readings(count or None, sensors=sensors, seed=seed, start_ms=start, step_ms=max(step, 1))
+        total = count or None
+    sent = _send_paced(writer, records, rate, total)
+    out.print(f"produced {sent} tuples to '{stream}'")
+
+
+def _json_records(path: Path):
+    f = sys.stdin if str(path) == "-" else open(path)
+    for i, line in enumerate(f, 1):
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as e:
+                raise fail(f"{path}:{i}: not JSON: {e.msg}")
+
+
+def _send_paced(writer, records, rate: float, total: int | None) -> int:
+    t0 = time.monotonic()
+    n = 0
+    with Progress(TextColumn("producing"), BarColumn(), TextColumn("{task.completed} tuples"), TimeRemainingColumn(),
+                  console=err, transient=True) as prog:
+        task = prog.add_task("produce", total=total)
+        try:
+            for rec in records:
+                try:
+                    writer.send(rec)
+                except (ValueError, TypeError, KeyError) as e:
+                    raise fail(f"record {n + 1} does not fit the stream's schema: {e}")
+                n += 1
+                if n % 100 == 0:
+                    prog.update(task, completed=n)
+                if rate > 0:
+                    ahead = n / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except KeyboardInterrupt:
+            pass
+        writer.flush()
+    return n
+
+
+@app.command()
+def tail(
+    spec: SpecArg,
+    stream: Annotated[str, typer.Argument(help="Stream to read.")],
+    replica: Annotated[int, typer.Option(help="Which replica's output to read.")] = 0,
+    from_beginning: Annotated[bool, typer.Option("--from-beginning/--new", help="Start at the oldest tuple or only show new ones.")] = True,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Stop after this many tuples (0 = follow).")] = 0,
+    idle: Annotated[float, typer.Option(help="Stop after this many seconds without tuples (0 = never).")] = 0,
+    stable_only: Annotated[bool, typer.Option("--stable-only", help="Print only STABLE tuples.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per tuple.")] = False,
+    bootstrap: BootstrapOpt = None,
+) -> None:
+    """Print a stream's tuples, decoded, with their ht.* headers."""
+    from services.client.reader import StreamReader
+
+    s = spec_or_exit(spec)
+    try:
+        reader = StreamReader(s, stream, bootstrap_for(s, bootstrap), replica, from_beginning)
+    except ValueError as e:
+        raise fail(str(e))
+    n = 0
+    try:
+        for t in reader.follow(idle_timeout=idle or None):
+            if stable_only and t.meta.type.value != "STABLE":
+                continue
+            if as_json:
+                out.print_json(json.dumps({"type": t.meta.type.value, "id": t.meta.id, "stime": t.meta.stime,
+                                           "partition": t.partition, "offset": t.offset, "value": t.value}), indent=None)
+            else:
+                colour = "green" if t.meta.type.value == "STABLE" else "yellow"
+                out.print(f"[{colour}]{t.meta.type.value:9}[/] p{t.partition} id={t.meta.id:<6} stime={t.meta.stime} "
+                          f"{escape(json.dumps(t.value))}")
+            n += 1
+            if limit and n >= limit:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        reader.close()
+
+
+@node_app.command("run")
+def node_run(
+    spec: SpecArg,
+    node: Annotated[str, typer.Argument(help="Node name in the spec.")],
+    partition: Annotated[int, typer.Option(help="Partition this process owns.")] = 0,
+    replica: Annotated[int, typer.Option(help="Replica index of this process.")] = 0,
+    bootstrap: BootstrapOpt = None,
+) -> None:
+    """Run one node replica partition until SIGTERM."""
+    from services.node.service import NodeService
+
+    s = spec_or_exit(spec)
+    settings = settings_or_exit(bootstrap)
+    if node not in s.nodes:
+        raise fail(f"no node '{node}' in {spec} (nodes: {', '.join(s.nodes)})")
+    if not 0 <= partition < s.node_partitions(node):
+        raise fail(f"node '{node}' has partitions 0..{s.node_partitions(node) - 1}; got --partition {partition}")
+    if not 0 <= replica < s.nodes[node].replicas:
+        raise fail(f"node '{node}' has replicas 0..{s.nodes[node].replicas - 1}; got --replica {replica}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stats = NodeService(s, node, partition, replica, settings).run()
+    out.print(f"node {node} p{partition} r{replica} stopped: consumed {stats.consumed}, produced {stats.produced}, "
+              f"dead-lettered {stats.deadlettered}")
+
+
+@app.command()
+def demo(
+    seconds: Annotated[float, typer.Option(help="How long to produce the workload.")] = 20,
+    rate: Annotated[float, typer.Option(help="Input tuples per second.")] = 200,
+) -> None:
+    """Run the demo pipeline (examples/demo.yaml) on the embedded broker and show what flows out."""
+    from services.cli.demo import run_demo
+
+    run_demo(seconds, rate)
+
+
+def main() -> None:
+    try:
+        app()
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Reading a stream as a client: decoded tuples with their headers, per partition in order."""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Iterator
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
+from services.core.codec import DecodeError, codec_for
+from services.core.spec import Spec
+from services.core.tuples import HeaderError, Tuple, parse_headers
+
+
+class StreamReader:
+    """Follows one replica's topic of a stream (all partitions)."""
+
+    def __init__(self, spec: Spec, stream: str, bootstrap: str, replica: int = 0, from_beginning: bool = True) -> None:
+        if stream not in spec.streams:
+            raise ValueError(f"no stream '{stream}' in spec (streams: {', '.join(spec.streams)})")
+        topics = spec.stream_topics(stream)
+        if not topics:
+            raise ValueError(f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka")
+        if replica >= len(topics):
+            raise ValueError(f"stream '{stream}' has {len(topics)} replica(s); replica {replica} does not exist")
+        self.stream, self.topic = stream, topics[replica]
+        self.partitions = spec.streams[stream].partitions
+        self.codec = codec_for(spec.streams[stream].schema)
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"hastream.reader.{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "enable.partition.eof": False,
+        })
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        self.consumer.assign([TopicPartition(self.topic, p, start) for p in range(self.partitions)])
+
+    def end_offsets(self) -> dict[int, int]:
+        return {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1] for p in range(self.partitions)}
+
+    def poll(self, timeout: float = 0.2, max_messages: int = 500) -> list[Tuple]:
+        out = []
+        for m in self.consumer.consume(max_messages, timeout):
+            if m.error() is not None:
+                continue
+            try:
+                meta = parse_headers(m.headers())
+                value = self.codec.decode(m.value()) if m.value() is not None else None
+            except (HeaderError, DecodeError):
+                continue  # not a tuple of this stream; the services dead-letter such input
+            out.append(Tuple(self.stream, m.partition(), m.offset(), meta, m.key(), value))
+        return out
+
+    def follow(self, idle_timeout: float | None = None) -> Iterator[Tuple]:
+        """Tuples as they arrive; stops after ``idle_timeout`` seconds without any."""
+        last = time.monotonic()
+        while True:
+            batch = self.poll()
+            if batch:
+                last = time.monotonic()
+                yield from batch
+            elif idle_timeout is not None and time.monotonic() - last > idle_timeout:
+                return
+
+    def read_until(self, predicate, timeout: float = 60.0) -> list[Tuple]:
+        """Collect tuples until ``predicate(collected)`` holds or ``timeout`` passes."""
+        got: list[Tuple] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got.extend(self.poll())
+            if predicate(got):
+                break
+        return got
+
+    def close(self) -> None:
+        self.consumer.close()

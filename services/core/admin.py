@@ -1,0 +1,81 @@
+"""Topic provisioning through the Kafka admin client, with retries around a broker that is still starting."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    replication: int = 1
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+@retry(
+    retry=retry_if_exception_type(KafkaException),
+    wait=wait_exponential(multiplier=0.2, max=3),
+    stop=stop_after_delay(60),
+    reraise=True,
+)
+def broker_count(bootstrap: str) -> int:
+    """Number of live brokers (retried while the cluster starts)."""
+    md = admin_client(bootstrap).list_topics(timeout=5)
+    return len(md.brokers)
+
+
+@retry(
+    retry=retry_if_exception_type(KafkaException),
+    wait=wait_exponential(multiplier=0.2, max=3),
+    stop=stop_after_delay(60),
+    reraise=True,
+)
+def ensure_topics(bootstrap: str, topics: list[TopicSpec]) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created.
+
+    Replication is capped at the number of live brokers so one spec works on the
+    embedded single broker and on a 3-broker cluster.
+    """
+    if not topics:
+        return []
+    admin = admin_client(bootstrap)
+    md = admin.list_topics(timeout=10)
+    brokers = max(1, len(md.brokers))
+    missing = [t for t in topics if t.name not in md.topics]
+    if not missing:
+        return []
+    new = [
+        NewTopic(t.name, num_partitions=t.partitions, replication_factor=min(t.replication, brokers), config=dict(t.config))
+        for t in missing
+    ]
+    created = []
+    for name, fut in admin.create_topics(new, operation_timeout=30).items():
+        try:
+            fut.result()
+            created.append(name)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return created
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    if not names:
+        return
+    admin = admin_client(bootstrap)
+    existing = set(admin.list_topics(timeout=10).topics)
+    todo = [n for n in names if n in existing]
+    for fut in (admin.delete_topics(todo, operation_timeout=30).values() if todo else []):
+        try:
+            fut.result()
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise

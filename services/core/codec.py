@@ -1,0 +1,89 @@
+"""Avro encoding of tuple payloads with fastavro, from schemas parsed once.
+
+Schemas live in ``schemas/<name>.avsc``; a codec is built per schema and reused, so no
+message ever pays for schema parsing.
+"""
+from __future__ import annotations
+
+import io
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.types import Schema
+
+from services.core.paths import SCHEMA_DIR
+
+
+class SchemaNotFound(LookupError):
+    """No ``schemas/<name>.avsc`` for a schema name used in a spec."""
+
+
+class DecodeError(ValueError):
+    """A payload that is not valid Avro of the expected schema."""
+
+
+def available_schemas(schema_dir: Path = SCHEMA_DIR) -> list[str]:
+    return sorted(p.stem for p in schema_dir.glob("*.avsc"))
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str, schema_dir: Path = SCHEMA_DIR) -> Schema:
+    """Parsed schema by name (file stem), cached for the process."""
+    path = schema_dir / f"{name}.avsc"
+    if not path.exists():
+        raise SchemaNotFound(
+            f"no schema '{name}' (known: {', '.join(available_schemas(schema_dir))})"
+        )
+    return fastavro.parse_schema(json.loads(path.read_text()))
+
+
+def schema_json(name: str, schema_dir: Path = SCHEMA_DIR) -> str:
+    """The schema's JSON text (what Spark's from_avro/to_avro take)."""
+    return (schema_dir / f"{name}.avsc").read_text()
+
+
+def schema_fields(name: str) -> dict[str, Any]:
+    """Field name -> Avro type of a record schema."""
+    return {f["name"]: f["type"] for f in load_schema(name)["fields"]}
+
+
+class Codec:
+    """Schemaless Avro encoder/decoder for one parsed schema."""
+
+    __slots__ = ("name", "schema", "_buf")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.schema = load_schema(name)
+        self._buf = io.BytesIO()
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        buf = self._buf
+        buf.seek(0)
+        buf.truncate()
+        fastavro.schemaless_writer(buf, self.schema, record)
+        return buf.getvalue()
+
+    def decode(self, payload: bytes) -> dict[str, Any]:
+        """Decode; raises DecodeError for bytes that are not this schema's Avro."""
+        if payload is None:
+            raise DecodeError("empty message value")
+        bio = io.BytesIO(payload)
+        try:
+            rec = fastavro.schemaless_reader(bio, self.schema, None)
+        except Exception as e:  # fastavro raises many types on garbage input
+            raise DecodeError(f"not valid Avro for schema '{self.name}': {type(e).__name__}: {e}") from None
+        if bio.tell() != len(payload):
+            raise DecodeError(
+                f"not valid Avro for schema '{self.name}': {len(payload) - bio.tell()} trailing bytes"
+            )
+        return rec  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=None)
+def codec_for(name: str) -> Codec:
+    """Shared codec per schema name (one per process)."""
+    return Codec(name)

@@ -1,0 +1,154 @@
+"""Batched confluent-kafka consumer and producer used on every data path."""
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Sequence
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class BatchConsumer:
+    """A consumer with explicit partition assignment and manual offset commits.
+
+    Each operator-partition service owns fixed partitions, so there is no group
+    rebalancing; the group id only names where committed offsets are kept.
+    """
+
+    def __init__(self, bootstrap: str, group_id: str, **overrides: object) -> None:
+        conf: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 20,
+            "queued.min.messages": 20000,
+            "enable.partition.eof": False,
+            "allow.auto.create.topics": False,
+        }
+        conf.update(overrides)
+        self._c = Consumer(conf)
+
+    def assign(self, topics: Sequence[str], partition: int, from_committed: bool = True) -> None:
+        """Read ``partition`` of each topic, from the committed offset if any, else the start."""
+        tps = [TopicPartition(t, partition) for t in topics]
+        if from_committed:
+            committed = self._c.committed(tps, timeout=10)
+            tps = [
+                TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+                for tp in committed
+            ]
+        else:
+            tps = [TopicPartition(t, partition, OFFSET_BEGINNING) for t in topics]
+        self._c.assign(tps)
+
+    def assign_offsets(self, tps: Sequence[TopicPartition]) -> None:
+        self._c.assign(list(tps))
+
+    def poll_batch(self, max_messages: int = 1000, timeout: float = 0.05) -> list[Message]:
+        """Up to ``max_messages`` messages; transport errors are logged and skipped."""
+        msgs = self._c.consume(max_messages, timeout)
+        if not msgs:
+            return msgs
+        bad = [m for m in msgs if m.error() is not None]
+        if bad:
+            for m in bad:
+                if m.error().code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error: %s", m.error())
+            msgs = [m for m in msgs if m.error() is None]
+        return msgs
+
+    def commit(self, offsets: Iterable[TopicPartition], asynchronous: bool = False) -> None:
+        offs = list(offsets)
+        if offs:
+            self._c.commit(offsets=offs, asynchronous=asynchronous)
+
+    def close(self) -> None:
+        self._c.close()
+
+    @property
+    def raw(self) -> Consumer:
+        return self._c
+
+
+class BatchProducer:
+    """An idempotent producer: batches by linger, never reorders or duplicates on retry."""
+
+    def __init__(self, bootstrap: str, linger_ms: int = 5, **overrides: object) -> None:
+        conf: dict[str, object] = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 500000,
+            "compression.type": "lz4",
+        }
+        conf.update(overrides)
+        self._errors: list[str] = []
+        self._p = Producer(conf, error_cb=self._on_error)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._errors.append(str(err))
+        log.warning("producer error: %s", err)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int = -1,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Queue one message; waits for queue room instead of failing when full."""
+        while True:
+            try:
+                self._p.produce(topic, value, key, partition=partition, headers=headers, on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._p.poll(0.05)
+
+    def poll(self, timeout: float = 0) -> None:
+        self._p.poll(timeout)
+
+    def flush(self, timeout: float = 30) -> None:
+        """Wait until every queued message is acknowledged; raise if any was not."""
+        remaining = self._p.flush(timeout)
+        if remaining:
+            raise KafkaException(f"{remaining} messages not delivered within {timeout}s")
+        if self._errors:
+            errs, self._errors = self._errors, []
+            raise KafkaException(f"delivery failed: {errs[0]} (+{len(errs) - 1} more)")
+
+    @property
+    def raw(self) -> Producer:
+        return self._p
+
+
+def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10) -> Message | None:
+    """The newest message of one partition, or None if it is empty.
+
+    Services read it at start to continue their dense ``ht.id`` sequence.
+    """
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.peek", "enable.auto.commit": False})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+        if high <= low:
+            return None
+        c.assign([TopicPartition(topic, partition, high - 1)])
+        deadline = timeout
+        while deadline > 0:
+            m = c.poll(0.5)
+            deadline -= 0.5
+            if m is not None and m.error() is None:
+                return m
+        return None
+    finally:
+        c.close()

@@ -1,0 +1,113 @@
+"""The tuple model: tuple types and the ``ht.*`` Kafka headers every message carries.
+
+Headers are the contract with outside clients (kcat, any Kafka client), so values are
+plain ASCII: the type name and decimal integers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, Sequence
+
+
+class TupleType(str, Enum):
+    """Borealis DPC tuple types."""
+
+    STABLE = "STABLE"
+    TENTATIVE = "TENTATIVE"
+    BOUNDARY = "BOUNDARY"
+    UNDO = "UNDO"
+    REC_DONE = "REC_DONE"
+
+
+H_TYPE = "ht.type"
+H_ID = "ht.id"
+H_STIME = "ht.stime"
+H_REPLICA = "ht.replica"
+H_EPOCH = "ht.epoch"
+# Dead-letter headers: why a message was rejected and where it came from.
+H_ERROR = "ht.error"
+H_SRC_TOPIC = "ht.src.topic"
+H_SRC_PARTITION = "ht.src.partition"
+H_SRC_OFFSET = "ht.src.offset"
+
+TYPE_BYTES: dict[TupleType, bytes] = {t: t.value.encode() for t in TupleType}
+_TYPE_BY_BYTES: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
+
+
+class HeaderError(ValueError):
+    """A message whose ht.* headers are missing or malformed."""
+
+
+def make_headers(
+    ttype: TupleType, tid: int, stime: int, replica: int = 0, epoch: int = 0
+) -> list[tuple[str, bytes]]:
+    """Headers of one outgoing tuple."""
+    return [
+        (H_TYPE, TYPE_BYTES[ttype]),
+        (H_ID, b"%d" % tid),
+        (H_STIME, b"%d" % stime),
+        (H_REPLICA, b"%d" % replica),
+        (H_EPOCH, b"%d" % epoch),
+    ]
+
+
+@dataclass(slots=True)
+class TupleMeta:
+    """The parsed ht.* headers of one message."""
+
+    type: TupleType
+    id: int
+    stime: int
+    replica: int = 0
+    epoch: int = 0
+
+
+def parse_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> TupleMeta:
+    """Parse ht.* headers; raises HeaderError naming what is wrong."""
+    if not headers:
+        raise HeaderError("missing ht.* headers")
+    ttype = tid = stime = None
+    replica = epoch = 0
+    try:
+        for k, v in headers:
+            if k == H_TYPE:
+                ttype = _TYPE_BY_BYTES.get(v)  # type: ignore[arg-type]
+                if ttype is None:
+                    raise HeaderError(f"unknown tuple type {v!r} in {H_TYPE}")
+            elif k == H_ID:
+                tid = int(v)  # type: ignore[arg-type]
+            elif k == H_STIME:
+                stime = int(v)  # type: ignore[arg-type]
+            elif k == H_REPLICA:
+                replica = int(v)  # type: ignore[arg-type]
+            elif k == H_EPOCH:
+                epoch = int(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as e:
+        if isinstance(e, HeaderError):
+            raise
+        raise HeaderError(f"malformed header value: {e}") from None
+    if ttype is None:
+        raise HeaderError(f"missing {H_TYPE} header")
+    if tid is None:
+        raise HeaderError(f"missing {H_ID} header")
+    if stime is None:
+        raise HeaderError(f"missing {H_STIME} header")
+    return TupleMeta(ttype, tid, stime, replica, epoch)
+
+
+def headers_dict(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, str]:
+    """Headers as text, for display."""
+    return {k: (v.decode(errors="replace") if v is not None else "") for k, v in headers or ()}
+
+
+@dataclass(slots=True)
+class Tuple:
+    """A decoded tuple: its metadata and Avro record, as clients see it."""
+
+    stream: str
+    partition: int
+    offset: int
+    meta: TupleMeta
+    key: bytes | None
+    value: dict[str, Any] | None

@@ -1,0 +1,25 @@
+"""Operator instances from their spec definitions."""
+from __future__ import annotations
+
+from services.core.codec import schema_fields
+from services.core.spec import OperatorDef, Spec
+from services.operators.base import Operator
+from services.operators.join import WindowJoin
+from services.operators.stateless import Filter, Map, Union
+from services.operators.window import WindowAggregate
+
+
+def build_operator(spec: Spec, op: OperatorDef) -> Operator:
+    in_fields = list(schema_fields(spec.streams[op.inputs[0]].schema))
+    if op.type == "filter":
+        return Filter(op.name, op.where or "True", in_fields)
+    if op.type == "map":
+        return Map(op.name, op.fields, in_fields)
+    if op.type == "union":
+        return Union(op.name)
+    if op.type == "window":
+        return WindowAggregate(op.name, op.key or "", op.time, op.size, op.slide, op.aggregates)
+    if op.type == "join":
+        right_fields = list(schema_fields(spec.streams[op.inputs[1]].schema))
+        return WindowJoin(op.name, op.key or "", op.right_key or "", op.time, op.within, op.fields, in_fields, right_fields)
+    raise ValueError(f"unknown operator type {op.type!r}")

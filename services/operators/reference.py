@@ -1,0 +1,94 @@
+"""Reference evaluation: what a spec's output streams must contain, computed in batch.
+
+Written independently of the streaming operators and as plainly as possible (nested
+loops, whole-input grouping), so tests can check the operators, the node service and the
+Spark stage against it. Input and output are per stream, per partition lists of records
+in order; each partition is evaluated on its own, as the services do.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from services.core.codec import schema_fields
+from services.core.expr import compile_expr
+from services.core.spec import OperatorDef, Spec
+
+Records = list[dict[str, Any]]
+
+
+def _window(op: OperatorDef, recs: Records) -> Records:
+    if not recs:
+        return []
+    watermark = max(r[op.time] for r in recs)
+    groups: dict[tuple[int, Any], Records] = defaultdict(list)
+    for r in recs:
+        t = r[op.time]
+        start = (t // op.slide) * op.slide
+        while start > t - op.size:
+            if start + op.size <= watermark:
+                groups[(start, r[op.key])].append(r)
+            start -= op.slide
+    out = []
+    for (start, key) in sorted(groups):
+        g = groups[(start, key)]
+        row: dict[str, Any] = {"key": str(key), "window_start": start, "window_end": start + op.size}
+        for a in op.aggregates:
+            vals = [r[a.field] for r in g] if a.field else []
+            total = 0.0
+            for v in vals:
+                total += v
+            row[a.out] = {
+                "count": lambda: len(g),
+                "sum": lambda: total,
+                "avg": lambda: total / len(g),
+                "min": lambda: min(vals),
+                "max": lambda: max(vals),
+            }[a.func]()
+        out.append(row)
+    return out
+
+
+def _join(spec: Spec, op: OperatorDef, left: Records, right: Records) -> Records:
+    lf = list(schema_fields(spec.streams[op.inputs[0]].schema))
+    rf = list(schema_fields(spec.streams[op.inputs[1]].schema))
+    fns = {k: compile_expr(v, left=lf, right=rf) for k, v in op.fields.items()}
+    out = []
+    for lr in left:
+        for rr in right:
+            if lr[op.key] == rr[op.right_key] and abs(lr[op.time] - rr[op.time]) <= op.within:
+                out.append({k: f(lr, rr) for k, f in fns.items()})
+    return out
+
+
+def evaluate(spec: Spec, inputs: dict[str, list[Records]]) -> dict[str, list[Records]]:
+    """Every stream's content per partition, given the source streams' content."""
+    data: dict[str, list[Records]] = {s: inputs.get(s, [[] for _ in range(spec.streams[s].partitions)]) for s in spec.sources()}
+    pending = list(spec.operators.values())
+    while pending:
+        op = next(o for o in pending if all(i in data for i in o.inputs))
+        pending.remove(op)
+        parts = spec.streams[op.output].partitions
+        in_fields = list(schema_fields(spec.streams[op.inputs[0]].schema))
+        out: list[Records] = []
+        for p in range(parts):
+            ins = [data[i][p] for i in op.inputs]
+            if op.type == "filter":
+                pred = compile_expr(op.where or "True", in_fields)
+                out.append([r for r in ins[0] if pred(r)])
+            elif op.type == "map":
+                fns = {k: compile_expr(v, in_fields) for k, v in op.fields.items()}
+                out.append([{k: f(r) for k, f in fns.items()} for r in ins[0]])
+            elif op.type == "union":
+                out.append([r for i in ins for r in i])
+            elif op.type == "window":
+                out.append(_window(op, ins[0]))
+            else:
+                out.append(_join(spec, op, ins[0], ins[1]))
+        data[op.output] = out
+    return data
+
+
+def canonical(records: Records) -> list[tuple]:
+    """Order-free form for streams whose order depends on input interleaving (union, join)."""
+    return sorted(tuple(sorted(r.items())) for r in records)
