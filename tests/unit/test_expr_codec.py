@@ -1,0 +1,56 @@
+"""Expressions compile safely; the codec round-trips and rejects garbage; headers parse strictly."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.core.codec import DecodeError, codec_for
+from services.core.expr import ExprError, compile_expr
+from services.core.tuples import HeaderError, TupleType, make_headers, parse_headers
+
+
+def test_expression_semantics() -> None:
+    f = compile_expr("value > 20 and sensor != 'x'", ["value", "sensor"])
+    assert f({"value": 21, "sensor": "a"}) and not f({"value": 21, "sensor": "x"})
+    g = compile_expr("max(left.ts, right.ts) - min(left.ts, right.ts)", left=["ts"], right=["ts"])
+    assert g({"ts": 3}, {"ts": 10}) == 7
+
+
+@pytest.mark.parametrize("src", ["__import__('os')", "open('f')", "value.__class__", "lambda: 1",
+                                 "[x for x in value]", "valu + 1", "(", "globals()"])
+def test_unsafe_or_unknown_expressions_are_rejected(src: str) -> None:
+    with pytest.raises(ExprError):
+        compile_expr(src, ["value"])
+
+
+@given(st.text(max_size=30), st.integers(-2**62, 2**62), st.floats(allow_nan=False), st.integers(0, 2**62))
+def test_codec_roundtrip(sensor: str, ts: int, value: float, seq: int) -> None:
+    c = codec_for("reading")
+    rec = {"sensor": sensor, "ts": ts, "value": value, "seq": seq}
+    assert c.decode(c.encode(rec)) == rec
+
+
+@pytest.mark.parametrize("payload", [b"", b"\xff\xff\xff\xff", b"\x02a", None])
+def test_codec_rejects_garbage(payload: bytes | None) -> None:
+    with pytest.raises(DecodeError):
+        codec_for("reading").decode(payload)  # type: ignore[arg-type]
+
+
+def test_codec_rejects_trailing_bytes() -> None:
+    c = codec_for("reading")
+    with pytest.raises(DecodeError, match="trailing"):
+        c.decode(c.encode({"sensor": "s", "ts": 1, "value": 1.0, "seq": 1}) + b"\x00")
+
+
+def test_headers_roundtrip_and_errors() -> None:
+    m = parse_headers(make_headers(TupleType.TENTATIVE, 42, 1000, replica=1, epoch=3))
+    assert (m.type, m.id, m.stime, m.replica, m.epoch) == (TupleType.TENTATIVE, 42, 1000, 1, 3)
+    for bad, why in [
+        (None, "missing ht"),
+        ([("ht.type", b"STABLE"), ("ht.stime", b"1")], "ht.id"),
+        ([("ht.type", b"WHAT"), ("ht.id", b"1"), ("ht.stime", b"1")], "unknown tuple type"),
+        ([("ht.type", b"STABLE"), ("ht.id", b"x"), ("ht.stime", b"1")], "malformed"),
+    ]:
+        with pytest.raises(HeaderError, match=why):
+            parse_headers(bad)

@@ -1,0 +1,112 @@
+"""The spec loader accepts good specs and reports every mistake with its location."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from services.core.spec import SpecError, load_spec, parse_spec
+
+REPO = Path(__file__).resolve().parents[2]
+
+BASE = """\
+name: t
+streams:
+  a: {schema: reading, key: sensor, partitions: 2}
+  b: {schema: reading, key: sensor, partitions: 2}
+  w: {schema: window_stat, key: key, partitions: 2}
+operators:
+  f: {type: filter, input: a, output: b, where: "value > 1"}
+  win: {type: window, input: b, output: w, key: sensor, size: 10, slide: 5,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  n1: {operators: [f]}
+  n2: {operators: [win], replicas: 2}
+"""
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(SpecError) as e:
+        parse_spec(text, source="s.yaml")
+    return e.value.problems
+
+
+def test_examples_are_valid() -> None:
+    for f in sorted((REPO / "examples").glob("*.yaml")):
+        load_spec(f)
+
+
+def test_derived_topology() -> None:
+    s = parse_spec(BASE)
+    assert s.sources() == ["a"] and s.sinks() == ["w"]
+    assert s.topo_nodes() == ["n1", "n2"]
+    assert s.node_inputs("n2") == ["b"] and s.node_outputs("n1") == ["b"]
+    assert s.stream_topics("w") == ["w.r0", "w.r1"]
+    assert s.topic("a") == "a"
+    assert ("t.deadletter", 1) in s.all_topics()
+
+
+def test_internal_stream_is_not_materialized() -> None:
+    s = parse_spec(BASE.replace("n1: {operators: [f]}\n  n2: {operators: [win], replicas: 2}", "n1: {operators: [f, win]}"))
+    assert s.stream_topics("b") == []
+    assert s.node_outputs("n1") == ["w"]
+
+
+@pytest.mark.parametrize(
+    "old,new,line,message",
+    [
+        ("input: a, output: b", "input: nope, output: b", 7, "unknown stream 'nope'"),
+        ('where: "value > 1"', 'where: "valu > 1"', 7, "unknown field 'valu'"),
+        ('where: "value > 1"', 'where: "__import__(1)"', 7, "only calls to"),
+        ("size: 10, slide: 5", "size: 10, slide: 3", 8, "multiple of slide"),
+        ("sum: sum(value)", "sum: total(value)", 9, "must be one of count"),
+        ("replicas: 2", "replicas: 0", 12, "'replicas' must be an integer >= 1"),
+        ("operators: [f]}", "operators: [g]}", 11, "unknown operator 'g'"),
+        ("schema: window_stat", "schema: nosuch", 5, "no schema 'nosuch'"),
+        ("key: sensor, partitions: 2}\n  b", "key: sensr, partitions: 2}\n  b", 3, "key field 'sensr'"),
+        ("type: filter", "type: filtre", 7, "'type' must be one of"),
+        ("  b: {schema: reading, key: sensor, partitions: 2}", "  b: {schema: reading, key: sensor, partitions: 3}", 4, "stream 'b' must have 2 partitions"),
+    ],
+)
+def test_mistake_reported_with_location(old: str, new: str, line: int, message: str) -> None:
+    assert old in BASE
+    found = problems(BASE.replace(old, new, 1))
+    assert any(message in p for p in found), found
+    hit = next(p for p in found if message in p)
+    m = re.match(r"s\.yaml:(\d+):(\d+): ", hit)
+    assert m, hit
+    assert int(m.group(1)) == line, hit
+
+
+def test_every_mistake_is_reported_at_once() -> None:
+    text = BASE.replace("input: a, output: b", "input: nope, output: b").replace("replicas: 2", "replicas: -1")
+    found = problems(text)
+    assert len(found) >= 2
+    assert all(p.count("\n") == 0 for p in found)
+
+
+def test_partitioned_window_must_be_keyed_by_stream_key() -> None:
+    found = problems(BASE.replace("  b: {schema: reading, key: sensor", "  b: {schema: reading, key: seq", 1))
+    assert any("must be keyed by 'sensor'" in p for p in found), found
+
+
+def test_cycle_is_reported() -> None:
+    text = """\
+name: c
+streams:
+  a: {schema: reading}
+  b: {schema: reading}
+operators:
+  f: {type: filter, input: a, output: b, where: "True"}
+  g: {type: filter, input: b, output: a, where: "True"}
+nodes:
+  n: {operators: [f, g]}
+"""
+    assert any("cycle" in p for p in problems(text))
+
+
+def test_not_yaml_and_missing_file() -> None:
+    assert "not valid YAML" in problems("streams: [")[0]
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec("/nonexistent/spec.yaml")
