@@ -1,0 +1,637 @@
+"""Real Apache Kafka brokers (KRaft, no ZooKeeper, no Docker) launched from the Maven Central jars.
+
+Tests, benchmarks and the ``hastream kafka`` CLI need a genuine broker with genuine durability
+semantics (acks, ISR, leader fail-over), not a mock. Docker is not always available, so the
+official broker jars are fetched with Maven (``infra/kafka/pom.xml``) and each broker runs as a
+plain ``java`` process in combined broker+controller mode.
+
+Each broker JVM runs in its own session/process group so a fault test can ``kill -9`` exactly one
+of them, and so an interrupted test run does not forward Ctrl-C to the brokers before fixture
+teardown has stopped them cleanly. A ``cluster.json`` state file in the data dir lets another
+process (the CLI) report on or stop a cluster it did not start.
+"""
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from services.core.paths import REPO_ROOT, hastream_home, jars_dir
+
+__all__ = [
+    "KAFKA_VERSION",
+    "KafkaCluster",
+    "KafkaClusterError",
+    "ensure_kafka_jars",
+]
+
+POM_PATH = Path(__file__).resolve().with_name("pom.xml")
+STATE_FILE = "cluster.json"
+MARKER_FILE = ".hastream-kafka-jars"
+MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
+
+# Heap per broker JVM. The brokers are meant for a 2-core laptop/CI box running several JVMs
+# (Kafka, Spark, tests) at once; override with HASTREAM_KAFKA_HEAP (e.g. "1g") for benchmarks.
+DEFAULT_HEAP = "512m"
+
+_log = logging.getLogger(__name__)
+# librdkafka reports every refused connection while a broker is still booting; those are
+# expected during the readiness wait, so they go to a silent logger instead of stderr.
+_quiet_rdkafka = logging.getLogger(f"{__name__}.rdkafka")
+_quiet_rdkafka.addHandler(logging.NullHandler())
+_quiet_rdkafka.propagate = False
+
+
+class KafkaClusterError(RuntimeError):
+    """Anything that stops a broker from being fetched, started, reached or stopped."""
+
+
+def _pom_properties() -> dict[str, str]:
+    """The ``<properties>`` of the pom, which is the single source of the pinned versions."""
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ET.parse(POM_PATH).getroot()
+    props = root.find("m:properties", ns)
+    if props is None:
+        return {}
+    return {child.tag.split("}", 1)[-1]: (child.text or "").strip() for child in props}
+
+
+KAFKA_VERSION: str = _pom_properties().get("kafka.version", "unknown")
+
+
+def _jar_marker() -> str:
+    """Marker content: changes whenever the pom does, so a version bump refetches the jars."""
+    digest = hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
+    return f"kafka.version={KAFKA_VERSION}\npom.sha256={digest}\n"
+
+
+def _first_error_line(output: str) -> str:
+    """Condense Maven's multi-screen failure into the one line that says what went wrong."""
+    output = re.sub(r"\x1b\[[0-9;]*m", "", output)
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line.removeprefix("[ERROR]").strip() for line in lines if line.startswith("[ERROR]")]
+    errors = [e for e in errors if e and not e.startswith(("[Help", "To see", "Re-run", "For more"))]
+    if not errors:
+        return lines[-1] if lines else "no output"
+    first = re.sub(r"\s*->\s*\[Help \d+\]\s*$", "", errors[0])
+    return re.sub(r"^Failed to execute goal on project [^:]+:\s*", "", first)
+
+
+def ensure_kafka_jars() -> Path:
+    """Return the folder with the Kafka broker jars, fetching them with Maven on first use.
+
+    The copy goes to a temporary sibling folder and is renamed into place under a file lock, so
+    concurrent test workers never see (or launch a JVM on) a half-filled classpath.
+    """
+    target = jars_dir("kafka")
+    marker = _jar_marker()
+    if (target / MARKER_FILE).is_file() and (target / MARKER_FILE).read_text() == marker:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".kafka-jars.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / MARKER_FILE).is_file() and (target / MARKER_FILE).read_text() == marker:
+            return target
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise KafkaClusterError("Maven ('mvn') is not on PATH; it is needed once to fetch the Kafka jars")
+        staging = target.parent / f".kafka-staging-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        cmd = [
+            mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(POM_PATH), "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
+        ]
+        _log.info("fetching Kafka %s jars into %s", KAFKA_VERSION, target)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
+        if proc.returncode != 0 or not any(staging.glob("kafka_*.jar")):
+            shutil.rmtree(staging, ignore_errors=True)
+            detail = _first_error_line(proc.stdout + "\n" + proc.stderr)
+            raise KafkaClusterError(f"mvn could not fetch Kafka {KAFKA_VERSION} jars: {detail}")
+        (staging / MARKER_FILE).write_text(marker)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return target
+
+
+def _java_error_line(output: str) -> str:
+    """The line of a JVM's output that names the failure (the exception message, not a stack frame)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith(("\tat ", "\t... "))]
+    for line in lines:
+        line = re.sub(r'^Exception in thread "[^"]*"\s*', "", line)
+        match = re.search(r"\b[\w.$]*(?:Exception|Error)\b:?\s*(.*)$", line)
+        if match and not line.startswith("Caused by"):
+            return line[match.start():]
+    return lines[-1] if lines else "no output"
+
+
+def _java() -> str:
+    """The ``java`` executable, preferring ``JAVA_HOME`` like Kafka's own scripts do."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise KafkaClusterError("'java' is not on PATH (Java 17+ is needed to run the Kafka broker)")
+    return java
+
+
+def _free_ports(host: str, count: int) -> list[int]:
+    """Ask the kernel for ``count`` distinct free ports (all sockets held open until all are picked)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _port_open(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+def _new_cluster_id() -> str:
+    """KRaft cluster ids are a UUID in unpadded URL-safe base64 (what ``kafka-storage random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _pid_is_broker(pid: int, props: Path) -> bool:
+    """True if ``pid`` is alive and is *our* broker JVM (guards against pid reuse after a reboot)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        stat = (proc / "stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return False
+        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+        return False
+    return MAIN_CLASS.encode() in cmdline and str(props).encode() in cmdline
+
+
+_LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- Broker logging for hastream: warnings and the lifecycle lines, to stdout (redirected to broker.log). -->
+<Configuration status="WARN" shutdownHook="disable">
+  <Appenders>
+    <Console name="STDOUT" target="SYSTEM_OUT">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Root level="WARN"><AppenderRef ref="STDOUT"/></Root>
+    <Logger name="kafka.server.KafkaRaftServer" level="INFO"/>
+    <Logger name="kafka.server.BrokerServer" level="INFO"/>
+    <Logger name="kafka.server.ControllerServer" level="INFO"/>
+    <Logger name="kafka.Kafka" level="INFO"/>
+    <Logger name="org.apache.kafka.clients" level="ERROR"/>
+    <Logger name="state.change.logger" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+
+@dataclass
+class _Node:
+    """Fixed identity of one broker: survives restarts so clients and the quorum can find it again."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    dir: Path
+
+    @property
+    def props(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "broker.log"
+
+
+# Clusters started in this process and not detached: stopped at interpreter exit so a crashed
+# or interrupted test run does not leave JVMs behind (they are in their own session). Strong
+# references on purpose: dropping the last handle must not make the brokers unstoppable.
+_owned: set[KafkaCluster] = set()
+
+
+@atexit.register
+def _stop_owned() -> None:
+    for cluster in list(_owned):
+        with contextlib.suppress(Exception):
+            cluster.stop(timeout=10)
+
+
+class KafkaCluster:
+    """A local KRaft Kafka cluster of ``brokers`` combined broker+controller JVMs.
+
+    >>> with KafkaCluster(brokers=1, data_dir=tmp).start() as kafka:
+    ...     produce(kafka.bootstrap)
+    """
+
+    def __init__(self, brokers: int = 1, data_dir: Path | None = None, host: str = "127.0.0.1") -> None:
+        if brokers < 1:
+            raise ValueError("a cluster needs at least one broker")
+        self.brokers = brokers
+        self.data_dir = (Path(data_dir) if data_dir is not None else hastream_home() / "kafka").expanduser().absolute()
+        self.host = host
+        self.cluster_id: str | None = None
+        self._nodes: list[_Node] = []
+        self._pids: list[int | None] = [None] * brokers
+        self._procs: list[subprocess.Popen[bytes] | None] = [None] * brokers
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` list of every broker, for ``bootstrap.servers``."""
+        if not self._nodes:
+            raise KafkaClusterError("the cluster has not been started")
+        return ",".join(f"{self.host}:{n.port}" for n in self._nodes)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Broker JVM pid per broker index (``None`` if that broker was never started)."""
+        return list(self._pids)
+
+    @property
+    def state_file(self) -> Path:
+        return self.data_dir / STATE_FILE
+
+    def log_file(self, i: int) -> Path:
+        """The broker's combined stdout/stderr/log4j output, the first place to look when it fails."""
+        return self._node(i).log_file
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 120, *, detach: bool = False) -> KafkaCluster:
+        """Format fresh KRaft storage, launch every broker and wait until clients see all of them.
+
+        ``detach=True`` leaves the JVMs running after this Python process exits (the CLI uses it);
+        otherwise they are stopped at interpreter exit if :meth:`stop` was not called.
+        """
+        if self.is_running():
+            raise KafkaClusterError(f"a Kafka cluster is already running in {self.data_dir} ({self.bootstrap})")
+        jars = ensure_kafka_jars()
+        java = _java()
+        self._prepare_fresh_dirs()
+        ports = _free_ports(self.host, 2 * self.brokers)
+        self.cluster_id = _new_cluster_id()
+        self._nodes = [
+            _Node(i, ports[2 * i], ports[2 * i + 1], self.data_dir / f"broker-{i}") for i in range(self.brokers)
+        ]
+        (self.data_dir / "log4j2.xml").write_text(_LOG4J2_XML)
+        for node in self._nodes:
+            node.dir.mkdir(parents=True, exist_ok=True)
+            node.props.write_text(self._server_properties(node))
+        self._format_storage(java, jars)
+        if not detach:
+            _owned.add(self)
+        try:
+            for i in range(self.brokers):
+                self._launch(i, java, jars)
+            self._write_state()
+            self._wait_ready(timeout, expect=self.brokers)
+        except BaseException:
+            self.stop(timeout=10)
+            raise
+        return self
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM every broker (controlled shutdown), wait, then SIGKILL whatever is left.
+
+        All brokers are signalled together: stopping them one by one would make each shutdown wait
+        for leadership moves and, in the last ones, for a controller quorum that is already gone.
+        """
+        _owned.discard(self)
+        live = [i for i in range(self.brokers) if self._alive(i)]
+        for i in live:
+            self._signal(i, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for i in live:
+            if not self._wait_gone(i, deadline):
+                self._signal(i, signal.SIGKILL)
+                self._wait_gone(i, time.monotonic() + 10)
+        for i in range(self.brokers):
+            self._reap(i)
+        if self._nodes:
+            self._write_state()
+
+    def kill_broker(self, i: int) -> None:
+        """SIGKILL broker ``i`` with no shutdown at all: the crash that fault tests need."""
+        self._node(i)
+        if not self._alive(i):
+            raise KafkaClusterError(f"broker {i} is not running")
+        self._signal(i, signal.SIGKILL)
+        self._wait_gone(i, time.monotonic() + 10)
+        self._reap(i)
+        self._write_state()
+
+    def start_broker(self, i: int, timeout: float = 120) -> None:
+        """Restart broker ``i`` on its old ports and data dir and wait until clients see it again."""
+        node = self._node(i)
+        if self._alive(i):
+            raise KafkaClusterError(f"broker {i} is already running (pid {self._pids[i]})")
+        self._launch(i, _java(), ensure_kafka_jars())
+        self._write_state()
+        self._wait_ready(timeout, expect=sum(self._alive(j) for j in range(self.brokers)), must_see=node.node_id)
+
+    def is_running(self) -> bool:
+        """True while at least one broker JVM of this cluster is alive (a killed broker leaves it degraded, not down)."""
+        return any(self._alive(i) for i in range(self.brokers))
+
+    def alive(self) -> list[bool]:
+        """Liveness of each broker JVM, by index."""
+        return [self._alive(i) for i in range(self.brokers)]
+
+    @classmethod
+    def load(cls, data_dir: Path | None = None) -> KafkaCluster:
+        """Rebuild a handle on a cluster from its ``cluster.json``, e.g. one started detached by the CLI."""
+        data_dir = Path(data_dir) if data_dir is not None else hastream_home() / "kafka"
+        path = data_dir / STATE_FILE
+        try:
+            state: dict[str, Any] = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise KafkaClusterError(f"no Kafka cluster state in {data_dir} (missing {STATE_FILE})") from None
+        except (OSError, ValueError) as exc:
+            raise KafkaClusterError(f"unreadable Kafka cluster state {path}: {exc}") from None
+        cluster = cls(brokers=int(state["brokers"]), data_dir=data_dir, host=state["host"])
+        cluster.cluster_id = state.get("cluster_id")
+        cluster._nodes = [
+            _Node(n["node_id"], n["port"], n["controller_port"], Path(n["dir"])) for n in state["nodes"]
+        ]
+        cluster._pids = list(state["pids"])
+        return cluster
+
+    def __enter__(self) -> KafkaCluster:
+        if not self.is_running():
+            self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self.bootstrap if self._nodes else "not started"
+        return f"KafkaCluster(brokers={self.brokers}, {where}, data_dir={str(self.data_dir)!r})"
+
+    # ------------------------------------------------------------------ internals
+
+    def _node(self, i: int) -> _Node:
+        if not self._nodes:
+            raise KafkaClusterError("the cluster has not been started")
+        if not 0 <= i < self.brokers:
+            raise KafkaClusterError(f"no broker {i}: the cluster has brokers 0..{self.brokers - 1}")
+        return self._nodes[i]
+
+    def _prepare_fresh_dirs(self) -> None:
+        """Remove the previous cluster's broker dirs (ours only) so format starts from nothing.
+
+        Each ``start`` is a new cluster with new ports; data only survives broker restarts within
+        a cluster's life, which is what fault tests exercise.
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.data_dir.glob("broker-*"):
+            if old.is_dir() and (old / "server.properties").exists():
+                shutil.rmtree(old)
+        self.state_file.unlink(missing_ok=True)
+
+    def _server_properties(self, node: _Node) -> str:
+        n = self.brokers
+        rf = min(n, 3)
+        min_isr = 1 if n == 1 else 2
+        voters = ",".join(f"{m.node_id}@{self.host}:{m.controller_port}" for m in self._nodes)
+        props: dict[str, object] = {
+            # KRaft combined mode: every node is a broker and a voter of the controller quorum.
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://{self.host}:{node.port},CONTROLLER://{self.host}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{node.port}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": node.dir / "logs",
+            # Replication: single-node clusters must not wait for replicas that cannot exist.
+            "default.replication.factor": rf,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": min_isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": min_isr,
+            "offsets.topic.num.partitions": 10,
+            "transaction.state.log.num.partitions": 10,
+            # Test friendliness: explicit topics, no join delay, fast failure detection.
+            "auto.create.topics.enable": "false",
+            "num.partitions": 1,
+            "group.initial.rebalance.delay.ms": 0,
+            "broker.heartbeat.interval.ms": 1000,
+            "broker.session.timeout.ms": 6000,
+            "replica.lag.time.max.ms": 10000,
+            "controlled.shutdown.enable": "true",
+            # Small footprint: several JVMs share a 2-core box.
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+            "num.recovery.threads.per.data.dir": 1,
+            "background.threads": 4,
+            "log.segment.bytes": 16 * 1024 * 1024,
+            "log.retention.hours": 24,
+            "log.retention.check.interval.ms": 60000,
+            "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
+            "log.cleaner.threads": 1,
+            "socket.send.buffer.bytes": 1024 * 1024,
+            "socket.receive.buffer.bytes": 1024 * 1024,
+        }
+        header = f"# Written by hastream for Kafka {KAFKA_VERSION}; node {node.node_id} of {n}.\n"
+        return header + "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _jvm_command(self, java: str, jars: Path, main: str) -> list[str]:
+        heap = os.environ.get("HASTREAM_KAFKA_HEAP", DEFAULT_HEAP)
+        return [
+            java,
+            f"-Xmx{heap}",
+            "-Xms64m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-XX:-UsePerfData",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.xml'}",
+            f"-Dkafka.logs.dir={self.data_dir}",
+            "-cp",
+            f"{jars}/*",
+            main,
+        ]
+
+    def _format_storage(self, java: str, jars: Path) -> None:
+        """Run ``kafka-storage format`` for every node in parallel (each is a JVM start, ~1-2 s)."""
+        procs = []
+        for node in self._nodes:
+            cmd = self._jvm_command(java, jars, STORAGE_TOOL_CLASS)
+            cmd += ["format", "--cluster-id", str(self.cluster_id), "--config", str(node.props)]
+            procs.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+        failures = []
+        for node, proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                failures.append(f"node {node.node_id}: {_java_error_line(out.decode(errors='replace'))}")
+        if failures:
+            raise KafkaClusterError("formatting KRaft storage failed: " + "; ".join(failures))
+
+    def _launch(self, i: int, java: str, jars: Path) -> None:
+        node = self._nodes[i]
+        cmd = self._jvm_command(java, jars, MAIN_CLASS) + [str(node.props)]
+        with open(node.log_file, "ab") as log:
+            log.write(f"\n==== hastream: starting broker {i} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=node.dir,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._procs[i] = proc
+        self._pids[i] = proc.pid
+
+    def _alive(self, i: int) -> bool:
+        proc = self._procs[i]
+        if proc is not None:
+            return proc.poll() is None
+        pid = self._pids[i]
+        return pid is not None and bool(self._nodes) and _pid_is_broker(pid, self._nodes[i].props)
+
+    def _signal(self, i: int, sig: signal.Signals) -> None:
+        pid = self._pids[i]
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            # The JVM leads its own process group, so this reaches any helper it forked too.
+            os.killpg(pid, sig)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+    def _wait_gone(self, i: int, deadline: float) -> bool:
+        while self._alive(i):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _reap(self, i: int) -> None:
+        proc = self._procs[i]
+        if proc is not None and proc.poll() is not None:
+            self._procs[i] = None
+            self._pids[i] = None
+        elif proc is None and self._pids[i] is not None and not self._alive(i):
+            self._pids[i] = None
+
+    def _write_state(self) -> None:
+        state = {
+            "bootstrap": self.bootstrap,
+            "brokers": self.brokers,
+            "pids": self._pids,
+            "data_dir": str(self.data_dir),
+            "host": self.host,
+            "cluster_id": self.cluster_id,
+            "kafka_version": KAFKA_VERSION,
+            "nodes": [
+                {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "dir": str(n.dir)}
+                for n in self._nodes
+            ],
+        }
+        tmp = self.state_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    def _failure_reason(self, i: int) -> str:
+        """Why broker ``i`` died, from the output of its latest launch."""
+        try:
+            text = self._nodes[i].log_file.read_text(errors="replace")
+        except OSError:
+            return "no log"
+        return _java_error_line(text.rsplit("==== hastream: starting broker", 1)[-1])
+
+    def _wait_ready(self, timeout: float, expect: int, must_see: int | None = None) -> None:
+        """Block until a client sees ``expect`` brokers (and ``must_see`` among them).
+
+        Readiness means "clients work", so it is checked the way a client would: broker metadata
+        from an AdminClient, which lists only registered, unfenced brokers.
+        """
+        from confluent_kafka.admin import AdminClient
+
+        class _NotReady(Exception):
+            pass
+
+        def check() -> None:
+            for i in range(self.brokers):
+                if self._pids[i] is not None and not self._alive(i):
+                    raise KafkaClusterError(
+                        f"broker {i} exited during startup: {self._failure_reason(i)} (log: {self._nodes[i].log_file})"
+                    )
+            if not any(_port_open(self.host, n.port) for n in self._nodes):
+                raise _NotReady("no broker port is accepting connections yet")
+            admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _quiet_rdkafka})
+            try:
+                meta = admin.list_topics(timeout=5)
+            except Exception as exc:
+                raise _NotReady(str(exc)) from exc
+            seen = set(meta.brokers)
+            if len(seen) < expect or (must_see is not None and must_see not in seen):
+                raise _NotReady(f"clients see brokers {sorted(seen)}, waiting for {expect}")
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(_NotReady),
+            stop=stop_after_delay(timeout),
+            wait=wait_exponential(multiplier=0.05, max=0.5),
+            reraise=True,
+        )
+        try:
+            retrying(check)
+        except _NotReady as exc:
+            raise KafkaClusterError(
+                f"Kafka did not become ready within {timeout:.0f}s ({exc}); logs: {self.data_dir}/broker-*/broker.log"
+            ) from None
+
+
+if __name__ == "__main__":  # pragma: no cover - manual smoke run
+    logging.basicConfig(level=logging.INFO)
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    t0 = time.monotonic()
+    with KafkaCluster(brokers=n, data_dir=Path(sys.argv[2]) if len(sys.argv) > 2 else None).start() as c:
+        print(f"{c.bootstrap} ready in {time.monotonic() - t0:.1f}s; pids {c.pids}")
