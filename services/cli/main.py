@@ -236,12 +236,27 @@ def demo(
 
 
 def main() -> None:
+    """Entry point: usage mistakes print one line naming the fix, never a traceback or a box."""
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click
+
     try:
-        app()
-    except typer.Exit:
-        raise
+        rv = app(standalone_mode=False)
+    except NoArgsIsHelpError as e:
+        if e.ctx is not None:
+            out.print(e.ctx.get_help())
+        sys.exit(0)
+    except UsageError as e:
+        where = e.ctx.command_path if e.ctx else "hastream"
+        where = "hastream" + where[where.index(" "):] if " " in where else "hastream"
+        err.print(f"[bold red]error:[/] {escape(e.format_message())} (see: {escape(where)} --help)")
+        sys.exit(2)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

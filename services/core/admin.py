@@ -1,6 +1,7 @@
 """Topic provisioning through the Kafka admin client, with retries around a broker that is still starting."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
@@ -64,7 +65,22 @@ def ensure_topics(bootstrap: str, topics: list[TopicSpec]) -> list[str]:
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    _wait_for_leaders(admin, [t.name for t in missing])
     return created
+
+
+def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float = 30) -> None:
+    """Return once every partition of ``names`` has a leader, so the topics are usable at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=10)
+        pending = [n for n in names if n not in md.topics or md.topics[n].error is not None
+                   or any(p.leader < 0 for p in md.topics[n].partitions.values())]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, f"no leader yet for {', '.join(pending[:5])}"))
+        time.sleep(0.1)
 
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:

@@ -4,9 +4,30 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Sequence
 
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 log = logging.getLogger(__name__)
+
+TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT,
+}
+
+
+def _retriable(e: BaseException) -> bool:
+    """Errors of a broker that is starting, electing leaders or briefly unreachable."""
+    if not (isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError)):
+        return False
+    return e.args[0].retriable() or e.args[0].code() in TRANSIENT
+
+
+# Retry a call while the broker is starting or failing over, for up to 60 s.
+retry_transient = retry(
+    retry=retry_if_exception(_retriable), wait=wait_exponential(multiplier=0.1, max=2),
+    stop=stop_after_delay(60), reraise=True,
+)
 
 
 class BatchConsumer:
@@ -31,6 +52,7 @@ class BatchConsumer:
         conf.update(overrides)
         self._c = Consumer(conf)
 
+    @retry_transient
     def assign(self, topics: Sequence[str], partition: int, from_committed: bool = True) -> None:
         """Read ``partition`` of each topic, from the committed offset if any, else the start."""
         tps = [TopicPartition(t, partition) for t in topics]
@@ -60,6 +82,7 @@ class BatchConsumer:
             msgs = [m for m in msgs if m.error() is None]
         return msgs
 
+    @retry_transient
     def commit(self, offsets: Iterable[TopicPartition], asynchronous: bool = False) -> None:
         offs = list(offsets)
         if offs:
@@ -132,6 +155,7 @@ class BatchProducer:
         return self._p
 
 
+@retry_transient
 def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10) -> Message | None:
     """The newest message of one partition, or None if it is empty.
 

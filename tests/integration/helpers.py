@@ -1,0 +1,58 @@
+"""What the integration tests share: unique specs on the shared broker, running nodes, reading outputs."""
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+
+from services.client.reader import StreamReader
+from services.core.admin import ensure_topics, TopicSpec
+from services.core.config import Settings
+from services.core.spec import Spec, parse_spec
+from services.node.service import NodeService
+
+
+def unique_spec(template: str, tmp_path: Path) -> tuple[Spec, Path]:
+    """Instantiate a spec template with a unique ``{u}`` suffix so topics never collide across tests."""
+    text = template.replace("{u}", uuid.uuid4().hex[:8])
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return parse_spec(text, str(path), path), path
+
+
+def create_topics(spec: Spec, bootstrap: str) -> None:
+    ensure_topics(bootstrap, [TopicSpec(t, p) for t, p in spec.all_topics()])
+
+
+def run_nodes_until_idle(spec: Spec, bootstrap: str, idle_s: float = 3.0) -> dict[str, NodeService]:
+    """Run every partition of every node (in dataflow order, each in a thread) until input dries up."""
+    services: dict[str, NodeService] = {}
+    settings = Settings(bootstrap=bootstrap, batch_size=200)
+    for n in spec.topo_nodes():
+        threads = []
+        for p in range(spec.node_partitions(n)):
+            svc = services[f"{n}.p{p}"] = NodeService(spec, n, p, 0, settings)
+            t = threading.Thread(target=svc.run, kwargs={"max_idle_s": idle_s}, daemon=True)
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(timeout=120)
+    return services
+
+
+def read_stream(spec: Spec, stream: str, bootstrap: str, expect: int | None = None, timeout: float = 30) -> list:
+    """All tuples of a stream's replica-0 topic: ``expect`` of them, or whatever is there once it goes quiet."""
+    r = StreamReader(spec, stream, bootstrap)
+    try:
+        if expect is not None:
+            return r.read_until(lambda got: len(got) >= expect, timeout)
+        return list(r.follow(idle_timeout=3))
+    finally:
+        r.close()
+
+
+def by_partition(tuples: list, partitions: int) -> list[list]:
+    out: list[list] = [[] for _ in range(partitions)]
+    for t in sorted(tuples, key=lambda t: (t.partition, t.offset)):
+        out[t.partition].append(t)
+    return out
