@@ -1,0 +1,46 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+# Each installs what it needs on first use: the venv with pinned packages, then the
+# Kafka (and for tests, Spark) jars from Maven Central.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-all bench jars clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit("hastream needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	@command -v java >/dev/null || { echo "error: Java 17 is needed for the Kafka broker (install a JDK 17)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: Maven is needed to fetch the Kafka and Spark jars (install maven)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+$(VENV)/.jars-kafka: $(STAMP) infra/kafka/pom.xml
+	$(PY) -c 'from infra.kafka.cluster import ensure_kafka_jars; ensure_kafka_jars()'
+	touch $@
+
+$(VENV)/.jars-spark: $(STAMP) infra/spark/pom.xml
+	$(PY) -c 'from spark_jobs.jars import ensure_spark_jars; ensure_spark_jars()'
+	touch $@
+
+jars: $(VENV)/.jars-kafka $(VENV)/.jars-spark
+
+demo: $(VENV)/.jars-kafka
+	$(VENV)/bin/hastream demo
+
+test: jars
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-all: jars
+	$(PY) -m pytest -m '' $(PYTEST_ARGS)
+
+bench: $(VENV)/.jars-kafka
+	$(PY) -m bench.throughput
+
+clean:
+	$(VENV)/bin/hastream down --kafka 2>/dev/null || true
+	rm -rf $(VENV) .hastream .pytest_cache .hypothesis
