@@ -500,7 +500,7 @@ class KafkaCluster:
         procs = []
         for node in self._nodes:
             cmd = self._jvm_command(java, jars, STORAGE_TOOL_CLASS)
-            cmd += ["format", "--cluster-id", str(self.cluster_id), "--config", str(node.props)]
+            cmd += ["format", f"--cluster-id={self.cluster_id}", "--config", str(node.props)]
             procs.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         failures = []
         for node, proc in procs:

@@ -1,0 +1,702 @@
+"""Throughput and end-to-end latency of hastream nodes, measured through a real Kafka broker.
+
+    python -m bench.throughput [--tuples N] [--quick] [--bootstrap HOST:PORT] [--profile]
+
+Three processors move the same kind of input (``reading`` tuples with ``ht.*`` headers, written
+by ``SourceWriter``) from one input topic to an output topic:
+
+* ``bare``: a bare confluent-kafka loop (consume a batch, produce each message's value, key and
+  headers, flush, commit): what one Python process can move at best, the baseline;
+* ``filter+map``: a ``NodeService`` running a filter that keeps every tuple and a map, like the
+  demo's ingest node, so it writes as many tuples as the bare loop;
+* ``window``: a ``NodeService`` running a keyed sliding-window aggregate.
+
+Each processor runs in its own process (``--worker``, not part of the public interface), so the
+harness's own work (pacing, progress) never competes with it for the GIL. The bare loop uses the
+raw clients of ``BatchConsumer``/``BatchProducer`` (so exactly the nodes' client settings, whatever
+they become) and the same ``HASTREAM_BATCH_SIZE``/``HASTREAM_POLL_TIMEOUT_MS``/``HASTREAM_LINGER_MS``,
+so the comparison isolates what the node adds per tuple.
+
+Definitions (also written to the JSON file):
+
+* Every topic the benchmark creates uses ``message.timestamp.type=LogAppendTime``, so every
+  timestamp below comes from the broker's clock when it appended the message.
+* Throughput (phase 1, pre-loaded input): input tuples consumed / seconds from the moment the
+  processor received its first batch to the end of its last batch (the later of its own stamp
+  after producing the last batch and the append time of its last output message, which covers
+  the final flush). Processor start-up is excluded; it is the median over ``--repeat`` runs.
+* Latency (phase 2, input produced at a fixed ``--rate`` while the processor runs): per output
+  message, its append time minus the append time of the input tuple it came from. For the bare
+  loop and the filter+map node that is the input with the same ``seq`` field; for the window node
+  it is the input tuple that closed the window (the first one, in log order, whose event time is
+  >= the window end; event time is the wall clock at generation, so windows close in real time).
+  Tuples produced in the first second are a warm-up and not counted.
+
+Results go to ``bench/results/throughput.json`` (figures plus machine info).
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import cProfile
+import datetime as dt
+import gc
+import json
+import logging
+import os
+import platform
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from services.core.admin import TopicSpec, delete_topics, ensure_topics
+from services.core.codec import codec_for
+from services.core.config import Settings
+from services.core.kafka import BatchConsumer, BatchProducer
+from services.core.paths import REPO_ROOT
+from services.core.spec import Spec, parse_spec
+
+RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
+PROFILE_OUT = REPO_ROOT / "bench" / "results" / "filter_node.prof"
+GOAL_RATIO = 0.5  # the filter+map node must reach this fraction of the bare loop's tuples/s
+WARMUP_S = 1.0
+SENSORS = 20
+WINDOW_SIZE_MS, WINDOW_SLIDE_MS = 2000, 500
+TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+PROCESSORS = ("bare", "filter+map", "window")
+LATENCY_PROCESSORS = ("bare", "filter+map", "window")
+
+console = Console(stderr=True, highlight=False)  # progress and status
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # the figures
+
+
+# ---------------------------------------------------------------------------- specs
+
+def _filter_map_spec(name: str, source: str) -> str:
+    return f"""
+name: {name}
+streams:
+  {source}: {{schema: reading, key: sensor, partitions: 1}}
+  {name}_kept: {{schema: reading, key: sensor, partitions: 1}}
+  {name}_out: {{schema: reading, key: sensor, partitions: 1}}
+operators:
+  keep_all:
+    type: filter
+    input: {source}
+    output: {name}_kept
+    where: "value > -1000"   # readings stay within [-20, 120]: every tuple passes
+  to_fahrenheit:
+    type: map
+    input: {name}_kept
+    output: {name}_out
+    fields: {{sensor: sensor, ts: ts, value: "value * 1.8 + 32", seq: seq}}
+nodes:
+  ingest: {{operators: [keep_all, to_fahrenheit]}}
+"""
+
+
+def _window_spec(name: str, source: str) -> str:
+    return f"""
+name: {name}
+streams:
+  {source}: {{schema: reading, key: sensor, partitions: 1}}
+  {name}_out: {{schema: window_stat, key: key, partitions: 1}}
+operators:
+  per_sensor:
+    type: window
+    input: {source}
+    output: {name}_out
+    key: sensor
+    size: {WINDOW_SIZE_MS}
+    slide: {WINDOW_SLIDE_MS}
+    aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  stats: {{operators: [per_sensor]}}
+"""
+
+
+@dataclass
+class Job:
+    """One processor run: what the worker process needs to know."""
+
+    kind: str  # "bare" or "node"
+    bootstrap: str
+    in_topic: str
+    out_topic: str
+    group: str
+    stop_after: int
+    idle_s: float
+    spec_text: str = ""
+    node: str = ""
+    profile_out: str = ""
+
+
+def _job(processor: str, tag: str, source: str, bootstrap: str, stop_after: int, idle_s: float) -> tuple[Job, Spec | None]:
+    """A job for ``processor`` reading topic ``source``, with names unique to ``tag``."""
+    if processor == "bare":
+        return Job("bare", bootstrap, source, f"{tag}_out", f"bench.{tag}", stop_after, idle_s), None
+    text = _filter_map_spec(tag, source) if processor == "filter+map" else _window_spec(tag, source)
+    spec = parse_spec(text, source=f"<bench {tag}>")
+    node = next(iter(spec.nodes))
+    out_topic = spec.topic(spec.node_outputs(node)[0], 0)
+    return Job("node", bootstrap, source, out_topic, "", stop_after, idle_s, text, node), spec
+
+
+def _topics_of(job: Job, spec: Spec | None) -> list[TopicSpec]:
+    names = [(job.in_topic, 1), (job.out_topic, 1)] if spec is None else spec.all_topics()
+    return [TopicSpec(t, p, 1, dict(TOPIC_CONFIG)) for t, p in names]
+
+
+# ---------------------------------------------------------------------------- worker side
+
+def _report(kind: str, **data: Any) -> None:
+    print(json.dumps({"ev": kind, **data}), flush=True)
+
+
+def _run_bare(job: Job, st: Settings) -> dict[str, Any]:
+    """The baseline: nothing between consume and produce but the loop itself.
+
+    The raw confluent-kafka clients come from the node's own wrappers, so their configuration
+    is always the node's; only the calls in between differ.
+    """
+    consumer = BatchConsumer(job.bootstrap, job.group)
+    c = consumer.raw
+    p = BatchProducer(job.bootstrap, linger_ms=st.linger_ms).raw
+    c.assign([TopicPartition(job.in_topic, 0, OFFSET_BEGINNING)])
+    _report("ready")
+    consumed, first, last, last_report = 0, None, None, 0.0
+    idle_since = time.monotonic()
+    batch, timeout = st.batch_size, st.poll_timeout_ms / 1000
+    produce, out_topic = p.produce, job.out_topic
+    try:
+        while consumed < job.stop_after:
+            msgs = consumer.poll_batch(batch, timeout)  # the node's batching, so only the middle differs
+            if not msgs:
+                if time.monotonic() - idle_since > job.idle_s:
+                    break
+                continue
+            now = time.time()
+            idle_since = time.monotonic()
+            if first is None:
+                first = now
+            for m in msgs:
+                if m.error() is None:
+                    produce(out_topic, m.value(), m.key(), partition=m.partition(), headers=m.headers())
+            last = time.time()
+            p.flush()
+            m = msgs[-1]
+            c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=True)
+            consumed += len(msgs)
+            if now - last_report > 0.2:
+                _report("progress", consumed=consumed)
+                last_report = now
+    finally:
+        p.flush()
+        c.close()
+    return {"consumed": consumed, "first_at": first, "last_at": last}
+
+
+def _run_node(job: Job, st: Settings) -> dict[str, Any]:
+    """The node under test: the real NodeService.run loop, observed through three thin overrides."""
+    from services.node.service import NodeService
+
+    spec = parse_spec(job.spec_text, source="<bench>")
+
+    class MeteredNode(NodeService):
+        first_at: float | None = None
+        last_at: float | None = None
+        last_report = 0.0
+
+        def _resume_ids(self) -> None:
+            super()._resume_ids()
+            _report("ready")
+
+        def _process(self, msgs: list, producer: Any) -> None:
+            now = time.time()
+            if self.first_at is None:
+                self.first_at = now
+            super()._process(msgs, producer)
+            if now - self.last_report > 0.2:
+                _report("progress", consumed=self.stats.consumed)
+                self.last_report = now
+            if self.stats.consumed >= job.stop_after:
+                self.running = False  # the loop ends after this batch's produce, flush and commit
+
+        def _produce(self, producer: Any) -> None:
+            super()._produce(producer)
+            self.last_at = time.time()
+
+    svc = MeteredNode(spec, job.node, 0, 0, st)
+    prof = cProfile.Profile() if job.profile_out else None
+    if prof:
+        prof.enable()
+    stats = svc.run(max_idle_s=job.idle_s)
+    if prof:
+        prof.disable()
+        prof.dump_stats(job.profile_out)
+    return {"consumed": stats.consumed, "produced": stats.produced, "deadlettered": stats.deadlettered,
+            "first_at": svc.first_at, "last_at": svc.last_at}
+
+
+def worker_main(raw: str) -> None:
+    job = Job(**json.loads(raw))
+    st = Settings.from_env(job.bootstrap)
+    cpu0 = time.process_time()
+    res = _run_bare(job, st) if job.kind == "bare" else _run_node(job, st)
+    res["cpu_s"] = time.process_time() - cpu0
+    _report("done", **res)
+
+
+# ---------------------------------------------------------------------------- harness side
+
+class Worker:
+    """A processor in its own Python process, reporting JSON lines on stdout."""
+
+    def __init__(self, job: Job, log_dir: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.stderr_path = log_dir / f"{job.out_topic}.stderr"
+        self._err = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.throughput", "--worker", json.dumps(asdict(job))],
+            stdout=subprocess.PIPE, stderr=self._err, text=True, cwd=REPO_ROOT, env=env,
+        )
+        self.ready = threading.Event()
+        self.consumed = 0
+        self.result: dict[str, Any] | None = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = ev.pop("ev", None)
+            if kind == "ready":
+                self.ready.set()
+            elif kind == "progress":
+                self.consumed = ev["consumed"]
+            elif kind == "done":
+                self.consumed = ev["consumed"]
+                self.result = ev
+
+    def wait(self, timeout: float, on_tick: Callable[[], None] = lambda: None) -> dict[str, Any]:
+        """Wait for the worker's result; stop it (by its pid) if it overruns ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None:
+            on_tick()
+            if time.monotonic() > deadline:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                break
+            time.sleep(0.1)
+        self._reader.join(5)
+        self._err.close()
+        on_tick()
+        if self.result is None:
+            tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"worker for {self.stderr_path.stem} failed (exit {self.proc.returncode}): " + " | ".join(tail))
+        return self.result
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready.wait(0.1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.wait(0)  # raises with the worker's stderr
+                raise RuntimeError("worker ended before it was ready")
+
+
+@dataclass
+class OutMsg:
+    append_ms: int
+    value: bytes | None
+
+
+def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
+    """Every message of partition 0 of ``topic``, in log order, with its broker append time."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench.read.{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False, "enable.partition.eof": False})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        out: list[OutMsg] = []
+        if high <= low:
+            return out
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 60
+        last = -1
+        while last < high - 1 and time.monotonic() < deadline:
+            for m in c.consume(5000, 0.5):
+                if m.error() is not None:
+                    continue
+                ttype, ts = m.timestamp()
+                if ttype != TIMESTAMP_LOG_APPEND_TIME:
+                    raise RuntimeError(f"{topic} has timestamp type {ttype}, expected LogAppendTime")
+                out.append(OutMsg(ts, m.value()))
+                last = m.offset()
+        return out
+    finally:
+        c.close()
+
+
+def _last_append_ms(bootstrap: str, topic: str) -> tuple[int, int | None]:
+    """(message count, append time of the last message) of partition 0 of ``topic``."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench.peek.{uuid.uuid4().hex[:8]}",
+                  "enable.auto.commit": False})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        if high <= low:
+            return 0, None
+        c.assign([TopicPartition(topic, 0, high - 1)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                return high - low, m.timestamp()[1]
+        return high - low, None
+    finally:
+        c.close()
+
+
+def _pct(sorted_vals: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_vals:
+        return float("nan")
+    k = max(0, min(len(sorted_vals) - 1, int(round(q / 100 * len(sorted_vals) + 0.5)) - 1))
+    return sorted_vals[k]
+
+
+def _warm_up(bootstrap: str, topic: str) -> None:
+    """One idempotent produce before measuring, so the broker's producer-id coordinator has loaded.
+
+    Right after a broker starts, the first idempotent producer is told "coordinator load in
+    progress" and librdkafka logs it; this producer's log goes nowhere.
+    """
+    quiet = logging.getLogger("bench.warmup")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False
+    ensure_topics(bootstrap, [TopicSpec(topic, 1, 1, dict(TOPIC_CONFIG))])
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "logger": quiet})
+    p.produce(topic, b"warm-up")
+    p.flush(60)
+
+
+def _reading_records(n: int, rng_seed: int = 7) -> Iterator[dict[str, Any]]:
+    from services.client.source import readings
+
+    return readings(n, sensors=SENSORS, seed=rng_seed)
+
+
+class Bench:
+    """One benchmark run: a broker, the pre-loaded input, the runs and the figures."""
+
+    def __init__(self, args: argparse.Namespace, bootstrap: str, log_dir: Path) -> None:
+        self.args, self.bootstrap, self.log_dir = args, bootstrap, log_dir
+        self.tag = "b" + uuid.uuid4().hex[:6]
+        self.created: list[str] = []
+        self.settings = Settings.from_env(bootstrap)
+        _warm_up(bootstrap, f"{self.tag}_warmup")
+        self.created.append(f"{self.tag}_warmup")
+
+    def _provision(self, topics: list[TopicSpec]) -> None:
+        ensure_topics(self.bootstrap, topics)
+        self.created += [t.name for t in topics]
+
+    # -- phase 1: throughput on a pre-loaded input ----------------------------------
+
+    def preload(self, progress: Progress) -> str:
+        from services.client.source import SourceWriter
+
+        n = self.args.tuples
+        source = f"{self.tag}_in"
+        _, spec = _job("filter+map", f"{self.tag}_src", source, self.bootstrap, 0, 0)
+        assert spec is not None
+        self._provision([TopicSpec(source, 1, 1, dict(TOPIC_CONFIG))])
+        writer = SourceWriter(spec, source, self.bootstrap)
+        task = progress.add_task(f"pre-loading {n:,} tuples", total=n)
+        for i, rec in enumerate(_reading_records(n), 1):
+            writer.send(rec)
+            if i % 5000 == 0:
+                progress.update(task, completed=i)
+        writer.flush()
+        del writer
+        gc.collect()  # free the producer now: one still alive when the broker stops logs disconnects
+        progress.update(task, completed=n)
+        return source
+
+    def throughput_run(self, processor: str, source: str, i: int, progress: Progress, profile_out: str = "") -> dict[str, Any]:
+        n = self.args.tuples
+        tag = f"{self.tag}_{processor.replace('+', '')}{i}"
+        job, spec = _job(processor, tag, source, self.bootstrap, n, idle_s=30)
+        job.profile_out = profile_out
+        self._provision(_topics_of(job, spec))
+        label = f"{processor} run {i + 1}" + (" (profiled)" if profile_out else "")
+        task = progress.add_task(label, total=n)
+        w = Worker(job, self.log_dir)
+        res = w.wait(timeout=60 + n / 1000, on_tick=lambda: progress.update(task, completed=w.consumed))
+        count, last_out = _last_append_ms(self.bootstrap, job.out_topic)
+        end = max(res["last_at"], (last_out or 0) / 1000)
+        secs = end - res["first_at"]
+        return {"tuples_per_s": res["consumed"] / secs, "seconds": secs, "consumed": res["consumed"],
+                "output": count, "cpu_s": res["cpu_s"]}
+
+    # -- phase 2: latency at a fixed input rate ------------------------------------
+
+    def paced_run(self, processor: str, progress: Progress) -> dict[str, Any]:
+        from services.client.source import SourceWriter
+
+        rate, secs = self.args.rate, self.args.paced_seconds
+        total = int(rate * secs)
+        tag = f"{self.tag}_p{processor.replace('+', '')}"
+        source = f"{tag}_in"
+        job, spec = _job(processor, tag, source, self.bootstrap, total, idle_s=30)
+        writer_spec = spec or _job("filter+map", f"{tag}_src", source, self.bootstrap, 0, 0)[1]
+        assert writer_spec is not None
+        self._provision(_topics_of(job, spec))
+        writer = SourceWriter(writer_spec, source, self.bootstrap)
+        task = progress.add_task(f"{processor} at {rate:,.0f}/s", total=total)
+        w = Worker(job, self.log_dir)
+        w.wait_ready()
+        time.sleep(0.5)  # let the consumer's first fetch start before the clock does
+        gen = _reading_records(total, rng_seed=11)
+        t0 = time.monotonic()
+        wall0 = int(time.time() * 1000)
+        sent = 0
+        while sent < total:
+            due = min(total, int((time.monotonic() - t0) * rate) + 1)
+            while sent < due:
+                rec = next(gen)
+                rec["ts"] = wall0 + int((time.monotonic() - t0) * 1000)  # event time = generation time
+                writer.send(rec)
+                sent += 1
+            writer.producer.poll(0)
+            progress.update(task, completed=sent)
+            time.sleep(0.001)
+        writer.flush()
+        del writer
+        gc.collect()
+        w.wait(timeout=60, on_tick=lambda: progress.update(task, completed=sent))
+        return self._latencies(processor, source, job.out_topic)
+
+    def _latencies(self, processor: str, source: str, out_topic: str) -> dict[str, Any]:
+        reading = codec_for("reading")
+        ins = _read_topic(self.bootstrap, source)
+        outs = _read_topic(self.bootstrap, out_topic)
+        if not ins:
+            raise RuntimeError(f"no input in {source}")
+        start = ins[0].append_ms + WARMUP_S * 1000
+        lat: list[float] = []
+        if processor == "window":
+            stat = codec_for("window_stat")
+            in_ts = [reading.decode(m.value)["ts"] for m in ins]
+            for m in outs:
+                end = stat.decode(m.value)["window_end"]
+                k = bisect.bisect_left(in_ts, end)
+                if k < len(ins) and ins[k].append_ms >= start:
+                    lat.append(m.append_ms - ins[k].append_ms)
+        else:
+            append_by_seq = {reading.decode(m.value)["seq"]: m.append_ms for m in ins}
+            for m in outs:
+                t_in = append_by_seq.get(reading.decode(m.value)["seq"])
+                if t_in is not None and t_in >= start:
+                    lat.append(m.append_ms - t_in)
+        lat.sort()
+        return {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "max_ms": lat[-1] if lat else float("nan"),
+                "samples": len(lat), "input": len(ins), "output": len(outs)}
+
+    def cleanup(self) -> None:
+        if self.created:
+            delete_topics(self.bootstrap, sorted(set(self.created)))
+
+
+def _version_str(v: Any) -> str:
+    """confluent-kafka's version(): a (str, int) tuple in older releases, a str in newer ones."""
+    return v[0] if isinstance(v, tuple) else str(v)
+
+
+def _machine(bootstrap_external: bool) -> dict[str, Any]:
+    import confluent_kafka
+
+    from infra.kafka.cluster import KAFKA_VERSION
+
+    cpu = ""
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cores": os.cpu_count(), "cpu": cpu or platform.processor(), "platform": platform.platform(),
+        "python": platform.python_version(), "confluent_kafka": _version_str(confluent_kafka.version()),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "kafka": "external broker (version not probed)" if bootstrap_external else KAFKA_VERSION,
+        "broker": "external (--bootstrap)" if bootstrap_external else "embedded 1-broker KRaft",
+    }
+
+
+def _table(results: dict[str, dict[str, Any]], goal_met: bool) -> Table:
+    t = Table(title="hastream throughput and latency (1 partition, 1 process each)", caption_justify="left")
+    t.add_column("processor", no_wrap=True)
+    for col in ("tuples/s", "× bare", "out/in", "CPU µs/tuple", "p50 ms", "p99 ms", "p50 × bare"):
+        t.add_column(col, justify="right", no_wrap=True)
+
+    def ms(v: float | None) -> str:
+        return "–" if v is None or v != v else f"{v:.0f}"
+
+    for name, r in results.items():
+        ratio = r["ratio"]
+        ratio_s = f"{ratio:.2f}"
+        if name == "filter+map":
+            ratio_s = f"[{'green' if ratio >= GOAL_RATIO else 'red'}]{ratio_s}[/]"
+        lat = r.get("latency") or {}
+        t.add_row(
+            name, f"{r['tuples_per_s']:,.0f}", ratio_s, f"{r['output'] / max(1, r['consumed']):.2f}",
+            f"{r['cpu_s_per_mtuple']:.1f}", ms(lat.get("p50_ms")), ms(lat.get("p99_ms")),
+            f"{lat['p50_ratio']:.2f}" if "p50_ratio" in lat else "–",
+        )
+    fm = results["filter+map"]
+    t.caption = (f"goal: filter+map >= {GOAL_RATIO:.0%} of bare: " + ("[green]met[/]" if goal_met else "[red]not met[/]")
+                 + f" ({fm['ratio']:.2f})")
+    return t
+
+
+def _print_profile(path: Path, top: int = 22) -> None:
+    st = pstats.Stats(str(path))
+    st.sort_stats("tottime")
+    total = st.total_tt  # type: ignore[attr-defined]
+    t = Table(title=f"filter+map node profile (cProfile, by own time; total {total:.2f}s)")
+    for col in ("function", "calls", "own s", "own %", "cum s"):
+        t.add_column(col, justify="left" if col == "function" else "right")
+    rows = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]  # type: ignore[attr-defined]
+    for (file, line, fn), (_cc, nc, tt, ct, _callers) in rows:
+        where = f"{Path(file).name}:{line}" if line else file
+        t.add_row(f"{fn} ({where})", f"{nc:,}", f"{tt:.3f}", f"{100 * tt / total:.1f}", f"{ct:.3f}")
+    out.print(t)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="hastream-bench-"))
+    cluster = None
+    try:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            from infra.kafka.cluster import KafkaCluster
+
+            with console.status("starting a 1-broker Kafka cluster"):
+                t0 = time.monotonic()
+                cluster = KafkaCluster(brokers=1, data_dir=tmp / "kafka").start()
+                bootstrap = cluster.bootstrap
+            console.print(f"broker up at {bootstrap} in {time.monotonic() - t0:.1f}s")
+        bench = Bench(args, bootstrap, tmp)
+        runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PROCESSORS}
+        latency: dict[str, dict[str, Any]] = {}
+        cols = (SpinnerColumn(), TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        try:
+            with Progress(*cols, console=console) as progress:
+                source = bench.preload(progress)
+                for i in range(args.repeat):
+                    for p in PROCESSORS:
+                        runs[p].append(bench.throughput_run(p, source, i, progress))
+                for p in LATENCY_PROCESSORS:
+                    latency[p] = bench.paced_run(p, progress)
+                if args.profile:
+                    PROFILE_OUT.parent.mkdir(parents=True, exist_ok=True)
+                    bench.throughput_run("filter+map", source, args.repeat, progress, profile_out=str(PROFILE_OUT))
+        finally:
+            if cluster is None:
+                bench.cleanup()
+        results: dict[str, dict[str, Any]] = {}
+        for p in PROCESSORS:
+            rs = runs[p]
+            med = statistics.median(r["tuples_per_s"] for r in rs)
+            results[p] = {
+                "tuples_per_s": med, "runs_tuples_per_s": [round(r["tuples_per_s"]) for r in rs],
+                "consumed": rs[0]["consumed"], "output": rs[0]["output"],
+                "cpu_s_per_mtuple": statistics.median(r["cpu_s"] / r["consumed"] * 1e6 for r in rs),
+                "latency": latency.get(p),
+            }
+        base = results["bare"]
+        for p, r in results.items():
+            r["ratio"] = r["tuples_per_s"] / base["tuples_per_s"]
+            if r["latency"]:
+                r["latency"]["p50_ratio"] = r["latency"]["p50_ms"] / base["latency"]["p50_ms"]
+        goal_met = results["filter+map"]["ratio"] >= GOAL_RATIO
+        out.print(_table(results, goal_met))
+        if args.profile:
+            _print_profile(PROFILE_OUT)
+        st = bench.settings
+        doc = {
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": _machine(bool(args.bootstrap)),
+            "config": {
+                "tuples": args.tuples, "repeat": args.repeat, "quick": args.quick, "paced_rate": args.rate,
+                "paced_seconds": args.paced_seconds, "warmup_s": WARMUP_S, "partitions": 1, "sensors": SENSORS,
+                "window": {"size_ms": WINDOW_SIZE_MS, "slide_ms": WINDOW_SLIDE_MS},
+                "batch_size": st.batch_size, "poll_timeout_ms": st.poll_timeout_ms, "linger_ms": st.linger_ms,
+            },
+            "definitions": {
+                "timestamps": "broker LogAppendTime on every topic",
+                "tuples_per_s": "input consumed / (end of last batch - receipt of first batch); median of runs",
+                "latency": "output append time - append time of the input it came from (window: the input that "
+                           "closed the window); paced phase, first second excluded",
+            },
+            "goal": {"filter_map_min_ratio": GOAL_RATIO, "met": goal_met,
+                     "filter_map_ratio": results["filter+map"]["ratio"]},
+            "results": results,
+        }
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+        out.print(f"figures written to {RESULTS.relative_to(REPO_ROOT)}")
+        return doc
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tuples", type=int, default=None, help="pre-loaded input tuples per throughput run (default 300000, --quick 100000)")
+    ap.add_argument("--quick", action="store_true", help="small run (about a minute including broker start)")
+    ap.add_argument("--repeat", type=int, default=None, help="throughput runs per processor; the median counts (default 3, --quick 1)")
+    ap.add_argument("--rate", type=float, default=1000, help="input tuples/s of the latency phase")
+    ap.add_argument("--paced-seconds", type=float, default=None, help="length of each latency run (default 15, --quick 6)")
+    ap.add_argument("--bootstrap", help="use this broker instead of starting one")
+    ap.add_argument("--profile", action="store_true", help=f"also profile one filter+map run (cProfile, {PROFILE_OUT.name})")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    a.tuples = a.tuples or (100_000 if a.quick else 300_000)
+    a.repeat = a.repeat or (1 if a.quick else 3)
+    a.paced_seconds = a.paced_seconds or (6.0 if a.quick else 15.0)
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        worker_main(args.worker)
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

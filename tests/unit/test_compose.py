@@ -1,0 +1,182 @@
+"""docker-compose.yml must deploy the demo exactly as the local launcher does.
+
+The local launcher (services/deploy/local.py) is the reference: the compose file has one
+service per launcher process, with the same ``hastream`` arguments and environment, and its
+broker has the single-broker settings of the embedded cluster (infra/kafka/cluster.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import yaml
+
+from infra.kafka.cluster import KAFKA_VERSION, KafkaCluster, _Node
+from services.core.paths import REPO_ROOT
+from services.core.spec import load_spec
+from services.deploy.local import service_commands, service_env
+
+COMPOSE = REPO_ROOT / "docker-compose.yml"
+DOCKERFILE = REPO_ROOT / "Dockerfile"
+DEMO = Path("examples/demo.yaml")  # relative: the image's working directory is the repository root
+CLI_MODULE = ["-m", "services.cli.main"]  # what the `hastream` entrypoint runs
+
+
+def _env(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment as a dict, from either compose form (mapping or KEY=VALUE list)."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def _dockerfile_final_stage() -> list[str]:
+    """Instruction lines of the Dockerfile's last stage (the image compose runs)."""
+    lines = [ln.strip() for ln in DOCKERFILE.read_text().splitlines()]
+    starts = [i for i, ln in enumerate(lines) if ln.upper().startswith("FROM ")]
+    return [ln for ln in lines[starts[-1]:] if ln and not ln.startswith("#")]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def launcher() -> dict[str, list[str]]:
+    """Role -> argv of every process ``hastream up examples/demo.yaml`` starts."""
+    spec = load_spec(REPO_ROOT / DEMO)
+    return dict(service_commands(spec, DEMO))
+
+
+@pytest.fixture(scope="module")
+def node_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Compose services that run a node (``hastream node run ...``)."""
+    return {
+        name: svc for name, svc in compose["services"].items()
+        if isinstance(svc.get("command"), list) and svc["command"][:2] == ["node", "run"]
+    }
+
+
+@pytest.fixture(scope="module")
+def internal_bootstrap(compose: dict[str, Any]) -> str:
+    """host:port of the broker's inter-broker (internal) listener as advertised inside compose."""
+    env = _env(compose["services"]["kafka"])
+    name = env.get("KAFKA_INTER_BROKER_LISTENER_NAME", "PLAINTEXT")
+    advertised = dict(entry.split("://", 1) for entry in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    return advertised[name]
+
+
+def test_demo_runs_only_hastream_cli_processes(launcher: dict[str, list[str]]) -> None:
+    # Compose services run the `hastream` entrypoint; a Spark node in the demo would need its own mapping here.
+    for role, argv in launcher.items():
+        assert argv[1:3] == CLI_MODULE, f"{role} is not a hastream CLI process: {argv}"
+
+
+def test_one_compose_service_per_launcher_process(launcher: dict[str, list[str]], node_services: dict[str, dict[str, Any]]) -> None:
+    roles = {svc.get("labels", {}).get("hastream.role") for svc in node_services.values()}
+    assert roles == set(launcher)
+    for name, svc in node_services.items():
+        assert name == svc["labels"]["hastream.role"].replace(".", "-")
+
+
+def test_services_run_the_launchers_arguments(launcher: dict[str, list[str]], node_services: dict[str, dict[str, Any]]) -> None:
+    by_role = {svc["labels"]["hastream.role"]: svc for svc in node_services.values()}
+    for role, argv in launcher.items():
+        svc = by_role[role]
+        assert [str(a) for a in svc["command"]] == argv[3:], role
+        assert svc.get("entrypoint") in (None, ["hastream"]), f"{role} must run the hastream entrypoint"
+
+
+def test_image_entrypoint_is_hastream() -> None:
+    entrypoints = [ln for ln in _dockerfile_final_stage() if ln.upper().startswith("ENTRYPOINT")]
+    assert entrypoints and json.loads(entrypoints[-1].split(None, 1)[1]) == ["hastream"]
+
+
+def test_services_get_the_launchers_environment(node_services: dict[str, dict[str, Any]], internal_bootstrap: str) -> None:
+    with mock.patch.dict(os.environ, {}, clear=True):
+        expected = service_env(internal_bootstrap)  # only what the launcher itself sets
+    workdir = [ln.split(None, 1)[1] for ln in _dockerfile_final_stage() if ln.upper().startswith("WORKDIR")]
+    for name, svc in node_services.items():
+        env = _env(svc)
+        assert set(expected) <= set(env), f"{name} lacks {set(expected) - set(env)}"
+        assert env["HASTREAM_BOOTSTRAP"] == internal_bootstrap, name
+        assert env["PYTHONUNBUFFERED"] == expected["PYTHONUNBUFFERED"], name
+        # The launcher puts the repository root first on PYTHONPATH; in the image that is the working directory.
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == (workdir[-1] if workdir else "/app"), name
+
+
+def test_bootstrap_names_the_kafka_service(compose: dict[str, Any], internal_bootstrap: str) -> None:
+    host = internal_bootstrap.rsplit(":", 1)[0]
+    kafka = compose["services"]["kafka"]
+    assert host in ("kafka", kafka.get("hostname")), internal_bootstrap
+    listeners = _env(kafka)["KAFKA_LISTENERS"]
+    assert f"://:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners or f"://0.0.0.0:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners
+
+
+def test_kafka_image_matches_the_pinned_broker_version(compose: dict[str, Any]) -> None:
+    image = compose["services"]["kafka"]["image"]
+    repo, _, tag = image.rpartition(":")
+    assert repo == "apache/kafka"
+    assert tag == KAFKA_VERSION
+
+
+def test_broker_runs_kraft_single_node(compose: dict[str, Any]) -> None:
+    env = _env(compose["services"]["kafka"])
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(f"{env['KAFKA_NODE_ID']}@")
+    assert "CONTROLLER" in env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+
+
+def test_broker_replication_matches_the_local_single_broker(compose: dict[str, Any], tmp_path: Path) -> None:
+    """Every replication / min-ISR setting of the embedded 1-broker cluster is set the same way."""
+    cluster = KafkaCluster(brokers=1, data_dir=tmp_path)
+    node = _Node(0, 9092, 9093, tmp_path / "broker-0")
+    cluster._nodes = [node]
+    props = dict(
+        ln.split("=", 1) for ln in cluster._server_properties(node).splitlines() if ln and not ln.startswith("#")
+    )
+    keys = [k for k in props if k.endswith(("replication.factor", ".min.isr")) or k == "min.insync.replicas"]
+    assert {"offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+            "transaction.state.log.min.isr"} <= set(keys)
+    env = _env(compose["services"]["kafka"])
+    for k in keys:
+        var = "KAFKA_" + k.upper().replace(".", "_")
+        assert env.get(var) == props[k] == "1", f"{var}: compose {env.get(var)!r}, local launcher {props[k]!r}"
+
+
+def test_services_start_after_topics_exist(compose: dict[str, Any], node_services: dict[str, dict[str, Any]]) -> None:
+    services = compose["services"]
+    topics = services["topics"]
+    assert topics["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert "healthcheck" in services["kafka"]
+    script = " ".join(topics.get("command") or [])
+    assert "provision" in script and str(DEMO) in script
+    assert topics.get("restart", "no") == "no"
+    for name, svc in node_services.items():
+        assert svc["depends_on"]["topics"]["condition"] == "service_completed_successfully", name
+
+
+def _compose_cli() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker is None:
+        return None
+    try:
+        ok = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return [docker, "compose"] if ok else None
+
+
+def test_docker_compose_accepts_the_file() -> None:
+    cli = _compose_cli()
+    if cli is None:
+        pytest.skip("docker compose is not installed")
+    proc = subprocess.run([*cli, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
