@@ -15,8 +15,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +26,6 @@ import subprocess
 import sys
 import time
 import uuid
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +38,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from infra.maven import MavenError, fetch_jars, pom_properties
 from services.core.paths import REPO_ROOT, hastream_home, jars_dir
 
 __all__ = [
@@ -52,7 +50,6 @@ __all__ = [
 
 POM_PATH = Path(__file__).resolve().with_name("pom.xml")
 STATE_FILE = "cluster.json"
-MARKER_FILE = ".hastream-kafka-jars"
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 
@@ -72,70 +69,16 @@ class KafkaClusterError(RuntimeError):
     """Anything that stops a broker from being fetched, started, reached or stopped."""
 
 
-def _pom_properties() -> dict[str, str]:
-    """The ``<properties>`` of the pom, which is the single source of the pinned versions."""
-    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
-    root = ET.parse(POM_PATH).getroot()
-    props = root.find("m:properties", ns)
-    if props is None:
-        return {}
-    return {child.tag.split("}", 1)[-1]: (child.text or "").strip() for child in props}
-
-
-KAFKA_VERSION: str = _pom_properties().get("kafka.version", "unknown")
-
-
-def _jar_marker() -> str:
-    """Marker content: changes whenever the pom does, so a version bump refetches the jars."""
-    digest = hashlib.sha256(POM_PATH.read_bytes()).hexdigest()
-    return f"kafka.version={KAFKA_VERSION}\npom.sha256={digest}\n"
-
-
-def _first_error_line(output: str) -> str:
-    """Condense Maven's multi-screen failure into the one line that says what went wrong."""
-    output = re.sub(r"\x1b\[[0-9;]*m", "", output)
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line.removeprefix("[ERROR]").strip() for line in lines if line.startswith("[ERROR]")]
-    errors = [e for e in errors if e and not e.startswith(("[Help", "To see", "Re-run", "For more"))]
-    if not errors:
-        return lines[-1] if lines else "no output"
-    first = re.sub(r"\s*->\s*\[Help \d+\]\s*$", "", errors[0])
-    return re.sub(r"^Failed to execute goal on project [^:]+:\s*", "", first)
+KAFKA_VERSION: str = pom_properties(POM_PATH).get("kafka.version", "unknown")
 
 
 def ensure_kafka_jars() -> Path:
-    """Return the folder with the Kafka broker jars, fetching them with Maven on first use.
-
-    The copy goes to a temporary sibling folder and is renamed into place under a file lock, so
-    concurrent test workers never see (or launch a JVM on) a half-filled classpath.
-    """
+    """Return the folder with the Kafka broker jars, fetching them with Maven on first use."""
     target = jars_dir("kafka")
-    marker = _jar_marker()
-    if (target / MARKER_FILE).is_file() and (target / MARKER_FILE).read_text() == marker:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".kafka-jars.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / MARKER_FILE).is_file() and (target / MARKER_FILE).read_text() == marker:
-            return target
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise KafkaClusterError("Maven ('mvn') is not on PATH; it is needed once to fetch the Kafka jars")
-        staging = target.parent / f".kafka-staging-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        cmd = [
-            mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(POM_PATH), "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
-        ]
-        _log.info("fetching Kafka %s jars into %s", KAFKA_VERSION, target)
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
-        if proc.returncode != 0 or not any(staging.glob("kafka_*.jar")):
-            shutil.rmtree(staging, ignore_errors=True)
-            detail = _first_error_line(proc.stdout + "\n" + proc.stderr)
-            raise KafkaClusterError(f"mvn could not fetch Kafka {KAFKA_VERSION} jars: {detail}")
-        (staging / MARKER_FILE).write_text(marker)
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+    try:
+        fetch_jars(POM_PATH, target, f"Kafka {KAFKA_VERSION} jars", ("kafka_2",))
+    except MavenError as e:
+        raise KafkaClusterError(str(e)) from None
     return target
 
 
