@@ -51,19 +51,17 @@ def schema_fields(name: str) -> dict[str, Any]:
 
 
 class Codec:
-    """Schemaless Avro encoder/decoder for one parsed schema."""
+    """Schemaless Avro encoder/decoder for one parsed schema; safe to share between threads."""
 
-    __slots__ = ("name", "schema", "_buf")
+    __slots__ = ("name", "schema")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.schema = load_schema(name)
-        self._buf = io.BytesIO()
 
     def encode(self, record: dict[str, Any]) -> bytes:
-        buf = self._buf
-        buf.seek(0)
-        buf.truncate()
+        # A buffer per call: a shared one lets concurrent threads interleave their writes.
+        buf = io.BytesIO()
         fastavro.schemaless_writer(buf, self.schema, record)
         return buf.getvalue()
 

@@ -55,6 +55,13 @@ def test_pipeline_output_equals_reference_and_bad_input_is_deadlettered(kafka, t
     services = run_nodes_until_idle(spec, kafka.bootstrap)
 
     want = evaluate(spec, inputs)
+    # A node keeps each partition in time order, so the window downstream never sees a late tuple.
+    hot = by_partition(read_stream(spec, f"hot_{u}", kafka.bootstrap, expect=sum(map(len, want[f"hot_{u}"]))), 2)
+    for p in range(2):
+        times = [t.meta.stime for t in hot[p]]
+        assert times == sorted(times), f"hot partition {p} is out of time order"
+    late = {name: [getattr(op, "late", 0) for op in svc.pipeline.operators] for name, svc in services.items()}
+    assert all(n == 0 for counts in late.values() for n in counts), f"late tuples: {late}"
     for stream, ordered in ((f"hot_{u}", True), (f"stats_{u}", True), (f"pairs_{u}", False)):
         n = sum(len(p) for p in want[stream])
         got = by_partition(read_stream(spec, stream, kafka.bootstrap, expect=n), 2)

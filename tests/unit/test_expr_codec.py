@@ -54,3 +54,28 @@ def test_headers_roundtrip_and_errors() -> None:
     ]:
         with pytest.raises(HeaderError, match=why):
             parse_headers(bad)
+
+
+def test_codec_is_safe_to_share_between_threads() -> None:
+    """Node services in one process share codecs: concurrent encodes must not mix payloads."""
+    import threading
+
+    c = codec_for("reading")
+    corrupted = []
+
+    def work(tag: str) -> None:
+        for i in range(50_000):
+            rec = {"sensor": tag, "ts": i, "value": float(i), "seq": i}
+            try:
+                ok = c.decode(c.encode(rec)) == rec
+            except DecodeError:
+                ok = False
+            if not ok:
+                corrupted.append(rec)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in ("a", "bbbbbbbb", "cc")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert corrupted == []
