@@ -219,6 +219,7 @@ def node_run(
     if not 0 <= replica < s.nodes[node].replicas:
         raise fail(f"node '{node}' has replicas 0..{s.nodes[node].replicas - 1}; got --replica {replica}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("hastream.librdkafka").setLevel(logging.WARNING)
     stats = NodeService(s, node, partition, replica, settings).run()
     out.print(f"node {node} p{partition} r{replica} stopped: consumed {stats.consumed}, produced {stats.produced}, "
               f"dead-lettered {stats.deadlettered}")
@@ -238,6 +239,9 @@ def demo(
 def main() -> None:
     """Entry point: usage mistakes print one line naming the fix, never a traceback or a box."""
     from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click
+
+    # Client-library chatter (retries while a broker starts) is not for a CLI user; errors are.
+    logging.getLogger("hastream.librdkafka").setLevel(logging.ERROR)
 
     try:
         rv = app(standalone_mode=False)

@@ -8,6 +8,7 @@ from typing import Iterator
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
 from services.core.codec import DecodeError, codec_for
+from services.core.kafka import RDKAFKA_LOG
 from services.core.spec import Spec
 from services.core.tuples import HeaderError, Tuple, parse_headers
 
@@ -28,7 +29,7 @@ class StreamReader:
         self.codec = codec_for(spec.streams[stream].schema)
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": f"hastream.reader.{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "enable.partition.eof": False,
+            "enable.auto.commit": False, "enable.partition.eof": False, "logger": RDKAFKA_LOG,
         })
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self.consumer.assign([TopicPartition(self.topic, p, start) for p in range(self.partitions)])

@@ -8,6 +8,9 @@ from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponenti
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 log = logging.getLogger(__name__)
+# librdkafka's own log lines go through Python logging (not raw to stderr), so each
+# program decides what to show: services log them, CLI commands show only errors.
+RDKAFKA_LOG = logging.getLogger("hastream.librdkafka")
 
 TRANSIENT = {
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -51,6 +54,7 @@ class BatchConsumer:
             "fetch.queue.backoff.ms": 10,
             "enable.partition.eof": False,
             "allow.auto.create.topics": False,
+            "logger": RDKAFKA_LOG,
         }
         conf.update(overrides)
         self._c = Consumer(conf)
@@ -119,6 +123,7 @@ class BatchProducer:
             "queue.buffering.max.messages": 500000,
             "compression.type": "lz4",
             "delivery.report.only.error": True,
+            "logger": RDKAFKA_LOG,
         }
         conf.update(overrides)
         self._errors: list[str] = []
@@ -172,7 +177,8 @@ def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10
 
     Services read it at start to continue their dense ``ht.id`` sequence.
     """
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.peek", "enable.auto.commit": False})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.peek", "enable.auto.commit": False,
+                  "logger": RDKAFKA_LOG})
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
         if high <= low:
