@@ -76,6 +76,10 @@ class BatchConsumer:
     def assign_offsets(self, tps: Sequence[TopicPartition]) -> None:
         self._c.assign(list(tps))
 
+    def positions(self) -> list[TopicPartition]:
+        """Next offset to read per assigned partition: what to commit once a batch is done."""
+        return [tp for tp in self._c.position(self._c.assignment()) if tp.offset >= 0]
+
     def poll_batch(self, max_messages: int = 1000, timeout: float = 0.05) -> list[Message]:
         """Up to ``max_messages`` messages; transport errors are logged and skipped.
 
@@ -134,7 +138,8 @@ class BatchProducer:
             self._errors.append(str(err))
         log.warning("producer error: %s", err)
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        """Delivery callback: records failures for ``flush`` to raise."""
         if err is not None:
             self._errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 
@@ -149,7 +154,7 @@ class BatchProducer:
         """Queue one message; waits for queue room instead of failing when full."""
         while True:
             try:
-                self._p.produce(topic, value, key, partition=partition, headers=headers, on_delivery=self._on_delivery)
+                self._p.produce(topic, value, key, partition=partition, headers=headers, on_delivery=self.on_delivery)
                 return
             except BufferError:
                 self._p.poll(0.05)

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import TopicPartition
 
-from services.core.codec import DecodeError, codec_for
+from services.core.codec import DecodeError, codec_for, schema_fields
 from services.core.config import Settings
 from services.core.deadletter import send_to_deadletter
 from services.core.kafka import BatchConsumer, BatchProducer, last_message
-from services.core.partitioner import key_bytes
+from services.core.partitioner import key_encoder
 from services.core.spec import Spec
 from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, HeaderError, TupleType, make_headers, parse_headers
 from services.node.pipeline import NodePipeline
@@ -44,13 +44,14 @@ class NodeService:
         self.pipeline = NodePipeline(spec, node)
         self.running = False
         self.stats = NodeStats()
-        # Input topic -> (feed function, codec): downstream replica r reads upstream replica r mod R.
+        # Input topic -> (feed function, decoder): downstream replica r reads upstream replica r mod R.
         self.inputs: dict[str, tuple] = {}
         for s in spec.node_inputs(node):
             topic = spec.topic(s, replica % spec.replicas_of_stream(s))
-            self.inputs[topic] = (self.pipeline.entry(s), codec_for(spec.streams[s].schema))
+            self.inputs[topic] = (self.pipeline.entry(s), codec_for(spec.streams[s].schema).decode)
         self.outputs = {
-            s: (spec.topic(s, replica), codec_for(spec.streams[s].schema), spec.streams[s].key)
+            s: (spec.topic(s, replica), codec_for(spec.streams[s].schema).encode, spec.streams[s].key,
+                key_encoder(schema_fields(spec.streams[s].schema).get(spec.streams[s].key)))
             for s in spec.node_outputs(node)
         }
         self.next_id: dict[str, int] = {}
@@ -61,7 +62,7 @@ class NodeService:
 
     def _resume_ids(self) -> None:
         """Continue each output's dense id sequence from the last tuple in its topic."""
-        for s, (topic, _, _) in self.outputs.items():
+        for s, (topic, *_) in self.outputs.items():
             m = last_message(self.settings.bootstrap, topic, self.partition)
             last = -1
             if m is not None:
@@ -96,7 +97,7 @@ class NodeService:
                 producer.flush()
                 # Asynchronous: the outputs are already acknowledged, and a lost commit only
                 # replays this batch, as a crash between flush and commit would.
-                offsets = _next_offsets(msgs)
+                offsets = consumer.positions()
                 consumer.commit(offsets, asynchronous=True)
         finally:
             producer.flush()
@@ -116,10 +117,20 @@ class NodeService:
             pass
 
     def _process(self, msgs: list, producer: BatchProducer) -> None:
+        """Decode and feed ``msgs``: each run of consecutive messages of one input as one batch."""
         inputs, stats = self.inputs, self.stats
         stable = TYPE_BYTES[TupleType.STABLE]
+        run: list = []
+        run_topic = None
+        feed = decode = None
         for m in msgs:
-            feed, codec = inputs[m.topic()]
+            topic = m.topic()
+            if topic != run_topic:
+                if run:
+                    feed(run)  # type: ignore[misc]
+                    run = []
+                run_topic = topic
+                feed, decode = inputs[topic]
             h = m.headers()
             try:
                 # Fast path: the three headers the loop needs, straight from a dict.
@@ -131,24 +142,28 @@ class NodeService:
                     name = ttype.decode()
                     stats.skipped[name] = stats.skipped.get(name, 0) + 1
                     continue
-                rec = codec.decode(m.value())
+                run.append((decode(m.value()), stime))
             except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
                 send_to_deadletter(producer, self.spec.deadletter_topic, m, _reason(h, e))
                 stats.deadlettered += 1
-                continue
-            feed(rec, stime)
+        if run:
+            feed(run)  # type: ignore[misc]
         stats.consumed += len(msgs)
 
     def _produce(self, producer: BatchProducer) -> None:
         part, send = self.partition, producer.send
-        fixed = self._fixed_headers
+        produce, on_delivery = producer.raw.produce, producer.on_delivery
+        h_type, h_replica, h_epoch = self._fixed_headers
         for s, tuples in self.pipeline.drain().items():
-            topic, codec, key_field = self.outputs[s]
-            encode = codec.encode
+            topic, encode, key_field, key_of = self.outputs[s]
             tid = self.next_id[s]
             for rec, stime in tuples:
-                key = key_bytes(rec[key_field]) if key_field else None
-                send(topic, encode(rec), key, part, [fixed[0], (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), fixed[1], fixed[2]])
+                key = key_of(rec[key_field]) if key_field else None
+                headers = [h_type, (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), h_replica, h_epoch]
+                try:
+                    produce(topic, encode(rec), key, part, headers=headers, on_delivery=on_delivery)
+                except BufferError:  # queue full: the wrapper waits for room
+                    send(topic, encode(rec), key, part, headers)
                 tid += 1
             self.stats.produced += tid - self.next_id[s]
             self.next_id[s] = tid
@@ -163,11 +178,3 @@ def _reason(headers: list | None, e: Exception) -> str:
     except HeaderError as he:
         return str(he)
     return f"malformed input: {type(e).__name__}: {e}"
-
-
-def _next_offsets(msgs: list) -> list[TopicPartition]:
-    """Offsets to commit: one past the last consumed message per topic partition."""
-    last: dict[tuple[str, int], int] = {}
-    for m in msgs:
-        last[(m.topic(), m.partition())] = m.offset()
-    return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]

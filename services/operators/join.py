@@ -10,7 +10,7 @@ from collections import deque
 from typing import Any
 
 from services.core.expr import compile_expr
-from services.operators.base import Operator, Record
+from services.operators.base import Item, Operator
 
 
 class WindowJoin(Operator):
@@ -29,22 +29,30 @@ class WindowJoin(Operator):
         self.order: tuple[deque, deque] = (deque(), deque())
         self.watermark: list[int | None] = [None, None]
 
-    def push(self, port: int, rec: Record, stime: int) -> None:
-        t = rec[self.time]
+    def push(self, port: int, items: list[Item]) -> None:
+        out: list[Item] = []
         other = 1 - port
-        k = rec[self.keys[port]]
-        matches = self.state[other].get(k)
-        if matches:
-            within, build, emit = self.within, self.build, self.emit
-            for ot, ostime, orec in matches:
-                if abs(t - ot) <= within:
-                    left, right = (rec, orec) if port == 0 else (orec, rec)
-                    emit(build(left, right), max(stime, ostime))
-        self.state[port].setdefault(k, deque()).append((t, stime, rec))
-        self.order[port].append((t, k))
-        if self.watermark[port] is None or t > self.watermark[port]:
-            self.watermark[port] = t
-            self._expire(other, t)
+        tf, kf, within, build = self.time, self.keys[port], self.within, self.build
+        mine, theirs, order = self.state[port], self.state[other], self.order[port]
+        for rec, stime in items:
+            t = rec[tf]
+            k = rec[kf]
+            matches = theirs.get(k)
+            if matches:
+                for ot, ostime, orec in matches:
+                    if abs(t - ot) <= within:
+                        left, right = (rec, orec) if port == 0 else (orec, rec)
+                        out.append((build(left, right), max(stime, ostime)))
+            q = mine.get(k)
+            if q is None:
+                q = mine[k] = deque()
+            q.append((t, stime, rec))
+            order.append((t, k))
+            if self.watermark[port] is None or t > self.watermark[port]:
+                self.watermark[port] = t
+                self._expire(other, t)
+        if out:
+            self.emit(out)
 
     def _expire(self, side: int, other_time: int) -> None:
         """Drop tuples of ``side`` that no future tuple of the other side can match."""

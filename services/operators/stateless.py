@@ -1,10 +1,10 @@
-"""Filter, map and union: per-tuple operators with no state."""
+"""Filter, map and union: per-tuple operators with no state, applied a batch at a time."""
 from __future__ import annotations
 
 from typing import Iterable
 
 from services.core.expr import compile_expr
-from services.operators.base import Operator, Record
+from services.operators.base import Item, Operator
 
 
 class Filter(Operator):
@@ -12,9 +12,11 @@ class Filter(Operator):
         super().__init__(name)
         self.pred = compile_expr(where, fields)
 
-    def push(self, port: int, rec: Record, stime: int) -> None:
-        if self.pred(rec):
-            self.emit(rec, stime)
+    def push(self, port: int, items: list[Item]) -> None:
+        pred = self.pred
+        out = [it for it in items if pred(it[0])]
+        if out:
+            self.emit(out)
 
 
 class Map(Operator):
@@ -26,12 +28,13 @@ class Map(Operator):
         body = ", ".join(f"{k!r}: ({v})" for k, v in fields.items())
         self.build = compile_expr("{" + body + "}", in_fields)
 
-    def push(self, port: int, rec: Record, stime: int) -> None:
-        self.emit(self.build(rec), stime)
+    def push(self, port: int, items: list[Item]) -> None:
+        build = self.build
+        self.emit([(build(rec), stime) for rec, stime in items])
 
 
 class Union(Operator):
     """Merges its inputs in arrival order (SUnion adds a deterministic order)."""
 
-    def push(self, port: int, rec: Record, stime: int) -> None:
-        self.emit(rec, stime)
+    def push(self, port: int, items: list[Item]) -> None:
+        self.emit(items)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from services.core.spec import Aggregate
-from services.operators.base import Operator, Record
+from services.operators.base import Item, Operator
 
 
 def window_starts(t: int, size: int, slide: int) -> range:
@@ -69,27 +69,33 @@ class WindowAggregate(Operator):
         self.watermark: int | None = None
         self.late = 0  # tuples that arrived after some of their windows had closed
 
-    def push(self, port: int, rec: Record, stime: int) -> None:
-        t = rec[self.time]
-        if self.watermark is None or t > self.watermark:
-            self.watermark = t
-            self._close(t)
-        values = [rec[f] for f in self.fields]
-        k = rec[self.key]
-        size, windows, nf = self.size, self.windows, len(self.fields)
-        for start in window_starts(t, size, self.slide):
-            if start + size <= self.watermark:
-                self.late += 1
-                continue
-            w = windows.get(start)
-            if w is None:
-                w = windows[start] = {}
-            acc = w.get(k)
-            if acc is None:
-                acc = w[k] = Accumulator(nf)
-            acc.add(values)
+    def push(self, port: int, items: list[Item]) -> None:
+        out: list[Item] = []
+        tf, kf, fields = self.time, self.key, self.fields
+        size, slide, windows, nf = self.size, self.slide, self.windows, len(self.fields)
+        for rec, _ in items:
+            t = rec[tf]
+            if self.watermark is None or t > self.watermark:
+                self.watermark = t
+                self._close(t, out)
+            values = [rec[f] for f in fields]
+            k = rec[kf]
+            for start in window_starts(t, size, slide):
+                if start + size <= self.watermark:
+                    self.late += 1
+                    continue
+                w = windows.get(start)
+                if w is None:
+                    w = windows[start] = {}
+                acc = w.get(k)
+                if acc is None:
+                    acc = w[k] = Accumulator(nf)
+                acc.add(values)
+        if out:
+            self.emit(out)
 
-    def _close(self, watermark: int) -> None:
+    def _close(self, watermark: int, out: list[Item]) -> None:
+        """Append the results of every window that ends at or before ``watermark``."""
         size = self.size
         for start in sorted(self.windows):
             if start + size > watermark:
@@ -99,4 +105,4 @@ class WindowAggregate(Operator):
             for k in sorted(w):
                 rec = {"key": str(k), "window_start": start, "window_end": end}
                 rec.update(finish(self.aggs, self.fields, w[k]))
-                self.emit(rec, end)
+                out.append((rec, end))

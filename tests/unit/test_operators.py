@@ -46,23 +46,37 @@ def in_order_stream(draw: Any) -> list[dict]:
     return out
 
 
-def run_pipeline(a: list[dict], b: list[dict], order: list[bool]) -> dict[str, list[tuple[dict, int]]]:
-    """Feed a and b interleaved as ``order`` says (True = next of a), collect outputs with stime."""
+def run_pipeline(a: list[dict], b: list[dict], order: list[bool], runs: bool) -> dict[str, list[tuple[dict, int]]]:
+    """Feed a and b interleaved as ``order`` says (True = next of a), collect outputs with stime.
+
+    With ``runs``, consecutive tuples of one input go in as one batch, as the node feeds them.
+    """
     p = NodePipeline(spec, "all")
-    feed_a, feed_b = p.entry("a"), p.entry("b")
+    feeds = {True: p.entry("a"), False: p.entry("b")}
+    pending: list = []
+    pending_side = None
     ia = ib = 0
     for take_a in order + [True] * len(a) + [False] * len(b):
         if take_a and ia < len(a):
-            feed_a(a[ia], a[ia]["ts"]); ia += 1
+            item = (a[ia], a[ia]["ts"]); ia += 1
         elif not take_a and ib < len(b):
-            feed_b(b[ib], b[ib]["ts"]); ib += 1
+            item = (b[ib], b[ib]["ts"]); ib += 1
+        else:
+            continue
+        if pending and (take_a != pending_side or not runs):
+            feeds[pending_side](pending)
+            pending = []
+        pending.append(item)
+        pending_side = take_a
+    if pending:
+        feeds[pending_side](pending)
     return p.drain()
 
 
 @settings(max_examples=150, deadline=None)
-@given(in_order_stream(), in_order_stream(), st.lists(st.booleans(), max_size=120))
-def test_pipeline_equals_reference(a: list[dict], b: list[dict], order: list[bool]) -> None:
-    got = run_pipeline(a, b, order)
+@given(in_order_stream(), in_order_stream(), st.lists(st.booleans(), max_size=120), st.booleans())
+def test_pipeline_equals_reference(a: list[dict], b: list[dict], order: list[bool], runs: bool) -> None:
+    got = run_pipeline(a, b, order, runs)
     want = evaluate(spec, {"a": [a], "b": [b]})
     recs = {s: [r for r, _ in got.get(s, [])] for s in spec.node_outputs("all")}
     # Windows are deterministic in (start, key) order: compare as sequences.
@@ -82,8 +96,7 @@ def test_filter_and_map_keep_order(a: list[dict]) -> None:
     p = NodePipeline(parse_spec(SPEC.replace("nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}",
                                              "nodes:\n  fm: {operators: [keep_hot, scale]}\n  rest: {operators: [merge, tumble, slide, near]}")), "fm")
     feed = p.entry("a")
-    for r in a:
-        feed(r, r["ts"])
+    feed([(r, r["ts"]) for r in a])
     got = [r for r, _ in p.drain().get("scaled", [])]
     assert got == evaluate(spec, {"a": [a], "b": [[]]})["scaled"][0]
 
@@ -99,10 +112,9 @@ def test_window_starts_cover_exactly_the_windows_containing_t(t: int, size_slide
 def test_late_tuple_does_not_change_closed_windows() -> None:
     p = NodePipeline(spec, "all")
     feed = p.entry("a")
-    for ts in (0, 5, 35):
-        feed({"sensor": "k0", "ts": ts, "value": 1.0, "seq": 0}, ts)
+    feed([({"sensor": "k0", "ts": ts, "value": 1.0, "seq": 0}, ts) for ts in (0, 5, 35)])
     closed = [r for r, _ in p.drain()["sliding"]]
-    feed({"sensor": "k0", "ts": 1, "value": 100.0, "seq": 0}, 1)  # late: its windows are closed
+    feed([({"sensor": "k0", "ts": 1, "value": 100.0, "seq": 0}, 1)])  # late: its windows are closed
     assert closed and all(r["max"] == 1.0 for r in closed)
     assert not p.drain().get("sliding")
     assert next(o for o in p.operators if o.name == "slide").late > 0
