@@ -71,6 +71,7 @@ from services.core.paths import REPO_ROOT
 from services.core.spec import Spec, parse_spec
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
+PLOT = REPO_ROOT / "docs" / "throughput.png"
 PROFILE_OUT = REPO_ROOT / "bench" / "results" / "filter_node.prof"
 GOAL_RATIO = 0.5  # the filter+map node must reach this fraction of the bare loop's tuples/s
 WARMUP_S = 1.0
@@ -665,7 +666,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
-        out.print(f"figures written to {RESULTS.relative_to(REPO_ROOT)}")
+        plot(doc, PLOT)
+        out.print(f"figures written to {RESULTS.relative_to(REPO_ROOT)}, plot to {PLOT.relative_to(REPO_ROOT)}")
         return doc
     finally:
         if cluster is not None:
@@ -688,6 +690,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.repeat = a.repeat or (1 if a.quick else 3)
     a.paced_seconds = a.paced_seconds or (6.0 if a.quick else 15.0)
     return a
+
+
+def plot(doc: dict[str, Any], path: Path) -> None:
+    """Throughput and latency of each processor beside the bare loop, with the workload stated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = doc["results"]
+    names = list(res)
+    colours = ["#888888" if n == "bare" else "#2a7ab9" for n in names]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2))
+    tps = [res[n]["tuples_per_s"] / 1000 for n in names]
+    bars = a.bar(names, tps, color=colours)
+    for bar, n in zip(bars, names):
+        a.annotate(f"{res[n]['tuples_per_s'] / 1000:.1f}k\n{res[n]['ratio']:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                   ha="center", va="bottom", fontsize=9)
+    a.set_ylabel("input tuples/s (thousands)")
+    a.set_title("throughput, pre-loaded input")
+    a.set_ylim(0, max(tps) * 1.25)
+    lat = [n for n in names if res[n].get("latency")]
+    x = range(len(lat))
+    b.bar([i - 0.2 for i in x], [res[n]["latency"]["p50_ms"] for n in lat], width=0.4, label="p50", color="#2a7ab9")
+    b.bar([i + 0.2 for i in x], [res[n]["latency"]["p99_ms"] for n in lat], width=0.4, label="p99", color="#e08a2c")
+    b.set_xticks(list(x), lat)
+    b.set_ylabel("end-to-end latency (ms)")
+    b.set_title(f"latency at {doc['config']['paced_rate']:,} tuples/s")
+    b.set_ylim(0, max(res[n]["latency"]["p99_ms"] for n in lat) * 1.35)
+    b.legend(loc="upper left", ncols=2)
+    m, c = doc["machine"], doc["config"]
+    fig.suptitle(f"hastream node vs bare confluent-kafka loop: {c['tuples']:,} reading tuples, 1 partition, batch {c['batch_size']}\n"
+                 f"{m['cores']} cores, Python {m['python']}, Kafka {m['kafka']} ({m['broker']})", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> None:
