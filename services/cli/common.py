@@ -1,6 +1,7 @@
 """What every CLI command shares: consoles, one-line errors, spec and settings loading."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -39,8 +40,6 @@ def bootstrap_for(spec: Spec, bootstrap: str | None) -> str:
     """The given bootstrap, else $HASTREAM_BOOTSTRAP, else the running deployment's broker."""
     if bootstrap:
         return bootstrap
-    import os
-
     if os.environ.get("HASTREAM_BOOTSTRAP"):
         return os.environ["HASTREAM_BOOTSTRAP"]
     from services.deploy.local import Deployment

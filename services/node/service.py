@@ -19,7 +19,9 @@ from services.core.deadletter import send_to_deadletter
 from services.core.kafka import BatchConsumer, BatchProducer, last_message
 from services.core.partitioner import key_encoder
 from services.core.spec import Spec
-from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, HeaderError, TupleType, make_headers, parse_headers
+from services.core.tuples import (
+    H_EPOCH, H_ID, H_REPLICA, H_STIME, H_TYPE, TYPE_BYTES, HeaderError, TupleType, parse_headers,
+)
 from services.node.pipeline import NodePipeline
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,7 @@ class NodeService:
         }
         self.next_id: dict[str, int] = {}
         # ht.type, ht.replica, ht.epoch of every output tuple: built once, not per tuple.
-        h = make_headers(TupleType.STABLE, 0, 0, replica)
-        self._fixed_headers = (h[0], h[3], h[4])
+        self._fixed_headers = ((H_TYPE, TYPE_BYTES[TupleType.STABLE]), (H_REPLICA, b"%d" % replica), (H_EPOCH, b"0"))
         self.group_id = f"hastream.{spec.name}.{node}.r{replica}.p{partition}"
 
     def _resume_ids(self) -> None:
