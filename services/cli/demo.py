@@ -95,5 +95,7 @@ def run_demo(seconds: float, rate: float) -> None:
         for r in readers.values():
             r.close()
         down(dep, stop_kafka=True)
+    if not out.is_terminal:
+        out.print()  # a live display ends without a newline when output is not a terminal
     out.print(f"[green]done[/]: {produced[0]} readings in; {counts['hot_stats']} window results and "
               f"{counts['alerts']} alerts out. Try 'hastream up examples/demo.yaml' and 'hastream tail examples/demo.yaml hot_stats'.")
