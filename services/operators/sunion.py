@@ -1,0 +1,144 @@
+"""SUnion: deterministic serialization of a node's input streams (Borealis DPC).
+
+Tuples are placed in buckets of ``bucket_ms`` by tuple time (stime). Each input promises,
+with BOUNDARY tuples, that no later tuple will have a smaller stime. A bucket is *stable*
+once every input's boundary has passed its end and it holds no tentative tuple; stable
+buckets leave in order, sorted by (stime, input, id), so every replica emits the same
+sequence whatever the arrival interleaving.
+
+When an input fails, a bucket cannot become stable. SUnion then holds tuples at most
+``delay_s`` (the node's share alpha*X of the delay bound) after the first one entered a
+bucket, and emits the bucket as TENTATIVE. From the first tentative bucket until reconciliation, every emitted
+bucket is TENTATIVE (it is processed on tentative state) and kept, since the node will roll
+back to before the failure and redo them: tuples that arrive
+late for them (the failed input's, once it heals) are added, and an UNDO on an input
+removes that input's undone tentative tuples. When every kept bucket has become stable,
+``redo()`` gives their stable serialization.
+
+Inputs are Kafka logs, so stable tuples need not be buffered for checkpoint/redo: a node
+replays them by seeking back to the offsets recorded with its checkpoint.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.core.tuples import TupleType
+
+STABLE, TENTATIVE = TupleType.STABLE, TupleType.TENTATIVE
+
+
+@dataclass(slots=True)
+class STuple:
+    """One serialized tuple: its type, which input it came from, its id there, time and record."""
+
+    type: TupleType
+    port: int
+    id: int
+    stime: int
+    rec: Any
+
+    def order(self) -> tuple[int, int, int]:
+        return (self.stime, self.port, self.id)
+
+
+@dataclass
+class Bucket:
+    first_arrival: float
+    tuples: list[STuple] = field(default_factory=list)
+
+    def clean(self) -> bool:
+        return all(t.type is STABLE for t in self.tuples)
+
+
+class SUnion:
+    def __init__(self, inputs: int, bucket_ms: int, delay_s: float) -> None:
+        if inputs < 1 or bucket_ms < 1 or delay_s < 0:
+            raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1 and delay_s >= 0")
+        self.inputs, self.bucket_ms, self.delay_s = inputs, bucket_ms, delay_s
+        self.boundaries: list[int | None] = [None] * inputs
+        self.pending: dict[int, Bucket] = {}  # bucket index -> tuples not yet emitted
+        self.emitted_below: int | None = None  # buckets below this index have been emitted or passed
+        self.kept: dict[int, Bucket] = {}  # emitted since the first tentative bucket: to redo
+        self.rejected: list[STuple] = []  # stime below their input's boundary: dead-letter them
+
+    # -- input ----------------------------------------------------------------
+    def push(self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float) -> None:
+        """A data tuple (STABLE or TENTATIVE) from input ``port``."""
+        t = STuple(ttype, port, tid, stime, rec)
+        promised = self.boundaries[port]
+        if promised is not None and stime < promised:
+            self.rejected.append(t)  # the input broke its boundary promise
+            return
+        k = stime // self.bucket_ms
+        if self.emitted_below is not None and k < self.emitted_below:
+            # A bucket already passed without this input (emitted tentatively, or skipped
+            # while empty): the tuple is part of its correction.
+            kept = self.kept.get(k)
+            if kept is None:
+                kept = self.kept[k] = Bucket(now)
+            kept.tuples.append(t)
+            return
+        b = self.pending.get(k)
+        if b is None:
+            b = self.pending[k] = Bucket(now)
+        b.tuples.append(t)
+
+    def boundary(self, port: int, stime: int) -> None:
+        """Input ``port`` will send no tuple with a smaller stime."""
+        cur = self.boundaries[port]
+        if cur is None or stime > cur:
+            self.boundaries[port] = stime
+
+    def undo(self, port: int, last_stable_id: int) -> None:
+        """Input ``port`` undid its tuples after ``last_stable_id``: drop them, corrections follow."""
+        for buckets in (self.pending, self.kept):
+            for b in buckets.values():
+                b.tuples = [t for t in b.tuples if t.port != port or t.id <= last_stable_id or t.type is STABLE]
+
+    # -- output ---------------------------------------------------------------
+    def _complete(self, k: int) -> bool:
+        end = (k + 1) * self.bucket_ms
+        return all(b is not None and b >= end for b in self.boundaries)
+
+    def poll(self, now: float) -> list[STuple]:
+        """Tuples ready to process, in the deterministic order, labelled STABLE or TENTATIVE."""
+        out: list[STuple] = []
+        if not self.pending:
+            return out
+        keys = sorted(self.pending)
+        # The last bucket holding a tuple that has waited its full delay: everything up to
+        # it must go now, tentatively if not stable.
+        due = max((k for k in keys if now - self.pending[k].first_arrival >= self.delay_s), default=None)
+        for k in keys:
+            b = self.pending[k]
+            if self._complete(k) and b.clean() and not self.kept:
+                label = STABLE
+            elif (due is not None and k <= due) or (self.kept and self._complete(k)):
+                label = TENTATIVE  # overdue, or processed on state that is itself tentative
+            else:
+                break
+            del self.pending[k]
+            b.tuples.sort(key=STuple.order)
+            if label is TENTATIVE:
+                self.kept[k] = Bucket(b.first_arrival, list(b.tuples))
+            out.extend(STuple(label, t.port, t.id, t.stime, t.rec) for t in b.tuples)
+            self.emitted_below = k + 1 if self.emitted_below is None else max(self.emitted_below, k + 1)
+        return out
+
+    # -- reconciliation -------------------------------------------------------
+    def in_failure(self) -> bool:
+        """Some emitted bucket was tentative and has not been reconciled yet."""
+        return bool(self.kept)
+
+    def can_reconcile(self) -> bool:
+        """Every kept bucket is now complete and clean: its stable version is known."""
+        return bool(self.kept) and all(self._complete(k) and b.clean() for k, b in self.kept.items())
+
+    def redo(self) -> list[STuple]:
+        """The stable serialization of every kept bucket, in order; forgets them."""
+        out: list[STuple] = []
+        for k in sorted(self.kept):
+            out.extend(STuple(STABLE, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order))
+        self.kept.clear()
+        return out

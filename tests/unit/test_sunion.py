@@ -1,0 +1,133 @@
+"""SUnion orders inputs identically on every replica, bounds delay, and reconciles to the failure-free order."""
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.core.tuples import TupleType
+from services.operators.sunion import STuple, SUnion
+
+BUCKET = 10
+END = 10**6  # a final boundary on every input: end of stream
+
+
+@st.composite
+def input_events(draw: Any, port: int) -> list[tuple]:
+    """One input: tuples in stime order with dense ids, each followed (sometimes) by a boundary."""
+    events, stime = [], 0
+    for i in range(draw(st.integers(0, 25))):
+        stime += draw(st.integers(0, 7))
+        events.append(("t", port, i, stime))
+        if draw(st.booleans()):
+            events.append(("b", port, stime))
+    events.append(("b", port, END))
+    return events
+
+
+def interleave(draw: Any, streams: list[list[tuple]]) -> list[tuple]:
+    """One arrival order of the inputs' events, each input's own order kept."""
+    idx, out = [0] * len(streams), []
+    while any(i < len(s) for i, s in zip(idx, streams)):
+        live = [p for p, s in enumerate(streams) if idx[p] < len(s)]
+        p = draw(st.sampled_from(live))
+        out.append(streams[p][idx[p]])
+        idx[p] += 1
+    return out
+
+
+def feed(su: SUnion, events: list[tuple], now: float, polls: list[bool]) -> list[STuple]:
+    out = []
+    for i, ev in enumerate(events):
+        if ev[0] == "t":
+            su.push(ev[1], TupleType.STABLE, ev[2], ev[3], f"r{ev[1]}.{ev[2]}", now)
+        else:
+            su.boundary(ev[1], ev[2])
+        if polls[i % len(polls)]:
+            out += su.poll(now)
+    return out + su.poll(now)
+
+
+def expected(streams: list[list[tuple]]) -> list[tuple]:
+    return sorted((ev[3], ev[1], ev[2]) for s in streams for ev in s if ev[0] == "t")
+
+
+def key(ts: list[STuple]) -> list[tuple]:
+    return [(t.stime, t.port, t.id) for t in ts]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_replicas_emit_the_same_stable_sequence_in_any_arrival_order(data: Any) -> None:
+    streams = [data.draw(input_events(p)) for p in range(3)]
+    runs = []
+    for _ in range(2):  # two replicas: different arrival orders, different poll points
+        events = interleave(data.draw, streams)
+        polls = data.draw(st.lists(st.booleans(), min_size=1, max_size=8))
+        su = SUnion(3, BUCKET, delay_s=60)
+        out = feed(su, events, now=0.0, polls=polls)
+        assert all(t.type is TupleType.STABLE for t in out)
+        runs.append(key(out))
+    assert runs[0] == runs[1] == expected(streams)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_failure_gives_tentative_within_delay_then_reconciles_to_the_failure_free_order(data: Any) -> None:
+    streams = [data.draw(input_events(p)) for p in range(3)]
+    healthy, failed = interleave(data.draw, streams[:2]), streams[2]
+    su = SUnion(3, BUCKET, delay_s=1.0)
+    stable_before, emitted = [], []
+    # Input 2 is down: the other two flow, and time passes beyond the delay at each step.
+    for i, ev in enumerate(healthy):
+        now = float(i)
+        if ev[0] == "t":
+            su.push(ev[1], TupleType.STABLE, ev[2], ev[3], None, now)
+        else:
+            su.boundary(ev[1], ev[2])
+        out = su.poll(now)
+        emitted += out
+        if not su.in_failure():
+            stable_before += [t for t in out if t.type is TupleType.STABLE]
+        # The delay bound: nothing still pending has waited the full delay.
+        assert all(now - b.first_arrival < su.delay_s for b in su.pending.values())
+    # Input 2 heals and sends everything it had.
+    now = float(len(healthy) + 1)
+    for ev in failed:
+        if ev[0] == "t":
+            su.push(ev[1], TupleType.STABLE, ev[2], ev[3], None, now)
+        else:
+            su.boundary(ev[1], ev[2])
+    after = su.poll(now)
+    if su.in_failure():
+        assert any(t.type is TupleType.TENTATIVE for t in emitted)
+        assert all(t.type is TupleType.TENTATIVE for t in after)  # still processed on tentative state
+        assert su.can_reconcile()
+        final = stable_before + su.redo() + su.poll(now)
+    else:
+        final = stable_before + after
+    assert not su.rejected
+    assert all(t.type is TupleType.STABLE for t in final)
+    assert key(final) == expected(streams)
+
+
+def test_undo_replaces_tentative_input_with_its_corrections() -> None:
+    su = SUnion(2, BUCKET, delay_s=0)
+    su.push(0, TupleType.STABLE, 0, 1, "a", 0)
+    su.push(1, TupleType.TENTATIVE, 5, 2, "tentative", 0)
+    assert [t.type for t in su.poll(1)] == [TupleType.TENTATIVE, TupleType.TENTATIVE]
+    su.undo(1, last_stable_id=4)  # upstream undid everything after its stable tuple 4
+    su.push(1, TupleType.STABLE, 5, 3, "corrected", 2)
+    su.boundary(0, END)
+    su.boundary(1, END)
+    assert su.can_reconcile()
+    assert [(t.type, t.rec) for t in su.redo()] == [(TupleType.STABLE, "a"), (TupleType.STABLE, "corrected")]
+
+
+def test_tuple_below_its_inputs_boundary_is_rejected_not_emitted() -> None:
+    su = SUnion(1, BUCKET, delay_s=60)
+    su.boundary(0, 50)
+    su.push(0, TupleType.STABLE, 0, 49, "late", 0)
+    su.boundary(0, END)
+    assert su.poll(0) == [] and [t.rec for t in su.rejected] == ["late"]
