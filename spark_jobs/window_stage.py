@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
@@ -65,6 +65,7 @@ from pyspark.sql.window import Window
 
 from services.core.codec import load_schema, schema_fields, schema_json
 from services.core.config import ConfigError, Settings
+from services.core.kafka import last_message
 from services.core.paths import hastream_home
 from services.core.spec import OperatorDef, Spec, SpecError, load_spec
 from services.core.tuples import H_EPOCH, H_ID, H_REPLICA, H_STIME, H_TYPE, HeaderError, TupleType, parse_headers
@@ -285,35 +286,21 @@ class _Resume:
     key: str
 
 
-def _resume_points(bootstrap: str, topic: str, partitions: int, timeout: float = 20.0) -> dict[int, _Resume]:
+def _resume_points(bootstrap: str, topic: str, partitions: int) -> dict[int, _Resume]:
     """Per output partition, the id/window/key of its last tuple (absent for empty partitions)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.spark.resume",
-                  "enable.auto.commit": False, "enable.partition.eof": False})
     out: dict[int, _Resume] = {}
-    try:
-        for p in range(partitions):
-            try:
-                low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            except KafkaException as e:
-                raise StageError(f"cannot read the end of output topic '{topic}' partition {p}: {e}") from None
-            if high <= low:
-                continue
-            c.assign([TopicPartition(topic, p, high - 1)])
-            deadline = time.monotonic() + timeout
-            msg = None
-            while msg is None and time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is not None and m.error() is None:
-                    msg = m
-            if msg is None:
-                raise StageError(f"could not read the last tuple of '{topic}' partition {p} within {timeout:.0f}s")
-            try:
-                meta = parse_headers(msg.headers())
-            except HeaderError as e:
-                raise StageError(f"last message of '{topic}' partition {p} is not a hastream tuple: {e}") from None
-            out[p] = _Resume(meta.id + 1, meta.stime, (msg.key() or b"").decode())
-    finally:
-        c.close()
+    for p in range(partitions):
+        try:
+            msg = last_message(bootstrap, topic, p)
+        except KafkaException as e:
+            raise StageError(f"cannot read the last tuple of output topic '{topic}' partition {p}: {e}") from None
+        if msg is None:
+            continue
+        try:
+            meta = parse_headers(msg.headers())
+        except HeaderError as e:
+            raise StageError(f"last message of '{topic}' partition {p} is not a hastream tuple: {e}") from None
+        out[p] = _Resume(meta.id + 1, meta.stime, (msg.key() or b"").decode())
     return out
 
 

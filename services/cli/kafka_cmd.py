@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from infra.kafka.cluster import KAFKA_VERSION, KafkaCluster, KafkaClusterError
+from services.cli.common import err, fail
 from services.core.paths import hastream_home
 
 kafka_app = typer.Typer(
@@ -24,7 +24,6 @@ kafka_app = typer.Typer(
 
 # soft_wrap: never fold a bootstrap list or path across lines; scripts read this output.
 out = Console(soft_wrap=True, highlight=False, markup=False)
-err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 DirOption = Annotated[
     Path | None,
@@ -34,11 +33,6 @@ DirOption = Annotated[
 
 def _data_dir(path: Path | None) -> Path:
     return (path if path is not None else hastream_home() / "kafka").expanduser().resolve()
-
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}")
-    return typer.Exit(code)
 
 
 def _existing(data_dir: Path) -> KafkaCluster | None:
@@ -68,9 +62,9 @@ def start(
         with err.status(f"starting {brokers} Kafka {KAFKA_VERSION} broker(s) in {data_dir} ..."):
             cluster = KafkaCluster(brokers=brokers, data_dir=data_dir).start(timeout=timeout, detach=True)
     except KafkaClusterError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
-        raise _fail("interrupted; brokers stopped", 130) from None
+        raise fail("interrupted; brokers stopped", 130) from None
     out.print(f"Kafka {KAFKA_VERSION} running: {brokers} broker(s), pids {cluster.pids}, data in {data_dir}")
     out.print(cluster.bootstrap)
 
@@ -89,7 +83,7 @@ def stop(
     try:
         cluster.stop(timeout=timeout)
     except (KafkaClusterError, OSError) as exc:
-        raise _fail(f"could not stop Kafka in {data_dir}: {exc}") from None
+        raise fail(f"could not stop Kafka in {data_dir}: {exc}", 1) from None
     out.print(f"Kafka stopped ({data_dir})")
 
 

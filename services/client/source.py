@@ -6,10 +6,10 @@ import time
 from typing import Any, Iterator
 
 from services.core.codec import codec_for
-from services.core.kafka import BatchProducer, last_message
+from services.core.kafka import BatchProducer, next_tuple_id
 from services.core.partitioner import key_bytes, partition_for
 from services.core.spec import Spec
-from services.core.tuples import HeaderError, TupleType, make_headers, parse_headers
+from services.core.tuples import TupleType, make_headers
 
 
 class SourceWriter:
@@ -26,13 +26,7 @@ class SourceWriter:
         self.topic, self.partitions, self.key = spec.topic(stream), sd.partitions, sd.key
         self.codec = codec_for(sd.schema)
         self.producer = BatchProducer(bootstrap, linger_ms=linger_ms)
-        self.next_id = []
-        for p in range(self.partitions):
-            m = last_message(bootstrap, self.topic, p)
-            try:
-                self.next_id.append(parse_headers(m.headers()).id + 1 if m is not None else 0)
-            except HeaderError:
-                self.next_id.append(m.offset() + 1 if m is not None else 0)
+        self.next_id = [next_tuple_id(bootstrap, self.topic, p) for p in range(self.partitions)]
         self.sent = 0
 
     def send(self, rec: dict[str, Any], ttype: TupleType = TupleType.STABLE) -> None:

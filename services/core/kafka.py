@@ -7,6 +7,8 @@ from typing import Iterable, Sequence
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from services.core.tuples import HeaderError, parse_headers
+
 log = logging.getLogger(__name__)
 # librdkafka's own log lines go through Python logging (not raw to stderr), so each
 # program decides what to show: services log them, CLI commands show only errors.
@@ -180,7 +182,9 @@ class BatchProducer:
 def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10) -> Message | None:
     """The newest message of one partition, or None if it is empty.
 
-    Services read it at start to continue their dense ``ht.id`` sequence.
+    Services read it at start to continue their dense ``ht.id`` sequence. A partition that
+    has messages but does not deliver the newest in time raises (a retriable timeout),
+    rather than look empty and restart the sequence at 0.
     """
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.peek", "enable.auto.commit": False,
                   "logger": RDKAFKA_LOG})
@@ -195,6 +199,17 @@ def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10
             deadline -= 0.5
             if m is not None and m.error() is None:
                 return m
-        return None
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"newest message of {topic}[{partition}] not read in {timeout}s"))
     finally:
         c.close()
+
+
+def next_tuple_id(bootstrap: str, topic: str, partition: int) -> int:
+    """The ``ht.id`` that continues a writer's dense sequence in one partition (0 when empty)."""
+    m = last_message(bootstrap, topic, partition)
+    if m is None:
+        return 0
+    try:
+        return parse_headers(m.headers()).id + 1
+    except HeaderError:
+        return m.offset() + 1

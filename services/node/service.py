@@ -16,7 +16,7 @@ from confluent_kafka import TopicPartition
 from services.core.codec import DecodeError, codec_for, schema_fields
 from services.core.config import Settings
 from services.core.deadletter import send_to_deadletter
-from services.core.kafka import BatchConsumer, BatchProducer, last_message
+from services.core.kafka import BatchConsumer, BatchProducer, next_tuple_id
 from services.core.partitioner import key_encoder
 from services.core.spec import Spec
 from services.core.tuples import (
@@ -64,14 +64,7 @@ class NodeService:
     def _resume_ids(self) -> None:
         """Continue each output's dense id sequence from the last tuple in its topic."""
         for s, (topic, *_) in self.outputs.items():
-            m = last_message(self.settings.bootstrap, topic, self.partition)
-            last = -1
-            if m is not None:
-                try:
-                    last = parse_headers(m.headers()).id
-                except HeaderError:
-                    last = m.offset()
-            self.next_id[s] = last + 1
+            self.next_id[s] = next_tuple_id(self.settings.bootstrap, topic, self.partition)
 
     def run(self, max_idle_s: float | None = None) -> NodeStats:
         """Process until SIGTERM/SIGINT, or (for tests) ``max_idle_s`` without input once input has started."""
@@ -160,11 +153,12 @@ class NodeService:
             tid = self.next_id[s]
             for rec, stime in tuples:
                 key = key_of(rec[key_field]) if key_field else None
+                value = encode(rec)
                 headers = [h_type, (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), h_replica, h_epoch]
                 try:
-                    produce(topic, encode(rec), key, part, headers=headers, on_delivery=on_delivery)
+                    produce(topic, value, key, part, headers=headers, on_delivery=on_delivery)
                 except BufferError:  # queue full: the wrapper waits for room
-                    send(topic, encode(rec), key, part, headers)
+                    send(topic, value, key, part, headers)
                 tid += 1
             self.stats.produced += tid - self.next_id[s]
             self.next_id[s] = tid

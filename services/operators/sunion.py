@@ -8,9 +8,9 @@ sequence whatever the arrival interleaving.
 
 When an input fails, a bucket cannot become stable. SUnion then holds tuples at most
 ``delay_s`` (the node's share alpha*X of the delay bound) after the first one entered a
-bucket, and emits the bucket as TENTATIVE. From the first tentative bucket until reconciliation, every emitted
-bucket is TENTATIVE (it is processed on tentative state) and kept, since the node will roll
-back to before the failure and redo them: tuples that arrive
+bucket, and emits the bucket as TENTATIVE. From the first tentative bucket until
+reconciliation, every emitted bucket is TENTATIVE (it is processed on tentative state) and
+kept, since the node will roll back to before the failure and redo them: tuples that arrive
 late for them (the failed input's, once it heals) are added, and an UNDO on an input
 removes that input's undone tentative tuples. When every kept bucket has become stable,
 ``redo()`` gives their stable serialization.
@@ -121,7 +121,7 @@ class SUnion:
             del self.pending[k]
             b.tuples.sort(key=STuple.order)
             if label is TENTATIVE:
-                self.kept[k] = Bucket(b.first_arrival, list(b.tuples))
+                self.kept[k] = b  # out holds copies, so later corrections only change b
             out.extend(STuple(label, t.port, t.id, t.stime, t.rec) for t in b.tuples)
             self.emitted_below = k + 1 if self.emitted_below is None else max(self.emitted_below, k + 1)
         return out
