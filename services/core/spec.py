@@ -36,6 +36,28 @@ class StreamDef:
     schema: str
     key: str | None = None
     partitions: int = 1
+    delay: int | None = None  # X in ms for this output, end to end (None: the spec's dpc.delay)
+
+
+RECONCILIATION = ("checkpoint", "undo")
+FAILURE_POLICIES = ("process", "delay")
+STABILIZATION_POLICIES = ("process", "delay", "suspend")
+
+
+@dataclass(frozen=True)
+class DpcConfig:
+    """Delay-Process-Correct parameters (docs/dpc.md explains each)."""
+
+    delay: int = 3000  # X: the maximum added delay of any output, ms, end to end
+    alpha: float = 0.9  # share of a node's part of X that SUnion waits before going tentative
+    bucket: int = 100  # SUnion bucket size, ms of tuple time
+    boundary_interval: int = 100  # how often sources and nodes send BOUNDARY tuples, ms
+    reconciliation: str = "checkpoint"  # default per node: checkpoint/redo or undo/redo
+    failure_policy: str = "process"  # during UPSTREAM_FAILURE: process new tuples or delay them
+    stabilization_policy: str = "process"  # while a replica reconciles: partner processes, delays, or all suspend
+    checkpoint_interval: int = 2000  # persisted checkpoint period in STABLE, ms
+    heartbeat_interval: int = 200  # ms
+    failure_timeout: int = 1000  # a replica silent this long is failed, ms
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,7 @@ class NodeDef:
     operators: tuple[str, ...]
     replicas: int = 1
     engine: str = "python"
+    reconciliation: str | None = None  # None: the spec's dpc.reconciliation
 
 
 @dataclass
@@ -79,6 +102,7 @@ class Spec:
     operators: dict[str, OperatorDef]
     nodes: dict[str, NodeDef]
     path: Path | None = None
+    dpc: DpcConfig = field(default_factory=DpcConfig)
 
     # -- derived views -------------------------------------------------------
     def producer_of(self, stream: str) -> OperatorDef | None:
@@ -152,10 +176,60 @@ class Spec:
     def deadletter_topic(self) -> str:
         return f"{self.name}.deadletter"
 
+    @property
+    def heartbeat_topic(self) -> str:
+        return f"{self.name}.heartbeats"
+
+    @property
+    def control_topic(self) -> str:
+        return f"{self.name}.control"
+
+    def checkpoint_topic(self, node: str, replica: int) -> str:
+        return f"{self.name}.ckpt.{node}.r{replica}"
+
+    def reconciliation_of(self, node: str) -> str:
+        return self.nodes[node].reconciliation or self.dpc.reconciliation
+
+    def path_nodes(self, stream: str) -> int:
+        """Nodes on the longest path from a source to ``stream`` (0 for a source)."""
+        n = self.node_producing(stream)
+        if n is None:
+            return 0
+        return 1 + max((self.path_nodes(s) for s in self.node_inputs(n.name)), default=0)
+
+    def downstream_sinks(self, node: str) -> list[str]:
+        """Output streams read by no node that ``node`` contributes to."""
+        out, todo, seen = [], list(self.node_outputs(node)), set()
+        while todo:
+            s = todo.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            readers = {self.node_of(c.name).name for c in self.consumers_of(s)} - {node}
+            if not readers:
+                out.append(s)
+            for r in readers:
+                todo.extend(self.node_outputs(r))
+        return sorted(out)
+
+    def node_delay_s(self, node: str) -> float:
+        """The delay SUnion of ``node`` may add before processing tentatively: alpha * X / k.
+
+        Each output's X is split evenly across the k nodes of its longest path, as in the
+        paper, and a node serving several outputs takes the smallest share.
+        """
+        shares = [(self.streams[s].delay or self.dpc.delay) / self.path_nodes(s) for s in self.downstream_sinks(node)]
+        return self.dpc.alpha * min(shares, default=self.dpc.delay) / 1000.0
+
     def all_topics(self) -> list[tuple[str, int]]:
         """Every topic of the deployment with its partition count."""
         out = [(t, s.partitions) for s in self.streams.values() for t in self.stream_topics(s.name)]
         out.append((self.deadletter_topic, 1))
+        out.append((self.heartbeat_topic, 1))
+        out.append((self.control_topic, 1))
+        for n, nd in self.nodes.items():
+            if nd.engine == "python":
+                out.extend((self.checkpoint_topic(n, r), self.node_partitions(n)) for r in range(nd.replicas))
         return out
 
     def topo_nodes(self) -> list[str]:
@@ -250,7 +324,7 @@ class _Checker:
         return []
 
 
-_STREAM_KEYS = {"schema", "key", "partitions"}
+_STREAM_KEYS = {"schema", "key", "partitions", "delay"}
 _OP_KEYS = {
     "filter": {"type", "input", "output", "where"},
     "map": {"type", "input", "output", "fields"},
@@ -258,7 +332,7 @@ _OP_KEYS = {
     "window": {"type", "input", "output", "key", "time", "size", "slide", "aggregates"},
     "join": {"type", "left", "right", "output", "key", "right_key", "time", "within", "fields"},
 }
-_NODE_KEYS = {"operators", "replicas", "engine"}
+_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation"}
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -282,7 +356,7 @@ def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> S
     top = ck.mapping(doc, (), "the spec")
     if doc is not None and not isinstance(doc, dict):
         raise SpecError(ck.problems)
-    ck.unknown_keys(top, {"name", "defaults", "streams", "operators", "nodes"}, ())
+    ck.unknown_keys(top, {"name", "defaults", "dpc", "streams", "operators", "nodes"}, ())
     name = top.get("name")
     if not isinstance(name, str) or not _NAME_RE.match(name):
         ck.err(("name",), f"'name' must be a name of letters, digits, '-' or '_', got {name!r}")
@@ -296,12 +370,34 @@ def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> S
     operators = _parse_operators(ck, top, streams)
     declared = set(ck.mapping(top.get("operators"), ("operators",), "operators"))
     nodes = _parse_nodes(ck, top, operators, declared, d_repl)
-    spec = Spec(name, streams, operators, nodes, path)
+    dpc = _parse_dpc(ck, top)
+    spec = Spec(name, streams, operators, nodes, path, dpc)
     if not ck.problems:
         _check_graph(ck, spec)
     if ck.problems:
         raise SpecError(ck.problems)
     return spec
+
+
+def _parse_dpc(ck: _Checker, top: dict) -> DpcConfig:
+    raw = ck.mapping(top.get("dpc"), ("dpc",), "dpc")
+    d = DpcConfig()
+    ints = ("delay", "bucket", "boundary_interval", "checkpoint_interval", "heartbeat_interval", "failure_timeout")
+    choices = {"reconciliation": RECONCILIATION, "failure_policy": FAILURE_POLICIES,
+               "stabilization_policy": STABILIZATION_POLICIES}
+    ck.unknown_keys(raw, set(ints) | set(choices) | {"alpha"}, ("dpc",))
+    vals: dict[str, Any] = {k: ck.pos_int(raw, k, ("dpc",), getattr(d, k)) for k in ints}
+    for k, allowed in choices.items():
+        v = raw.get(k, getattr(d, k))
+        if v not in allowed:
+            ck.err(("dpc", k), f"'{k}' must be one of {', '.join(allowed)}, got {v!r}")
+            v = getattr(d, k)
+        vals[k] = v
+    alpha = raw.get("alpha", d.alpha)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha <= 1:
+        ck.err(("dpc", "alpha"), f"'alpha' must be a number in (0, 1], got {alpha!r}")
+        alpha = d.alpha
+    return DpcConfig(alpha=float(alpha), **vals)
 
 
 def _parse_streams(ck: _Checker, top: dict, d_parts: int) -> dict[str, StreamDef]:
@@ -328,7 +424,8 @@ def _parse_streams(ck: _Checker, top: dict, d_parts: int) -> dict[str, StreamDef
         key = sdef.get("key")
         if key is not None and key not in fields:
             ck.err(path + ("key",), f"key field '{key}' is not in schema '{schema}' (fields: {', '.join(fields)})")
-        out[sname] = StreamDef(sname, schema, key, ck.pos_int(sdef, "partitions", path, d_parts))
+        delay = ck.pos_int(sdef, "delay", path, 0) if "delay" in sdef else None
+        out[sname] = StreamDef(sname, schema, key, ck.pos_int(sdef, "partitions", path, d_parts), delay)
     return out
 
 
@@ -502,7 +599,11 @@ def _parse_nodes(
             ck.err(path + ("engine",), f"'engine' must be one of {', '.join(ENGINES)}, got {engine!r}")
         elif engine == "spark" and (len(ops) != 1 or (ops[0] in operators and operators[ops[0]].type != "window")):
             ck.err(path + ("operators",), "a spark node runs exactly one window operator")
-        out[nname] = NodeDef(nname, tuple(ops), ck.pos_int(ndef, "replicas", path, d_repl), engine)
+        rec = ndef.get("reconciliation")
+        if rec is not None and rec not in RECONCILIATION:
+            ck.err(path + ("reconciliation",), f"'reconciliation' must be one of {', '.join(RECONCILIATION)}, got {rec!r}")
+            rec = None
+        out[nname] = NodeDef(nname, tuple(ops), ck.pos_int(ndef, "replicas", path, d_repl), engine, rec)
     for o in declared:
         if o not in owner:
             ck.err(("operators", o), f"operator '{o}' is not placed in any node")
