@@ -73,3 +73,46 @@ def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable:
         return low
     finally:
         c.close()
+
+
+_TENTATIVE = TYPE_BYTES[TupleType.TENTATIVE]
+
+
+@retry_transient
+def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> int | None:
+    """Id of the last stable tuple in a node's output topic: -1 if it has none, None if the topic is empty.
+
+    Every message but a TENTATIVE one names it: a STABLE tuple its own id, control
+    tuples (BOUNDARY, UNDO, REC_DONE) the last stable id before them.
+    """
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.seek", "enable.auto.commit": False,
+                  "logger": RDKAFKA_LOG})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        if high <= low:
+            return None
+        end = high
+        while end > low:
+            start = max(low, end - chunk)
+            c.assign([TopicPartition(topic, partition, start)])
+            found, pos = None, start
+            while pos < end:
+                msgs = c.consume(min(500, end - pos), 5)
+                if not msgs:
+                    raise TimeoutError(f"could not read {topic}[{partition}] at offset {pos}")
+                for m in msgs:
+                    if m.error() is not None or m.offset() >= end:
+                        continue
+                    pos = m.offset() + 1
+                    h = dict(m.headers() or ())
+                    if h.get("ht.type") not in (None, _TENTATIVE):
+                        try:
+                            found = int(h.get("ht.id", b""))
+                        except ValueError:
+                            pass
+            if found is not None:
+                return found
+            end = start
+        return -1
+    finally:
+        c.close()

@@ -227,10 +227,12 @@ class Spec:
         out.append((self.deadletter_topic, 1))
         out.append((self.heartbeat_topic, 1))
         out.append((self.control_topic, 1))
-        for n, nd in self.nodes.items():
-            if nd.engine == "python":
-                out.extend((self.checkpoint_topic(n, r), self.node_partitions(n)) for r in range(nd.replicas))
+        out.extend(self.checkpoint_topics())
         return out
+
+    def checkpoint_topics(self) -> list[tuple[str, int]]:
+        return [(self.checkpoint_topic(n, r), self.node_partitions(n))
+                for n, nd in self.nodes.items() if nd.engine == "python" for r in range(nd.replicas)]
 
     def topo_nodes(self) -> list[str]:
         """Nodes in dataflow order (upstream first)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.paths import REPO_ROOT, hastream_home
 from services.core.spec import Spec
+from services.node.checkpoint import TOPIC_CONFIG as CHECKPOINT_TOPIC_CONFIG
 
 
 @dataclass
@@ -112,7 +113,9 @@ def provision(spec: Spec, bootstrap: str) -> list[str]:
     """Create the deployment's topics (replication 3 where the cluster has 3 brokers)."""
     rf = 3 if broker_count(bootstrap) >= 3 else 1
     cfg = {"min.insync.replicas": "2"} if rf == 3 else {}
-    return ensure_topics(bootstrap, [TopicSpec(t, p, rf, cfg) for t, p in spec.all_topics()])
+    ckpt = {t for t, _ in spec.checkpoint_topics()}
+    return ensure_topics(bootstrap, [TopicSpec(t, p, rf, {**cfg, **(CHECKPOINT_TOPIC_CONFIG if t in ckpt else {})})
+                                     for t, p in spec.all_topics()])
 
 
 def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int = 1) -> Deployment:
@@ -139,12 +142,33 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
     env = service_env(bootstrap)
     for role, argv in service_commands(spec, spec_path.resolve()):
         log = logs / f"{role}.log"
-        with open(log, "ab") as f:
-            proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
-                                    start_new_session=True, stdin=subprocess.DEVNULL)
-        dep.processes.append(Process(role, proc.pid, str(log), argv))
+        dep.processes.append(Process(role, spawn(argv, log, env), str(log), argv))
     dep.save()
     return dep
+
+
+def spawn(argv: list[str], log: Path | str, env: dict[str, str]) -> int:
+    """Start one service process in its own session, appending to its log; returns its pid."""
+    with open(log, "ab") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                                start_new_session=True, stdin=subprocess.DEVNULL)
+    return proc.pid
+
+
+def restart(dep: Deployment, role: str) -> Process:
+    """Start the process of ``role`` again with its recorded argv and log (kill -9 it first if
+    it still runs: two replicas with one role would both write its topic); saves the new pid."""
+    proc = next((p for p in dep.processes if p.role == role), None)
+    if proc is None:
+        raise LookupError(f"no process '{role}' in deployment '{dep.name}' (processes: {', '.join(p.role for p in dep.processes)})")
+    if dep.alive(proc):
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while dep.alive(proc) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    proc.pid = spawn(proc.argv, proc.log, service_env(dep.bootstrap))
+    dep.save()
+    return proc
 
 
 def down(dep: Deployment, timeout: float = 30, stop_kafka: bool = False) -> list[str]:

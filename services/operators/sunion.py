@@ -52,10 +52,17 @@ class Bucket:
 
 
 class SUnion:
-    def __init__(self, inputs: int, bucket_ms: int, delay_s: float) -> None:
+    """``policy`` is what happens to new tuples once the node is in failure: "delay" holds
+    every bucket up to ``delay_s`` (fewer tentative tuples), "process" emits each bucket as
+    soon as a later one has started (lowest delay); the first tentative bucket always waits
+    ``delay_s``, since blocking is best for failures shorter than that."""
+
+    def __init__(self, inputs: int, bucket_ms: int, delay_s: float, policy: str = "process") -> None:
         if inputs < 1 or bucket_ms < 1 or delay_s < 0:
             raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1 and delay_s >= 0")
-        self.inputs, self.bucket_ms, self.delay_s = inputs, bucket_ms, delay_s
+        if policy not in ("process", "delay"):
+            raise ValueError(f"SUnion policy must be 'process' or 'delay', got {policy!r}")
+        self.inputs, self.bucket_ms, self.delay_s, self.policy = inputs, bucket_ms, delay_s, policy
         self.boundaries: list[int | None] = [None] * inputs
         self.pending: dict[int, Bucket] = {}  # bucket index -> tuples not yet emitted
         self.emitted_below: int | None = None  # buckets below this index have been emitted or passed
@@ -90,11 +97,12 @@ class SUnion:
         if cur is None or stime > cur:
             self.boundaries[port] = stime
 
-    def undo(self, port: int, last_stable_id: int) -> None:
-        """Input ``port`` undid its tuples after ``last_stable_id``: drop them, corrections follow."""
+    def undo(self, port: int) -> None:
+        """Input ``port`` undid its tentative tuples (UNDO, or a switch to another replica):
+        drop them; stable corrections follow. Stable tuples are never undone."""
         for buckets in (self.pending, self.kept):
             for b in buckets.values():
-                b.tuples = [t for t in b.tuples if t.port != port or t.id <= last_stable_id or t.type is STABLE]
+                b.tuples = [t for t in b.tuples if t.port != port or t.type is STABLE]
 
     # -- output ---------------------------------------------------------------
     def _complete(self, k: int) -> bool:
@@ -110,6 +118,8 @@ class SUnion:
         # The last bucket holding a tuple that has waited its full delay: everything up to
         # it must go now, tentatively if not stable.
         due = max((k for k in keys if now - self.pending[k].first_arrival >= self.delay_s), default=None)
+        if self.kept and self.policy == "process" and len(keys) > 1:
+            due = max(due if due is not None else keys[-2], keys[-2])  # all but the newest bucket
         for k in keys:
             b = self.pending[k]
             if self._complete(k) and b.clean() and not self.kept:
@@ -125,6 +135,19 @@ class SUnion:
             out.extend(STuple(label, t.port, t.id, t.stime, t.rec) for t in b.tuples)
             self.emitted_below = k + 1 if self.emitted_below is None else max(self.emitted_below, k + 1)
         return out
+
+    def frontier(self) -> int | None:
+        """Every tuple with a smaller stime has been emitted STABLE: the node's output boundary.
+
+        None while nothing is known (an input never sent a boundary) and frozen while in
+        failure, since corrections of the tentative buckets are still to come.
+        """
+        if self.kept or any(b is None for b in self.boundaries):
+            return None
+        f = min(self.boundaries)  # type: ignore[type-var]
+        if self.pending:
+            f = min(f, min(self.pending) * self.bucket_ms)
+        return (f // self.bucket_ms) * self.bucket_ms
 
     # -- reconciliation -------------------------------------------------------
     def in_failure(self) -> bool:

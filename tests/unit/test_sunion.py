@@ -117,7 +117,7 @@ def test_undo_replaces_tentative_input_with_its_corrections() -> None:
     su.push(0, TupleType.STABLE, 0, 1, "a", 0)
     su.push(1, TupleType.TENTATIVE, 5, 2, "tentative", 0)
     assert [t.type for t in su.poll(1)] == [TupleType.TENTATIVE, TupleType.TENTATIVE]
-    su.undo(1, last_stable_id=4)  # upstream undid everything after its stable tuple 4
+    su.undo(1)  # upstream undid its tentative tuples
     su.push(1, TupleType.STABLE, 5, 3, "corrected", 2)
     su.boundary(0, END)
     su.boundary(1, END)

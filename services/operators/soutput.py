@@ -1,0 +1,105 @@
+"""SOutput: the last operator on each output stream partition a node writes (Borealis DPC).
+
+It numbers tuples (dense ids over stable tuples; tentative tuples continue after the
+last stable id and are replaced later), and is the only place that decides which control
+tuples a downstream reader sees:
+
+- UNDO(L) when the node starts reconciling after it emitted tentative tuples: readers drop
+  every tentative tuple after stable tuple L; the corrections follow as stable L+1, ...
+- REC_DONE once reconciliation is done, and forced between the last stable tuple and the
+  first tentative one if a new failure starts before that.
+- BOUNDARY(B), with B never decreasing: no later tuple will have a smaller stime.
+
+After a restart from a checkpoint, the node replays input it had already processed, so
+SOutput is in duplicate-elimination mode: it drops the stable tuples whose ids are
+already in the topic (up to ``dedup_until``). It announces UNDO(L) at the restart, since
+the topic may end with tentative tuples of the process that died.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from services.core.tuples import TupleType
+
+STABLE, TENTATIVE, UNDO, REC_DONE, BOUNDARY = (
+    TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY,
+)
+# (type, id, stime, record or None): one message to write.
+Out = tuple[TupleType, int, int, Any]
+
+
+class SOutput:
+    def __init__(self, next_id: int = 0, boundary: int = -1) -> None:
+        self.next_id = next_id  # id of the next stable tuple
+        self.next_tentative = next_id
+        self.boundary_sent = boundary
+        self.dedup_until = -1  # stable ids <= this are already in the topic
+        self.tentative_sent = False  # tentative tuples emitted since the last UNDO
+        self.rec_done_due = False  # an UNDO was sent and its REC_DONE not yet
+
+    @property
+    def last_stable(self) -> int:
+        return self.next_id - 1
+
+    def state(self) -> tuple[int, int]:
+        """What a checkpoint keeps: ids continue from it after a restart."""
+        return (self.next_id, self.boundary_sent)
+
+    def restarted(self, last_in_topic: int) -> list[Out]:
+        """Resume after a crash: drop replayed stable tuples up to ``last_in_topic``, undo the rest."""
+        self.dedup_until = last_in_topic
+        self.next_tentative = max(self.next_id, last_in_topic + 1)
+        self.rec_done_due = True
+        return [(UNDO, last_in_topic, 0, None)]
+
+    @property
+    def deduplicating(self) -> bool:
+        return self.next_id <= self.dedup_until
+
+    def stable(self, items: list[tuple[Any, int]], out: list[Out]) -> None:
+        """Append the stable versions of ``items`` (record, stime) to ``out``."""
+        tid = self.next_id
+        if tid <= self.dedup_until:  # replayed after a restart: already in the topic
+            skip = min(len(items), self.dedup_until - tid + 1)
+            items = items[skip:]
+            tid += skip
+        for rec, stime in items:
+            out.append((STABLE, tid, stime, rec))
+            tid += 1
+        self.next_id = tid
+        self.next_tentative = max(self.next_tentative, tid)
+
+    def tentative(self, items: list[tuple[Any, int]], out: list[Out]) -> None:
+        if not items:
+            return
+        if self.deduplicating:
+            return  # the topic already holds stable tuples past these: they would be undone anyway
+        if self.rec_done_due:
+            self.rec_done(out)  # a new failure before the last one was closed: close it first
+        if not self.tentative_sent:
+            self.next_tentative = self.next_id
+        tid = self.next_tentative
+        for rec, stime in items:
+            out.append((TENTATIVE, tid, stime, rec))
+            tid += 1
+        self.next_tentative = tid
+        self.tentative_sent = True
+
+    def undo(self, out: list[Out]) -> None:
+        """Reconciliation starts: retract the tentative tuples, if any were sent."""
+        if self.tentative_sent:
+            out.append((UNDO, self.last_stable, 0, None))
+            self.tentative_sent = False
+            self.rec_done_due = True
+        self.next_tentative = self.next_id
+
+    def rec_done(self, out: list[Out]) -> None:
+        """Reconciliation finished and the node caught up."""
+        if self.rec_done_due:
+            out.append((REC_DONE, self.last_stable, 0, None))
+            self.rec_done_due = False
+
+    def boundary(self, stime: int, out: list[Out]) -> None:
+        if stime > self.boundary_sent and not self.deduplicating and not self.tentative_sent:
+            out.append((BOUNDARY, self.last_stable, stime, None))
+            self.boundary_sent = stime
