@@ -19,7 +19,7 @@ from enum import Enum
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from services.core.codec import DecodeError, codec_for
-from services.core.kafka import RDKAFKA_LOG, BatchProducer
+from services.core.kafka import RDKAFKA_LOG, BatchProducer, retry_transient
 
 
 class NodeState(str, Enum):
@@ -116,7 +116,7 @@ class ReplicaMonitor:
         self._lock = threading.Lock()
         self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hastream.monitor.{uuid.uuid4().hex[:8]}",
                             "enable.auto.commit": False, "logger": RDKAFKA_LOG, "fetch.wait.max.ms": 20})
-        low, high = self._c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        low, high = retry_transient(self._c.get_watermark_offsets)(TopicPartition(topic, 0), timeout=10)
         self._c.assign([TopicPartition(topic, 0, max(low, high - history) if high > 0 else OFFSET_END)])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replica-monitor", daemon=True)
