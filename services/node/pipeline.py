@@ -1,26 +1,44 @@
-"""A node's operators wired together in process; only the node's outputs reach Kafka."""
+"""A node's operators wired together in process; only the node's outputs reach Kafka.
+
+Besides feeding and draining, the pipeline is what the node's DPC state machine acts on:
+``advance`` (time promises), ``snapshot``/``restore`` (checkpoint/redo) and, when built
+with ``undo=True``, ``mark``/``undo``/``unmark`` (undo/redo with per-operator input logs).
+"""
 from __future__ import annotations
+
+import pickle
+from typing import Callable
 
 from services.core.spec import Spec
 from services.operators.base import Emit, Item, Operator
 from services.operators.build import build_operator
+from services.operators.undo import UndoLog
 
 
 class NodePipeline:
     """Feed batches of input tuples per stream; collect output tuples per output stream."""
 
-    def __init__(self, spec: Spec, node: str) -> None:
+    def __init__(self, spec: Spec, node: str, undo: bool = False) -> None:
         self.spec, self.node = spec, node
-        self.operators: list[Operator] = []
+        self.operators: list[Operator] = []  # in topological order
         self.outputs: dict[str, list[Item]] = {s: [] for s in spec.node_outputs(node)}
         self.routes: dict[str, list[Emit]] = {}
+        # Undo/redo only: the stateful operators are fed through their logs. Without it the
+        # operators are fed directly, so the normal path pays nothing for the feature.
+        self.logs: list[UndoLog] | None = [] if undo else None
+        self._advance: list[Callable[[int], None]] = []
         defs = spec.topo_operators(node)
         ops = {d.name: build_operator(spec, d) for d in defs}
         for d in defs:
             op = ops[d.name]
             self.operators.append(op)
+            target: Operator | UndoLog = op
+            if self.logs is not None and op.stateful:
+                target = UndoLog(op, len(d.inputs))
+                self.logs.append(target)
+            self._advance.append(target.advance)
             for port, s in enumerate(d.inputs):
-                self.routes.setdefault(s, []).append(_port_push(op, port))
+                self.routes.setdefault(s, []).append(_port_push(target, port))
         for d in defs:
             targets = list(self.routes.get(d.output, []))
             if d.output in self.outputs:
@@ -41,8 +59,59 @@ class NodePipeline:
                 buf.clear()
         return out
 
+    def advance(self, stime: int) -> None:
+        """Every future input tuple has stime >= ``stime``; afterwards no output has a smaller one.
 
-def _port_push(op: Operator, port: int) -> Emit:
+        Upstream operators go first, so what their advance emits reaches the operators
+        downstream before those advance in turn. The output sequence stays the one
+        without the call; results just come out no later.
+        """
+        for adv in self._advance:
+            adv(stime)
+
+    # -- checkpoint/redo ------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        """Every operator's state, serialized now (later input does not change it)."""
+        return pickle.dumps([op.state() for op in self.operators], protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, data: bytes) -> None:
+        """Continue from a ``snapshot()``; undrained output (produced after it) is dropped.
+
+        With undo logs, the restored state becomes their base (a restart leaves no log).
+        """
+        for op, state in zip(self.operators, pickle.loads(data), strict=True):
+            op.set_state(state)
+        for buf in self.outputs.values():
+            buf.clear()
+        for lg in self.logs or ():
+            lg.restart()
+
+    # -- undo/redo --------------------------------------------------------------------------
+    def mark(self) -> None:
+        """Call right before the first tentative tuple: ``undo()`` comes back to this state."""
+        for lg in self._undo_logs():
+            lg.mark()
+
+    def undo(self) -> None:
+        """Every operator back to its state at ``mark()``, emitting nothing; the mark is used up.
+
+        Drain the tentative output first: undo leaves the buffers as they are.
+        """
+        for lg in self._undo_logs():
+            lg.undo()
+
+    def unmark(self) -> None:
+        """Forget the mark (no undo will come, e.g. after a restart)."""
+        for lg in self._undo_logs():
+            lg.unmark()
+
+    def _undo_logs(self) -> list[UndoLog]:
+        if self.logs is None:
+            raise RuntimeError("undo/redo needs a NodePipeline built with undo=True")
+        return self.logs
+
+
+def _port_push(op: Operator | UndoLog, port: int) -> Emit:
     push = op.push
     return lambda items: push(port, items)
 

@@ -6,6 +6,14 @@ consecutive tuples of one input, in arrival order.
 
 Operators are deterministic (the DPC assumption): the same input sequence always gives
 the same output sequence, so replicas agree and a replay reproduces the output.
+
+Besides ``push``, the DPC machinery needs from an operator (the defaults suit stateless ones):
+
+- ``advance(stime)``: a time promise (SUnion's stable frontier), so windows close and join
+  state expires without waiting for the next tuple, and the node can send a BOUNDARY;
+- ``state()``/``set_state()``: checkpoint/redo (the paper's pack/unpack state methods);
+- ``clear()``/``oldest_time(port)``: undo/redo, through ``services.operators.undo.UndoLog``
+  (the paper's clear() and findOldestTuple(stream_id)).
 """
 from __future__ import annotations
 
@@ -23,9 +31,39 @@ def _discard(items: list[Item]) -> None:
 class Operator:
     """Base of all operators. ``port`` is the input index (0 unless union/join)."""
 
+    stateful = False  # keeps state across batches: checkpointed, and logged for undo
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.emit: Emit = _discard
 
     def push(self, port: int, items: list[Item]) -> None:
         raise NotImplementedError
+
+    def advance(self, stime: int) -> None:
+        """Every future input tuple has stime >= ``stime``: settle what that decides already.
+
+        Must not change the output sequence, only make it come out earlier, and nothing
+        emitted after it may have a smaller stime (the node forwards ``stime`` as a BOUNDARY).
+        """
+
+    def state(self) -> object:
+        """Everything ``push`` and ``advance`` depend on, picklable (no callbacks, no compiled code).
+
+        May be the live objects: the caller serializes it before feeding more input.
+        """
+        return None
+
+    def set_state(self, state: object) -> None:
+        """Continue from a ``state()`` (the operator takes ownership of it)."""
+
+    def clear(self) -> None:
+        """Back to the empty state of a freshly built operator."""
+
+    def oldest_time(self, port: int) -> int | None:
+        """Stream marker: smallest stime of input ``port`` still contributing to the state.
+
+        Replaying the input from there onto a cleared operator rebuilds the state; None
+        when nothing from that input is held.
+        """
+        return None

@@ -1,8 +1,8 @@
 """Windowed equi-join of two streams: pairs with equal keys at most ``within`` ms apart.
 
 Symmetric hash join: each arriving tuple probes the other side's state, then is kept
-until the other side's time has moved past it by more than ``within`` (inputs are in
-time order per partition, so no later tuple could match it).
+until the other side's time (or an ``advance``) has moved past it by more than ``within``
+(inputs are in time order per partition, so no later tuple could match it).
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from services.operators.base import Item, Operator
 
 
 class WindowJoin(Operator):
+    stateful = True
+
     def __init__(
         self, name: str, left_key: str, right_key: str, time: str, within: int,
         fields: dict[str, str], left_fields: list[str], right_fields: list[str],
@@ -23,17 +25,40 @@ class WindowJoin(Operator):
         self.time, self.within = time, within
         body = ", ".join(f"{k!r}: ({v})" for k, v in fields.items())
         self.build = compile_expr("{" + body + "}", left=left_fields, right=right_fields)
+        self.clear()
+
+    def clear(self) -> None:
         # Per side: key -> deque of (time, stime, record), in arrival (= time) order.
-        self.state: tuple[dict[Any, deque], dict[Any, deque]] = ({}, {})
+        self.sides: tuple[dict[Any, deque], dict[Any, deque]] = ({}, {})
         # Per side: keys in arrival order, so expiry pops the oldest without scanning keys.
         self.order: tuple[deque, deque] = (deque(), deque())
+        # Per side: the time that side has reached; the other side is expired up to it - within.
         self.watermark: list[int | None] = [None, None]
+
+    def state(self) -> object:
+        return (self.sides, self.order, self.watermark)
+
+    def set_state(self, state: object) -> None:
+        self.sides, self.order, self.watermark = state  # type: ignore[misc]
+
+    def oldest_time(self, port: int) -> int | None:
+        """Stime of that side's oldest kept tuple (the head of its arrival order)."""
+        order = self.order[port]
+        return self.sides[port][order[0][1]][0][1] if order else None
+
+    def advance(self, stime: int) -> None:
+        """No tuple of either side can still match a kept tuple older than ``stime - within``: drop them."""
+        wm = self.watermark
+        for side in (0, 1):
+            if wm[side] is None or stime > wm[side]:  # type: ignore[operator]
+                wm[side] = stime
+                self._expire(1 - side, stime)
 
     def push(self, port: int, items: list[Item]) -> None:
         out: list[Item] = []
         other = 1 - port
         tf, kf, within, build = self.time, self.keys[port], self.within, self.build
-        mine, theirs, order = self.state[port], self.state[other], self.order[port]
+        mine, theirs, order = self.sides[port], self.sides[other], self.order[port]
         for rec, stime in items:
             t = rec[tf]
             k = rec[kf]
@@ -57,7 +82,7 @@ class WindowJoin(Operator):
     def _expire(self, side: int, other_time: int) -> None:
         """Drop tuples of ``side`` that no future tuple of the other side can match."""
         horizon = other_time - self.within
-        order, state = self.order[side], self.state[side]
+        order, state = self.order[side], self.sides[side]
         while order and order[0][0] < horizon:
             _, k = order.popleft()
             q = state[k]

@@ -9,6 +9,7 @@ from services.client.reader import StreamReader
 from services.core.admin import ensure_topics, TopicSpec
 from services.core.config import Settings
 from services.core.spec import Spec, parse_spec
+from services.core.tuples import TupleType
 from services.node.service import NodeService
 
 
@@ -41,12 +42,16 @@ def run_nodes_until_idle(spec: Spec, bootstrap: str, idle_s: float = 3.0) -> dic
 
 
 def read_stream(spec: Spec, stream: str, bootstrap: str, expect: int | None = None, timeout: float = 30) -> list:
-    """All tuples of a stream's replica-0 topic: ``expect`` of them, or whatever is there once it goes quiet."""
+    """The data tuples of a stream's replica-0 topic (control tuples left out): ``expect`` of them,
+    or whatever is there once it goes quiet."""
     r = StreamReader(spec, stream, bootstrap)
+    data = (TupleType.STABLE, TupleType.TENTATIVE)
     try:
         if expect is not None:
-            return r.read_until(lambda got: len(got) >= expect, timeout)
-        return list(r.follow(idle_timeout=3))
+            got = r.read_until(lambda got: sum(t.meta.type in data for t in got) >= expect, timeout)
+        else:
+            got = list(r.follow(idle_timeout=3))
+        return [t for t in got if t.meta.type in data]
     finally:
         r.close()
 
