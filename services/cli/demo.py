@@ -33,7 +33,7 @@ def _table(stats: dict[str, dict], counts: dict[str, int], produced: int, elapse
 
 def run_demo(seconds: float, rate: float) -> None:
     from services.client.reader import StreamReader
-    from services.client.source import SourceWriter, readings
+    from services.client.source import SourceWriter, pump, readings
     from services.deploy.local import Deployment, down, up
 
     spec = load_spec(DEMO_SPEC)
@@ -50,17 +50,10 @@ def run_demo(seconds: float, rate: float) -> None:
     done = threading.Event()
 
     def feed() -> None:
-        writer = SourceWriter(spec, "readings", dep.bootstrap)
-        t0 = time.monotonic()
-        start = int(time.time() * 1000)
-        for rec in readings(int(seconds * rate), sensors=6, start_ms=start, step_ms=max(1, int(1000 / rate))):
-            writer.send(rec)
-            produced[0] += 1
-            ahead = produced[0] / rate - (time.monotonic() - t0)
-            if ahead > 0:
-                writer.producer.poll(0)
-                time.sleep(ahead)
-        writer.flush()
+        # Live event time and periodic boundaries, so the nodes' SUnions can close buckets.
+        writer = SourceWriter(spec, "readings", dep.bootstrap, wall_clock=True)
+        pump(writer, readings(int(seconds * rate), sensors=6, wall_clock=True), rate,
+             progress=lambda n: produced.__setitem__(0, n))
         done.set()
 
     readers = {s: StreamReader(spec, s, dep.bootstrap) for s in ("hot_stats", "alerts")}

@@ -1,9 +1,18 @@
-"""Writing to an input stream, as a source does: key partitioning, dense ids, tuple time."""
+"""Writing to an input stream, as a source does: key partitioning, dense ids, tuple time, boundaries.
+
+A Borealis DPC source promises, with periodic BOUNDARY tuples, that no later tuple of a
+partition will have a smaller tuple time (stime). That promise is what lets a downstream
+SUnion tell a quiet input from a failed one, so a source sends boundaries even while it has
+no data. ``SourceWriter.hold()`` models a source that is cut off (the fault "stop-source"):
+tuples keep being generated but reach Kafka only when the source is ``release()``d, late.
+``pump()`` is the pacing loop of ``hastream produce``.
+"""
 from __future__ import annotations
 
 import random
+import signal
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from services.core.codec import codec_for
 from services.core.kafka import BatchProducer, next_tuple_id
@@ -12,53 +21,270 @@ from services.core.spec import Spec
 from services.core.tuples import TupleType, make_headers
 
 
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class SourceWriter:
-    """Produces records of one source stream with ``ht.*`` headers.
+    """Produces records of one source stream with ``ht.*`` headers, and BOUNDARY tuples.
 
     ``ht.id`` is dense per partition and continues across writer restarts; ``ht.stime``
     is the record's ``ts`` field (event time), or the wall clock if it has none.
+    ``wall_clock=True`` says the records' ``ts`` is the wall clock at generation (a live
+    source), so a boundary may promise "now" even when no tuple was sent for a while.
+
+    Not thread-safe; from a signal handler use ``request_hold``, which only sets a flag
+    that the next ``send``/``boundary``/``maybe_boundary`` applies.
     """
 
-    def __init__(self, spec: Spec, stream: str, bootstrap: str, linger_ms: int = 5) -> None:
+    def __init__(self, spec: Spec, stream: str, bootstrap: str, linger_ms: int = 5, wall_clock: bool = False) -> None:
         if stream not in spec.sources():
             raise ValueError(f"'{stream}' is not an input stream of the spec (inputs: {', '.join(spec.sources())})")
         sd = spec.streams[stream]
+        self.stream = stream
         self.topic, self.partitions, self.key = spec.topic(stream), sd.partitions, sd.key
         self.codec = codec_for(sd.schema)
         self.producer = BatchProducer(bootstrap, linger_ms=linger_ms)
         self.next_id = [next_tuple_id(bootstrap, self.topic, p) for p in range(self.partitions)]
-        self.sent = 0
+        self.sent = 0  # data tuples accepted by send() (produced or held)
+        self.boundaries = 0  # boundary rounds sent (one BOUNDARY per partition each)
+        self.wall_clock = wall_clock
+        self.max_stime: int | None = None  # largest stime of any data tuple sent
+        self.last_boundary: int | None = None  # stime of the last boundary: never goes back
+        self.late = 0  # data tuples whose stime was below an earlier boundary (a broken promise)
+        self.boundary_interval_s = spec.dpc.boundary_interval / 1000.0
+        self._last_boundary_at = float("-inf")
+        self._held: list[tuple] | None = None  # buffered (topic, value, key, partition, headers) while held
+        self._want_hold: bool | None = None
+        self.stop_requested = False  # set by SIGINT/SIGTERM (install_signal_handlers): pump ends
 
+    # -- data -----------------------------------------------------------------
     def send(self, rec: dict[str, Any], ttype: TupleType = TupleType.STABLE) -> None:
+        if self._want_hold is not None:
+            self._apply_request()
         key = key_bytes(rec[self.key]) if self.key else None
         p = partition_for(key, self.partitions) if key is not None else self.sent % self.partitions
         stime = rec.get("ts")
         if stime is None:
-            stime = int(time.time() * 1000)
+            stime = wall_ms()
+            self.wall_clock = True  # this writer stamps tuple time itself: "now" is a safe boundary
+        value = self.codec.encode(rec)  # before taking an id: a record that does not fit raises here
         tid = self.next_id[p]
         self.next_id[p] = tid + 1
-        self.producer.send(self.topic, self.codec.encode(rec), key, p, make_headers(ttype, tid, stime))
+        if self.max_stime is None or stime > self.max_stime:
+            self.max_stime = stime
+        if self.last_boundary is not None and stime < self.last_boundary:
+            self.late += 1
+        self._produce(value, key, p, make_headers(ttype, tid, stime))
         self.sent += 1
         if self.sent % 10000 == 0:
             self.producer.poll(0)
 
+    def _produce(self, value: bytes | None, key: bytes | None, p: int, headers: list) -> None:
+        if self._held is not None:
+            self._held.append((self.topic, value, key, p, headers))
+        else:
+            self.producer.send(self.topic, value, key, p, headers)
+
+    # -- boundaries -----------------------------------------------------------
+    def boundary(self, stime: int | None = None) -> int | None:
+        """Send a BOUNDARY to every partition: no later tuple will have a smaller stime.
+
+        ``stime`` defaults to the largest stime sent (the wall clock if the writer's tuple
+        time is the wall clock). Boundaries never go back in time. ``ht.id`` is the last id
+        sent on the partition (-1 if none). Returns the boundary's stime, or None when there
+        is nothing to promise yet (no tuple sent, no wall clock).
+        """
+        if self._want_hold is not None:
+            self._apply_request()
+        b = stime
+        if b is None:
+            b = self.max_stime
+            if self.wall_clock:
+                b = wall_ms() if b is None else max(b, wall_ms())
+        if b is None:
+            return None
+        if self.last_boundary is not None and b < self.last_boundary:
+            b = self.last_boundary
+        for p in range(self.partitions):
+            self._produce(None, None, p, make_headers(TupleType.BOUNDARY, self.next_id[p] - 1, b))
+        self.last_boundary = b
+        self.boundaries += 1
+        self._last_boundary_at = time.monotonic()
+        if self._held is None:
+            self.producer.poll(0)
+        return b
+
+    def maybe_boundary(self, now: float | None = None) -> int | None:
+        """Send a boundary if ``spec.dpc.boundary_interval`` passed since the last one.
+
+        ``now`` is ``time.monotonic()`` (read if not given); cheap enough to call per batch.
+        """
+        if self._want_hold is not None:
+            self._apply_request()
+        now = time.monotonic() if now is None else now
+        if now - self._last_boundary_at < self.boundary_interval_s:
+            return None
+        return self.boundary()
+
+    # -- stop-source fault ----------------------------------------------------
+    @property
+    def held(self) -> bool:
+        return self._held is not None
+
+    @property
+    def held_count(self) -> int:
+        """Messages (tuples and boundaries) waiting for ``release()``."""
+        return len(self._held) if self._held is not None else 0
+
+    @property
+    def held_or_pending(self) -> bool:
+        """Held, or asked to hold by a signal not applied yet."""
+        return self._want_hold if self._want_hold is not None else self._held is not None
+
+    def hold(self) -> None:
+        """Disconnect: keep accepting tuples but buffer them in memory instead of producing."""
+        if self._held is None:
+            self._held = []
+
+    def release(self) -> int:
+        """Reconnect: produce every buffered message in order; returns how many."""
+        held, self._held = self._held, None
+        for topic, value, key, p, headers in held or ():
+            self.producer.send(topic, value, key, p, headers)
+        self.producer.poll(0)
+        return len(held or ())
+
+    def request_hold(self, hold: bool) -> None:
+        """Signal-safe hold/release: applied by the next send, boundary or maybe_boundary call."""
+        self._want_hold = hold
+
+    def _apply_request(self) -> None:
+        want, self._want_hold = self._want_hold, None
+        if want:
+            self.hold()
+        elif want is not None:
+            self.release()
+
+    def install_signal_handlers(self, graceful_stop: bool = True) -> None:
+        """SIGUSR1 = hold, SIGUSR2 = release (what ``hastream fault stop-source`` sends).
+
+        With ``graceful_stop``, SIGINT/SIGTERM set ``stop_requested`` (``pump`` ends between
+        two tuples, sends the final boundary and everything held); a second one raises
+        KeyboardInterrupt. Interrupting ``send`` halfway could leave a hole in the ids.
+        """
+        signal.signal(signal.SIGUSR1, lambda *_: self.request_hold(True))
+        signal.signal(signal.SIGUSR2, lambda *_: self.request_hold(False))
+        if graceful_stop:
+            def stop(*_: object) -> None:
+                if self.stop_requested:
+                    raise KeyboardInterrupt
+                self.stop_requested = True
+
+            signal.signal(signal.SIGINT, stop)
+            signal.signal(signal.SIGTERM, stop)
+
     def flush(self) -> None:
+        """Wait until every produced message is acknowledged (held ones stay held)."""
+        if self._want_hold is not None:
+            self._apply_request()
         self.producer.flush()
 
 
+def pump(
+    writer: SourceWriter,
+    records: Iterable[dict[str, Any]],
+    rate: float = 0,
+    progress: Callable[[int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    on_record_error: Callable[[int, Exception], None] | None = None,
+    wait_release: bool = True,
+    on_wait: Callable[[int], None] | None = None,
+) -> int:
+    """Send ``records`` at ``rate`` per second (0: as fast as possible) with periodic boundaries.
+
+    Boundaries go out every ``boundary_interval``, also while waiting for the rate (not
+    while blocked inside ``records``, e.g. on stdin), plus a final one at the end, also
+    when stopped early. If the writer is held at the end and ``wait_release``, it waits
+    (``on_wait(buffered)`` is called once) until released, or until ``stop()``, Ctrl-C or
+    ``writer.stop_requested``, which release: no tuple is left unsent. ``stop()`` is
+    checked between records. Returns the number of records sent.
+    """
+    t0 = time.monotonic()
+    n = 0
+    tick = max(0.01, writer.boundary_interval_s)
+
+    def stopped() -> bool:
+        return writer.stop_requested or (stop is not None and stop())
+
+    try:
+        try:
+            for rec in records:
+                try:
+                    writer.send(rec)
+                except (ValueError, TypeError, KeyError) as e:
+                    if on_record_error is None:
+                        raise
+                    on_record_error(n + 1, e)
+                    continue
+                n += 1
+                if progress is not None and n % 100 == 0:
+                    progress(n)
+                writer.maybe_boundary()
+                if rate > 0:
+                    while True:
+                        ahead = n / rate - (time.monotonic() - t0)
+                        if ahead <= 0 or writer.stop_requested:
+                            break
+                        writer.producer.poll(0)
+                        time.sleep(min(ahead, tick))
+                        writer.maybe_boundary()
+                if stopped():
+                    break
+        except KeyboardInterrupt:
+            writer.stop_requested = True  # interrupted: end now, but cleanly
+        if progress is not None:
+            progress(n)
+        writer.boundary()  # the final promise: nothing older will follow
+        if wait_release and writer.held_or_pending and not stopped():
+            if on_wait is not None:
+                on_wait(writer.held_count)
+            try:
+                while writer.held_or_pending and not stopped():
+                    time.sleep(tick)
+                    writer.maybe_boundary()
+            except KeyboardInterrupt:
+                pass
+    finally:
+        writer.flush()
+        if writer.held:
+            writer.release()  # never leave tuples unsent: they arrive late instead
+            writer.flush()
+    return n
+
+
 def readings(
-    n: int | None = None, sensors: int = 10, start_ms: int = 1_700_000_000_000, step_ms: int = 10, seed: int = 7
+    n: int | None = None, sensors: int = 10, start_ms: int = 1_700_000_000_000, step_ms: int = 10, seed: int = 7,
+    wall_clock: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """The demo/benchmark workload: sensors reporting temperatures, event time advancing by ``step_ms``.
 
-    Values are whole numbers (as doubles) so sums are exact in any order.
+    Values are whole numbers (as doubles) so sums are exact in any order. With
+    ``wall_clock=True`` a record's ``ts`` is the wall clock when it is generated (never
+    going back), for live deployments whose boundaries track real time; otherwise the
+    workload is fully deterministic (``start_ms + i * step_ms``), for tests and benchmarks.
     """
     rng = random.Random(seed)
     level = {f"s{i}": float(rng.randint(10, 40)) for i in range(sensors)}
     names = list(level)
     i = 0
+    last_ts = 0
     while n is None or i < n:
         s = names[i % sensors] if sensors <= 1 else rng.choice(names)
         level[s] = float(min(120, max(-20, level[s] + rng.randint(-3, 3))))
-        yield {"sensor": s, "ts": start_ms + i * step_ms, "value": level[s], "seq": i}
+        if wall_clock:
+            last_ts = ts = max(last_ts, wall_ms())
+        else:
+            ts = start_ms + i * step_ms
+        yield {"sensor": s, "ts": ts, "value": level[s], "seq": i}
         i += 1

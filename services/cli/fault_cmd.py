@@ -1,0 +1,111 @@
+"""``hastream fault``: inject the faults DPC must survive into a running local deployment.
+
+kill -9, pause (SIGSTOP) / resume (SIGCONT) and restart a service by role, and stop a
+source for a while so its tuples arrive late. The work is in ``services.deploy.faults``,
+which tests and experiment harnesses call directly.
+"""
+from __future__ import annotations
+
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from services.cli.common import fail, out
+
+fault_app = typer.Typer(
+    name="fault", no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Inject faults into a running local deployment (kill, pause, restart services; stop a source).",
+)
+
+RoleArg = Annotated[str, typer.Argument(help="Service role, as 'hastream status' lists it (e.g. stats.r0.p0).")]
+StreamArg = Annotated[str, typer.Argument(help="Input stream whose 'hastream produce' process to act on.")]
+DeploymentOpt = Annotated[Optional[str], typer.Option("--deployment", "-d", help="Deployment name (default: the only or most recent one).")]
+
+
+def _dep(name: str | None):
+    from services.deploy.faults import FaultError, deployment
+
+    try:
+        return deployment(name)
+    except (LookupError, FaultError) as e:
+        raise fail(str(e))
+
+
+def _do(fn, *args):
+    from services.deploy.faults import FaultError
+
+    try:
+        return fn(*args)
+    except (FaultError, LookupError, ProcessLookupError, PermissionError) as e:
+        raise fail(str(e))
+
+
+@fault_app.command()
+def kill(role: RoleArg, deployment: DeploymentOpt = None) -> None:
+    """kill -9 a service: no flush, no commit, no goodbye."""
+    from services.deploy import faults
+
+    p = _do(faults.kill, _dep(deployment), role)
+    out.print(f"killed {role} (pid {p.pid}) with SIGKILL")
+
+
+@fault_app.command()
+def pause(role: RoleArg, deployment: DeploymentOpt = None) -> None:
+    """SIGSTOP a service: it hangs (no heartbeats, no output) until resumed."""
+    from services.deploy import faults
+
+    p = _do(faults.pause, _dep(deployment), role)
+    out.print(f"paused {role} (pid {p.pid}); continue it with: hastream fault resume {role}")
+
+
+@fault_app.command()
+def resume(role: RoleArg, deployment: DeploymentOpt = None) -> None:
+    """SIGCONT a paused service."""
+    from services.deploy import faults
+
+    p = _do(faults.resume, _dep(deployment), role)
+    out.print(f"resumed {role} (pid {p.pid})")
+
+
+@fault_app.command()
+def restart(role: RoleArg, deployment: DeploymentOpt = None) -> None:
+    """Start a service again with its recorded command line and log (kill -9 first if it still runs)."""
+    from services.deploy import faults
+
+    p = _do(faults.restart, _dep(deployment), role)
+    out.print(f"restarted {role}: pid {p.pid}, log {p.log}")
+
+
+@fault_app.command("stop-source")
+def stop_source(
+    stream: StreamArg,
+    seconds: Annotated[Optional[float], typer.Option("--for", min=0, help="Resume the source after this many seconds (default: stay stopped).")] = None,
+    deployment: DeploymentOpt = None,
+) -> None:
+    """Stop an input stream: its producer buffers tuples, which arrive late when it resumes."""
+    from services.deploy import faults
+
+    dep = _dep(deployment)
+    pid = _do(faults.hold_source, dep, stream)
+    if seconds is None:
+        out.print(f"stopped source '{stream}' (pid {pid}); resume it with: hastream fault resume-source {stream}")
+        return
+    out.print(f"stopped source '{stream}' (pid {pid}) for {seconds:g}s")
+    try:
+        time.sleep(seconds)
+    finally:  # Ctrl-C resumes early rather than leave the source stopped
+        try:
+            faults.release_source(dep, stream)
+        except faults.FaultError as e:
+            raise fail(f"could not resume source '{stream}': {e}")
+    out.print(f"resumed source '{stream}'")
+
+
+@fault_app.command("resume-source")
+def resume_source(stream: StreamArg, deployment: DeploymentOpt = None) -> None:
+    """Resume a stopped input stream: its producer sends what it buffered, in order."""
+    from services.deploy import faults
+
+    pid = _do(faults.release_source, _dep(deployment), stream)
+    out.print(f"resumed source '{stream}' (pid {pid})")

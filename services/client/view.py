@@ -1,0 +1,316 @@
+"""A client's view of a stream under DPC: the best replica, stable results, tentative ones, corrections.
+
+A node's output exists once per replica (``<stream>.r<k>``) and may hold TENTATIVE tuples
+that a later UNDO voids and stable corrections replace. A client that wants the stream's
+eventual result must follow one replica at a time, switch when it fails (continuing in
+the other replica's log right after its last stable tuple), drop stable duplicates by id
+and apply UNDOs. ``StreamView`` does that on Kafka; ``PartitionView`` is the Kafka-free core
+that applies one partition's messages, so the contract is testable without a broker.
+
+Contract (per partition): STABLE ids are dense (0, 1, ...) and the same on every replica;
+TENTATIVE ids continue after the last stable id; UNDO(L) voids every tentative tuple (L is
+the last stable id not undone) and the stable corrections L+1, ... follow; REC_DONE(L) ends
+a reconciliation; BOUNDARY(stime B) promises no later tuple has stime < B; a stable tuple
+with an id at or below the last stable id is a duplicate (after a restart or a switch).
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+
+from services.core.codec import codec_for
+from services.core.control import NodeState, ReplicaMonitor
+from services.core.kafka import RDKAFKA_LOG
+from services.core.replicas import choose_replica, offset_after_stable
+from services.core.spec import Spec
+from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, TupleType
+
+log = logging.getLogger(__name__)
+
+STABLE, TENTATIVE, UNDO, REC_DONE, BOUNDARY = (
+    TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY)
+_TYPE_OF: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
+EVENT_KINDS = ("stable", "tentative", "undo", "rec_done")
+
+
+@dataclass(slots=True)
+class ViewEvent:
+    """What a client sees, in arrival order.
+
+    ``stable``/``tentative``: a data tuple (``record`` decoded). ``undo``: every tentative
+    tuple of the partition with an id above ``id`` is void (corrections follow).
+    ``rec_done``: the replica finished reconciling at stable id ``id``. ``replica`` is the
+    replica whose log the event came from; ``offset`` its Kafka offset (-1 if none).
+    """
+
+    kind: str
+    partition: int
+    id: int
+    stime: int
+    record: dict[str, Any] | None = None
+    replica: int = 0
+    offset: int = -1
+
+
+class PartitionView:
+    """One partition of a stream as a client sees it: applies messages, keeps stable and tentative.
+
+    ``stable`` holds the stable records in id order without duplicates (unless
+    ``keep_stable=False``, for a long-running tail); ``tentative`` the events of the current
+    tentative suffix. ``decode`` turns a payload into a record; it is only called for data
+    tuples that are kept. With ``tentative=False`` tentative tuples are ignored entirely.
+    """
+
+    def __init__(self, partition: int = 0, decode: Callable[[bytes], Any] | None = None,
+                 keep_stable: bool = True, tentative: bool = True) -> None:
+        self.partition = partition
+        self.decode = decode
+        self.keep_stable = keep_stable
+        self.track_tentative = tentative
+        self.replica = 0
+        self.last_stable = -1  # id of the last stable tuple applied
+        self.started = False  # some stable tuple was applied
+        self.stable: list[Any] = []
+        self.tentative: list[ViewEvent] = []
+        self.boundary: int | None = None  # highest BOUNDARY stime seen
+        self.rec_done: int | None = None  # id of the last REC_DONE applied
+        self.duplicates = 0  # stable tuples dropped by id
+        self.gaps = 0  # stable ids skipped (never seen): a trimmed log, or a broken writer
+        self.undone = 0  # tentative tuples voided
+        self.bad = 0  # payloads that did not decode
+
+    def _decode(self, payload: Any) -> tuple[bool, Any]:
+        if self.decode is None:
+            return True, payload
+        try:
+            return True, self.decode(payload)
+        except Exception:  # noqa: BLE001 - a bad payload is counted and skipped, never fatal
+            self.bad += 1
+            return False, None
+
+    def _void_after(self, last: int, out: list[ViewEvent], replica: int, stime: int = 0) -> None:
+        """Drop held tentative tuples with ids above ``last`` and say so."""
+        keep = [e for e in self.tentative if e.id <= last]
+        self.undone += len(self.tentative) - len(keep)
+        self.tentative = keep
+        out.append(ViewEvent("undo", self.partition, last, stime, None, replica))
+
+    def apply(self, ttype: TupleType, tid: int, stime: int, payload: Any, out: list[ViewEvent],
+              replica: int | None = None, offset: int = -1) -> None:
+        """Apply one message; append the resulting events (if any) to ``out``."""
+        r = self.replica if replica is None else replica
+        if ttype is STABLE:
+            if tid <= self.last_stable:
+                self.duplicates += 1
+                return
+            ok, rec = self._decode(payload)
+            if not ok:
+                return
+            if self.tentative:  # a stable tuple without an UNDO first: the tentative suffix is stale
+                self._void_after(self.last_stable, out, r, stime)
+                self.tentative = []
+            if self.started and tid > self.last_stable + 1:
+                self.gaps += tid - self.last_stable - 1
+            self.last_stable, self.started = tid, True
+            if self.keep_stable:
+                self.stable.append(rec)
+            out.append(ViewEvent("stable", self.partition, tid, stime, rec, r, offset))
+        elif ttype is TENTATIVE:
+            if not self.track_tentative or tid <= self.last_stable:
+                return  # already replaced by stable tuples
+            if self.tentative and tid <= self.tentative[-1].id:
+                self._void_after(tid - 1, out, r, stime)  # the writer restarted its tentative run
+            ok, rec = self._decode(payload)
+            if not ok:
+                return
+            ev = ViewEvent("tentative", self.partition, tid, stime, rec, r, offset)
+            self.tentative.append(ev)
+            out.append(ev)
+        elif ttype is UNDO:
+            if self.tentative:
+                self.undone += len(self.tentative)
+                self.tentative = []
+            elif self.started and tid < self.last_stable:
+                return  # an old reconciliation replayed after a switch: nothing to say
+            if self.track_tentative:
+                out.append(ViewEvent("undo", self.partition, tid, stime, None, r, offset))
+        elif ttype is REC_DONE:
+            if self.started and tid < self.last_stable:
+                return  # replayed
+            self.rec_done = tid
+            out.append(ViewEvent("rec_done", self.partition, tid, stime, None, r, offset))
+        elif ttype is BOUNDARY:
+            if self.boundary is None or stime > self.boundary:
+                self.boundary = stime
+
+    def switch(self, replica: int, out: list[ViewEvent]) -> None:
+        """Now reading ``replica``: held tentative tuples will be corrected there, so void them."""
+        if self.tentative:
+            self._void_after(self.last_stable, out, replica)
+            self.tentative = []
+        self.replica = replica
+
+
+class StreamView:
+    """Reads a stream following the best replica per partition, applying the DPC contract.
+
+    For a node output with several replicas, a ``ReplicaMonitor`` (given, or started on the
+    spec's heartbeat topic) tells each replica's state; ``choose_replica`` picks the one to
+    read and a switch continues in the new replica's topic right after the last stable id.
+    A source stream (one topic) is read as is. ``poll()`` returns ``ViewEvent``s in arrival
+    order (only "stable" ones with ``stable_only``).
+    """
+
+    def __init__(self, spec: Spec, stream: str, bootstrap: str, stable_only: bool = False, from_beginning: bool = True,
+                 monitor: ReplicaMonitor | None = None, keep_stable: bool = True,
+                 startup_wait: float | None = None, check_interval: float = 0.05) -> None:
+        if stream not in spec.streams:
+            raise ValueError(f"no stream '{stream}' in spec (streams: {', '.join(spec.streams)})")
+        topics = spec.stream_topics(stream)
+        if not topics:
+            raise ValueError(f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka")
+        self.spec, self.stream, self.bootstrap = spec, stream, bootstrap
+        self.topics = topics
+        self.stable_only, self.from_beginning = stable_only, from_beginning
+        self.partitions = spec.streams[stream].partitions
+        producer = spec.node_producing(stream)
+        self.node = producer.name if producer is not None else None
+        decode = codec_for(spec.streams[stream].schema).decode
+        self.views = [PartitionView(p, decode, keep_stable, tentative=not stable_only) for p in range(self.partitions)]
+        self.switches: list[tuple[int, int, int, int]] = []  # (partition, from replica, to replica, offset)
+        self.bad = 0  # messages with missing or malformed headers
+        self.check_interval = check_interval
+        self._next_check = 0.0
+        self._pending: list[ViewEvent] = []  # events made by a switch, returned by the next poll
+        self.monitor, self._own_monitor = monitor, False
+        if len(topics) > 1 and monitor is None:
+            try:
+                self.monitor = ReplicaMonitor(bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000.0)
+                self._own_monitor = True
+            except KafkaException as e:  # no heartbeat topic: read replica 0 only
+                log.warning("no replica monitor (%s): reading replica 0 of '%s' only", e, stream)
+        if self.monitor is not None and len(topics) > 1:
+            wait = startup_wait if startup_wait is not None else 0.3 + 3 * spec.dpc.heartbeat_interval / 1000.0
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and not any(st.node == self.node for st in self.monitor.snapshot()):
+                time.sleep(0.02)
+        self.current = [self._choose(p, None) for p in range(self.partitions)]
+        for p, v in enumerate(self.views):
+            v.replica = self.current[p]
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": f"hastream.view.{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "enable.partition.eof": False, "logger": RDKAFKA_LOG,
+            "fetch.wait.max.ms": 50,
+        })
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        self.consumer.assign([TopicPartition(self.topics[self.current[p]], p, start) for p in range(self.partitions)])
+
+    # -- replica choice -------------------------------------------------------
+    def states(self, partition: int) -> list[NodeState]:
+        """Each replica's state for ``partition`` (FAILED if silent or never seen)."""
+        if self.monitor is None or self.node is None:
+            return [NodeState.STABLE] * len(self.topics)
+        return [self.monitor.state(self.node, partition, r) for r in range(len(self.topics))]
+
+    def _choose(self, partition: int, current: int | None) -> int:
+        if len(self.topics) == 1:
+            return 0
+        return choose_replica(self.states(partition), current)
+
+    def check_replicas(self) -> None:
+        """Switch every partition whose replica is no longer the best (called by ``poll``)."""
+        if len(self.topics) == 1 or self.monitor is None:
+            return
+        for p in range(self.partitions):
+            cur = self.current[p]
+            best = self._choose(p, cur)
+            if best != cur:
+                self.switch(p, best)
+
+    def switch(self, partition: int, replica: int) -> int:
+        """Read ``partition`` from ``replica`` from now on, right after the last stable tuple; returns the offset."""
+        v = self.views[partition]
+        old, new_topic = self.current[partition], self.topics[replica]
+        if v.started or self.from_beginning:
+            offset = offset_after_stable(self.bootstrap, new_topic, partition, v.last_stable)
+        else:
+            offset = OFFSET_END  # nothing read yet and only new tuples wanted
+        self.consumer.incremental_unassign([TopicPartition(self.topics[old], partition)])
+        self.consumer.incremental_assign([TopicPartition(new_topic, partition, offset)])
+        self.current[partition] = replica
+        v.switch(replica, self._pending)
+        self.switches.append((partition, old, replica, offset))
+        log.info("%s p%d: switched from replica %d to %d at offset %d", self.stream, partition, old, replica, offset)
+        return offset
+
+    # -- reading --------------------------------------------------------------
+    def poll(self, timeout: float = 0.2, max_messages: int = 500) -> list[ViewEvent]:
+        """Events of the messages that arrived, in arrival order (switching replica first if due)."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + self.check_interval
+            self.check_replicas()
+        out, self._pending = self._pending, []
+        topics, current, views = self.topics, self.current, self.views
+        for m in self.consumer.consume(max_messages, timeout):
+            if m.error() is not None:
+                continue
+            p = m.partition()
+            r = current[p]
+            if m.topic() != topics[r]:
+                continue  # fetched from a replica this partition has left
+            try:
+                hd = dict(m.headers())  # type: ignore[arg-type]
+                ttype = _TYPE_OF[hd[H_TYPE]]
+                tid, stime = int(hd[H_ID]), int(hd[H_STIME])
+            except (KeyError, TypeError, ValueError):
+                self.bad += 1
+                continue
+            views[p].apply(ttype, tid, stime, m.value(), out, r, m.offset())
+        if self.stable_only:
+            out = [e for e in out if e.kind == "stable"]
+        return out
+
+    def follow(self, idle_timeout: float | None = None) -> Iterator[ViewEvent]:
+        """Events as they arrive; stops after ``idle_timeout`` seconds without any."""
+        last = time.monotonic()
+        while True:
+            batch = self.poll()
+            if batch:
+                last = time.monotonic()
+                yield from batch
+            elif idle_timeout is not None and time.monotonic() - last > idle_timeout:
+                return
+
+    def read_until(self, predicate: Callable[["StreamView"], bool], timeout: float = 60.0) -> list[ViewEvent]:
+        """Poll until ``predicate(self)`` holds or ``timeout`` passes; returns the events seen."""
+        got: list[ViewEvent] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got.extend(self.poll(timeout=0.1))
+            if predicate(self):
+                break
+        return got
+
+    # -- results --------------------------------------------------------------
+    def stable(self, partition: int) -> list[Any]:
+        return self.views[partition].stable
+
+    def tentative(self, partition: int) -> list[Any]:
+        return [e.record for e in self.views[partition].tentative]
+
+    def close(self) -> None:
+        self.consumer.close()
+        if self._own_monitor and self.monitor is not None:
+            self.monitor.close()
+
+    def __enter__(self) -> "StreamView":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -1,0 +1,165 @@
+"""PartitionView applies the DPC tuple contract: duplicates dropped by id, UNDO voids tentatives, stable survives."""
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.client.source import readings
+from services.client.view import PartitionView, ViewEvent
+from services.core.tuples import TupleType
+
+S, T, U, R, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY
+
+
+def stable(i: int) -> tuple:
+    return (S, i, 10 * i, {"i": i})
+
+
+def run(view: PartitionView, msgs: list[tuple]) -> list[ViewEvent]:
+    out: list[ViewEvent] = []
+    for ttype, tid, stime, payload in msgs:
+        view.apply(ttype, tid, stime, payload, out)
+    return out
+
+
+def replay(events: list[ViewEvent]) -> tuple[list[Any], list[Any]]:
+    """What a client that only sees the events ends up with: (stable, tentative) records."""
+    st_, tent = [], []
+    for e in events:
+        if e.kind == "stable":
+            st_.append(e.record)
+        elif e.kind == "tentative":
+            tent.append(e)
+        elif e.kind == "undo":
+            tent = [t for t in tent if t.id <= e.id]
+    return st_, [t.record for t in tent]
+
+
+@st.composite
+def arrivals(draw: Any) -> tuple[int, list[tuple]]:
+    """A stable sequence 0..n-1 interleaved with tentative runs (each then UNDO(L), then the
+    stable corrections), duplicate stable tuples, boundaries and REC_DONEs."""
+    n = draw(st.integers(0, 40))
+    msgs: list[tuple] = []
+    nxt = 0  # next stable id to send
+    while nxt < n:
+        kind = draw(st.sampled_from(["stable", "stable", "run", "dup", "boundary"]))
+        if kind == "stable":
+            msgs.append(stable(nxt))
+            nxt += 1
+        elif kind == "dup" and nxt > 0:
+            msgs.append(stable(draw(st.integers(0, nxt - 1))))
+        elif kind == "boundary":
+            msgs.append((B, nxt - 1, 10 * nxt, None))
+        elif kind == "run":
+            last = nxt - 1
+            for k in range(draw(st.integers(1, 5))):
+                msgs.append((T, last + 1 + k, 10 * (last + 1 + k), {"t": last + 1 + k}))
+                if nxt > 0 and draw(st.booleans()):
+                    msgs.append(stable(draw(st.integers(0, nxt - 1))))
+            msgs.append((U, last, 10 * last, None))
+            fix = draw(st.integers(0, n - nxt))
+            for _ in range(fix):  # the corrections
+                msgs.append(stable(nxt))
+                nxt += 1
+            if draw(st.booleans()):
+                msgs.append((R, nxt - 1, 10 * nxt, None))
+    return n, msgs
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals())
+def test_any_interleaving_yields_exactly_the_stable_sequence(case: tuple[int, list[tuple]]) -> None:
+    n, msgs = case
+    view = PartitionView(0)
+    events = run(view, msgs)
+    want = [{"i": i} for i in range(n)]
+    assert view.stable == want
+    assert view.tentative == []
+    assert view.last_stable == n - 1 and view.gaps == 0
+    assert [e.id for e in events if e.kind == "stable"] == list(range(n))
+    assert replay(events) == (want, [])
+
+
+def test_undo_voids_tentatives_and_corrections_follow() -> None:
+    view = PartitionView(3)
+    events = run(view, [stable(0), stable(1), (T, 2, 20, "t2"), (T, 3, 30, "t3")])
+    assert [e.kind for e in events] == ["stable", "stable", "tentative", "tentative"]
+    assert [e.record for e in view.tentative] == ["t2", "t3"]
+    events = run(view, [(U, 1, 10, None), stable(2), (R, 2, 20, None), stable(3)])
+    assert [(e.kind, e.id) for e in events] == [("undo", 1), ("stable", 2), ("rec_done", 2), ("stable", 3)]
+    assert all(e.partition == 3 for e in events)
+    assert view.stable == [{"i": i} for i in range(4)] and view.tentative == [] and view.undone == 2
+    assert view.rec_done == 2
+
+
+def test_duplicates_and_stale_control_tuples_after_a_switch_are_dropped() -> None:
+    view = PartitionView(0)
+    run(view, [stable(i) for i in range(5)] + [(T, 5, 50, "t5")])
+    out: list[ViewEvent] = []
+    view.switch(1, out)  # the held tentative will be corrected in the other replica
+    assert [(e.kind, e.id, e.replica) for e in out] == [("undo", 4, 1)]
+    assert view.tentative == [] and view.replica == 1
+    # The new replica's log right after stable 3: its own old reconciliation and duplicates.
+    events = run(view, [(U, 2, 20, None), stable(3), stable(4), (R, 3, 30, None), (T, 4, 40, "old"), stable(5)])
+    assert [(e.kind, e.id) for e in events] == [("stable", 5)]
+    assert events[0].replica == 1
+    assert view.duplicates == 2 and view.stable == [{"i": i} for i in range(6)]
+
+
+def test_stable_without_undo_voids_the_stale_tentative_suffix() -> None:
+    view = PartitionView(0)
+    events = run(view, [stable(0), (T, 1, 10, "t1"), stable(1)])
+    assert [(e.kind, e.id) for e in events] == [("stable", 0), ("tentative", 1), ("undo", 0), ("stable", 1)]
+    assert replay(events) == ([{"i": 0}, {"i": 1}], [])
+
+
+def test_restarted_tentative_run_voids_the_overlap() -> None:
+    view = PartitionView(0)
+    events = run(view, [stable(0), (T, 1, 10, "a1"), (T, 2, 20, "a2"), (T, 2, 20, "b2")])
+    assert [(e.kind, e.id) for e in events][-2:] == [("undo", 1), ("tentative", 2)]
+    assert [e.record for e in view.tentative] == ["a1", "b2"]
+    assert replay(events) == ([{"i": 0}], ["a1", "b2"])
+
+
+def test_boundaries_are_tracked_without_events_and_gaps_are_counted() -> None:
+    view = PartitionView(0)
+    events = run(view, [(B, -1, 5, None), stable(0), (B, 0, 40, None), (B, 0, 30, None), stable(3)])
+    assert [e.kind for e in events] == ["stable", "stable"]
+    assert view.boundary == 40 and view.gaps == 2
+
+
+def test_decode_only_kept_data_tuples_and_bad_payloads_are_skipped() -> None:
+    calls: list[Any] = []
+
+    def decode(b: Any) -> Any:
+        calls.append(b)
+        if b == "bad":
+            raise ValueError("not avro")
+        return {"v": b}
+
+    view = PartitionView(0, decode)
+    run(view, [stable(0), stable(0), (B, 0, 1, None), (U, 0, 0, None), (R, 0, 0, None), (S, 1, 1, "bad"), (S, 1, 1, "x")])
+    assert len(calls) == 3 and view.bad == 1
+    assert view.stable == [{"v": {"i": 0}}, {"v": "x"}]
+
+
+def test_without_tentative_tracking_only_stable_and_rec_done() -> None:
+    view = PartitionView(0, tentative=False, keep_stable=False)
+    events = run(view, [stable(0), (T, 1, 10, "t"), (U, 0, 0, None), stable(1), (R, 1, 10, None)])
+    assert [e.kind for e in events] == ["stable", "stable", "rec_done"]
+    assert view.stable == [] and view.last_stable == 1
+
+
+def test_readings_wall_clock_mode_tracks_now_and_default_stays_deterministic() -> None:
+    import time
+
+    assert list(readings(5, seed=3)) == list(readings(5, seed=3))
+    before = int(time.time() * 1000)
+    recs = list(readings(50, wall_clock=True))
+    after = int(time.time() * 1000)
+    ts = [r["ts"] for r in recs]
+    assert ts == sorted(ts) and before <= ts[0] and ts[-1] <= after
+    assert [r["sensor"] for r in recs] == [r["sensor"] for r in readings(50)]
