@@ -11,6 +11,16 @@ by ``SourceWriter``) from one input topic to an output topic:
   demo's ingest node, so it writes as many tuples as the bare loop;
 * ``window``: a ``NodeService`` running a keyed sliding-window aggregate.
 
+The nodes run the full Borealis DPC machinery of a failure-free deployment (one replica): input
+SUnion, SOutput numbering, heartbeat and monitor threads, a persisted checkpoint every
+``dpc.checkpoint_interval``. As a DPC source must, the input carries BOUNDARY tuples: one every
+``dpc.boundary_interval`` of wall clock while it is written (``SourceWriter.maybe_boundary``) and a
+final one at stime 2**62, so SUnion releases every bucket as STABLE. The bare loop copies the
+boundaries like any message; a node consumes them and writes its own. Each run checks its
+output topic: a node's results are its STABLE data tuples only (BOUNDARY is control), their ids
+must be dense from 0, and any TENTATIVE, UNDO or REC_DONE tuple fails the benchmark (it would
+mean boundaries were missing and SUnion timed out). A dead-lettered input fails it too.
+
 Each processor runs in its own process (``--worker``, not part of the public interface), so the
 harness's own work (pacing, progress) never competes with it for the GIL. The bare loop uses the
 raw clients of ``BatchConsumer``/``BatchProducer`` (so exactly the nodes' client settings, whatever
@@ -21,16 +31,22 @@ Definitions (also written to the JSON file):
 
 * Every topic the benchmark creates uses ``message.timestamp.type=LogAppendTime``, so every
   timestamp below comes from the broker's clock when it appended the message.
-* Throughput (phase 1, pre-loaded input): input tuples consumed / seconds from the moment the
+* Throughput (phase 1, pre-loaded input): input data tuples / seconds from the moment the
   processor received its first batch to the end of its last batch (the later of its own stamp
   after producing the last batch and the append time of its last output message, which covers
   the final flush). Processor start-up is excluded; it is the median over ``--repeat`` runs.
+  CPU per tuple is the worker process's CPU time (all its threads) per input data tuple.
 * Latency (phase 2, input produced at a fixed ``--rate`` while the processor runs): per output
-  message, its append time minus the append time of the input tuple it came from. For the bare
-  loop and the filter+map node that is the input with the same ``seq`` field; for the window node
-  it is the input tuple that closed the window (the first one, in log order, whose event time is
-  >= the window end; event time is the wall clock at generation, so windows close in real time).
-  Tuples produced in the first second are a warm-up and not counted.
+  data tuple, its append time minus the append time of the input tuple it came from. For the
+  bare loop and the filter+map node that is the input with the same ``seq`` field; for the window
+  node it is the input tuple that closed the window (the first one, in log order, whose event
+  time is >= the window end; event time is the wall clock at generation, so windows close in real
+  time). Inputs of the first second (warm-up) and after the source's last periodic boundary
+  (released early by the final one) are not counted. A node holds each tuple until a boundary
+  passes the end of its SUnion bucket, so its latency includes up to ``dpc.bucket`` plus
+  ``dpc.boundary_interval``: DPC's price for replica-consistent order.
+* DPC cost (phase 3, in process, no Kafka): CPU per tuple of SUnion and SOutput beside the
+  operators themselves (``bench/dpc_cost.py``).
 
 Results go to ``bench/results/throughput.json`` (figures plus machine info).
 """
@@ -54,7 +70,8 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -69,6 +86,8 @@ from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.core.paths import REPO_ROOT
 from services.core.spec import Spec, parse_spec
+from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, TupleType
+from services.node.checkpoint import TOPIC_CONFIG as CHECKPOINT_TOPIC_CONFIG
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
 PLOT = REPO_ROOT / "docs" / "throughput.png"
@@ -80,6 +99,9 @@ WINDOW_SIZE_MS, WINDOW_SLIDE_MS = 2000, 500
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 PROCESSORS = ("bare", "filter+map", "window")
 LATENCY_PROCESSORS = ("bare", "filter+map", "window")
+FINAL_BOUNDARY = 2**62  # the sources' last BOUNDARY: nothing more will come, every bucket is complete
+_BOUNDARY_B, _FINAL_B = TYPE_BYTES[TupleType.BOUNDARY], b"%d" % FINAL_BOUNDARY
+NOT_RESULTS = ("TENTATIVE", "UNDO", "REC_DONE")  # must never appear in a failure-free node's output
 
 console = Console(stderr=True, highlight=False)  # progress and status
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # the figures
@@ -158,8 +180,21 @@ def _job(processor: str, tag: str, source: str, bootstrap: str, stop_after: int,
 
 
 def _topics_of(job: Job, spec: Spec | None) -> list[TopicSpec]:
-    names = [(job.in_topic, 1), (job.out_topic, 1)] if spec is None else spec.all_topics()
-    return [TopicSpec(t, p, 1, dict(TOPIC_CONFIG)) for t, p in names]
+    """What ``services.deploy.local.provision`` creates for the spec (its heartbeat, control,
+    dead-letter and checkpoint topics too), all with broker append times."""
+    if spec is None:
+        return [TopicSpec(t, 1, 1, dict(TOPIC_CONFIG)) for t in (job.in_topic, job.out_topic)]
+    ckpt = {t for t, _ in spec.checkpoint_topics()}
+    return [TopicSpec(t, p, 1, {**TOPIC_CONFIG, **(CHECKPOINT_TOPIC_CONFIG if t in ckpt else {})})
+            for t, p in spec.all_topics()]
+
+
+def _is_final(headers: list | None) -> bool:
+    """The message is the source's final BOUNDARY (stime 2**62)."""
+    if not headers:
+        return False
+    h = dict(headers)
+    return h.get(H_TYPE) == _BOUNDARY_B and h.get(H_STIME) == _FINAL_B
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -205,6 +240,8 @@ def _run_bare(job: Job, st: Settings) -> dict[str, Any]:
             if now - last_report > 0.2:
                 _report("progress", consumed=consumed)
                 last_report = now
+            if _is_final(m.headers()):
+                break  # the source's last message
     finally:
         p.flush()
         c.close()
@@ -222,24 +259,29 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
         last_at: float | None = None
         last_report = 0.0
 
-        def _resume_ids(self) -> None:
-            super()._resume_ids()
+        def _restore(self) -> None:
+            super()._restore()  # clients are up, input assigned: the node is about to poll
             _report("ready")
 
-        def _process(self, msgs: list, producer: Any) -> None:
-            now = time.time()
+        def _ingest(self, msgs: list, now: float) -> None:
+            t = time.time()
             if self.first_at is None:
-                self.first_at = now
-            super()._process(msgs, producer)
-            if now - self.last_report > 0.2:
+                self.first_at = t
+            super()._ingest(msgs, now)
+            if t - self.last_report > 0.2:
                 _report("progress", consumed=self.stats.consumed)
-                self.last_report = now
-            if self.stats.consumed >= job.stop_after:
-                self.running = False  # the loop ends after this batch's produce, flush and commit
+                self.last_report = t
+            final = all(b is not None and b >= FINAL_BOUNDARY for b in self.sunion.boundaries)
+            if final or self.stats.consumed >= job.stop_after:
+                # The loop ends after this iteration's SUnion poll, produce and flush; the
+                # final boundary has made every pending bucket stable.
+                self.running = False
 
-        def _produce(self, producer: Any) -> None:
-            super()._produce(producer)
-            self.last_at = time.time()
+        def _produce(self) -> None:
+            busy = any(self.outq.values())
+            super()._produce()
+            if busy:
+                self.last_at = time.time()
 
     svc = MeteredNode(spec, job.node, 0, 0, st)
     prof = cProfile.Profile() if job.profile_out else None
@@ -250,6 +292,7 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
         prof.disable()
         prof.dump_stats(job.profile_out)
     return {"consumed": stats.consumed, "produced": stats.produced, "deadlettered": stats.deadlettered,
+            "tentative": stats.tentative, "checkpoints": stats.checkpoints, "pending": len(svc.sunion.pending),
             "first_at": svc.first_at, "last_at": svc.last_at}
 
 
@@ -329,11 +372,14 @@ class Worker:
 @dataclass
 class OutMsg:
     append_ms: int
+    type: str  # ht.type
+    id: int
+    stime: int
     value: bytes | None
 
 
 def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
-    """Every message of partition 0 of ``topic``, in log order, with its broker append time."""
+    """Every message of partition 0 of ``topic``, in log order, with its broker append time and type."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench.read.{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": False})
     try:
@@ -342,7 +388,7 @@ def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
         if high <= low:
             return out
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         last = -1
         while last < high - 1 and time.monotonic() < deadline:
             for m in c.consume(5000, 0.5):
@@ -351,30 +397,52 @@ def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
                 ttype, ts = m.timestamp()
                 if ttype != TIMESTAMP_LOG_APPEND_TIME:
                     raise RuntimeError(f"{topic} has timestamp type {ttype}, expected LogAppendTime")
-                out.append(OutMsg(ts, m.value()))
+                h = dict(m.headers() or ())
+                out.append(OutMsg(ts, (h.get(H_TYPE) or b"?").decode(), int(h.get(H_ID, -1)),
+                                  int(h.get(H_STIME, -1)), m.value()))
                 last = m.offset()
+        if last < high - 1:
+            raise RuntimeError(f"read {topic} only up to offset {last} of {high - 1}")
         return out
     finally:
         c.close()
 
 
-def _last_append_ms(bootstrap: str, topic: str) -> tuple[int, int | None]:
-    """(message count, append time of the last message) of partition 0 of ``topic``."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench.peek.{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False})
-    try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        if high <= low:
-            return 0, None
-        c.assign([TopicPartition(topic, 0, high - 1)])
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and m.error() is None:
-                return high - low, m.timestamp()[1]
-        return high - low, None
-    finally:
-        c.close()
+@dataclass
+class OutputCheck:
+    """What a run wrote: message counts by tuple type, and whether the stable ids are dense."""
+
+    types: dict[str, int] = field(default_factory=dict)
+    stable: int = 0
+    dense: bool = True
+    last_append_ms: int | None = None
+
+    @property
+    def not_results(self) -> int:
+        return sum(self.types.get(t, 0) for t in NOT_RESULTS)
+
+
+def _check_output(label: str, msgs: list[OutMsg], deadlettered: int = 0) -> OutputCheck:
+    """Count the output by type; fail on anything a failure-free run must not write.
+
+    Results are the STABLE data tuples (ids 0, 1, 2, ... in log order); BOUNDARY tuples are
+    control. A TENTATIVE tuple (and the UNDO/REC_DONE that would follow) means SUnion gave up
+    waiting for a boundary: the input lacked boundaries, and the figures would be wrong.
+    """
+    types = Counter(m.type for m in msgs)
+    ids = [m.id for m in msgs if m.type == "STABLE"]
+    chk = OutputCheck(dict(types), len(ids), ids == list(range(len(ids))), msgs[-1].append_ms if msgs else None)
+    problems = []
+    if chk.not_results:
+        problems.append(", ".join(f"{types[t]} {t}" for t in NOT_RESULTS if types.get(t)))
+    if not chk.dense:
+        problems.append("STABLE ids are not 0, 1, 2, ... in order")
+    if deadlettered:
+        problems.append(f"{deadlettered} input messages dead-lettered")
+    if problems:
+        raise RuntimeError(f"{label}: output not failure-free ({'; '.join(problems)}): "
+                           "were the input's boundaries missing?")
+    return chk
 
 
 def _pct(sorted_vals: list[float], q: float) -> float:
@@ -413,6 +481,7 @@ class Bench:
         self.args, self.bootstrap, self.log_dir = args, bootstrap, log_dir
         self.tag = "b" + uuid.uuid4().hex[:6]
         self.created: list[str] = []
+        self.input_boundaries = 0
         self.settings = Settings.from_env(bootstrap)
         _warm_up(bootstrap, f"{self.tag}_warmup")
         self.created.append(f"{self.tag}_warmup")
@@ -423,7 +492,9 @@ class Bench:
 
     # -- phase 1: throughput on a pre-loaded input ----------------------------------
 
-    def preload(self, progress: Progress) -> str:
+    def preload(self, progress: Progress) -> tuple[str, int]:
+        """Write the throughput input, with boundaries as a DPC source sends them; returns the
+        topic and its message count (data tuples plus boundaries)."""
         from services.client.source import SourceWriter
 
         n = self.args.tuples
@@ -435,29 +506,36 @@ class Bench:
         task = progress.add_task(f"pre-loading {n:,} tuples", total=n)
         for i, rec in enumerate(_reading_records(n), 1):
             writer.send(rec)
+            writer.maybe_boundary()  # every dpc.boundary_interval of wall clock, as pump() does
             if i % 5000 == 0:
                 progress.update(task, completed=i)
+        writer.boundary(FINAL_BOUNDARY)
         writer.flush()
+        self.input_boundaries = writer.boundaries
         del writer
         gc.collect()  # free the producer now: one still alive when the broker stops logs disconnects
         progress.update(task, completed=n)
-        return source
+        return source, n + self.input_boundaries
 
-    def throughput_run(self, processor: str, source: str, i: int, progress: Progress, profile_out: str = "") -> dict[str, Any]:
+    def throughput_run(self, processor: str, source: str, messages: int, i: int, progress: Progress,
+                       profile_out: str = "") -> dict[str, Any]:
         n = self.args.tuples
         tag = f"{self.tag}_{processor.replace('+', '')}{i}"
-        job, spec = _job(processor, tag, source, self.bootstrap, n, idle_s=30)
+        job, spec = _job(processor, tag, source, self.bootstrap, messages, idle_s=30)
         job.profile_out = profile_out
         self._provision(_topics_of(job, spec))
         label = f"{processor} run {i + 1}" + (" (profiled)" if profile_out else "")
-        task = progress.add_task(label, total=n)
+        task = progress.add_task(label, total=messages)
         w = Worker(job, self.log_dir)
         res = w.wait(timeout=60 + n / 1000, on_tick=lambda: progress.update(task, completed=w.consumed))
-        count, last_out = _last_append_ms(self.bootstrap, job.out_topic)
-        end = max(res["last_at"], (last_out or 0) / 1000)
+        if res["consumed"] != messages:
+            raise RuntimeError(f"{label}: consumed {res['consumed']} of the input's {messages} messages")
+        chk = _check_output(label, _read_topic(self.bootstrap, job.out_topic), res.get("deadlettered", 0))
+        end = max(res["last_at"], (chk.last_append_ms or 0) / 1000)
         secs = end - res["first_at"]
-        return {"tuples_per_s": res["consumed"] / secs, "seconds": secs, "consumed": res["consumed"],
-                "output": count, "cpu_s": res["cpu_s"]}
+        return {"tuples_per_s": n / secs, "seconds": secs, "consumed": n, "messages_consumed": res["consumed"],
+                "output": chk.stable, "output_types": chk.types, "cpu_s": res["cpu_s"],
+                "checkpoints": res.get("checkpoints")}
 
     # -- phase 2: latency at a fixed input rate ------------------------------------
 
@@ -468,7 +546,8 @@ class Bench:
         total = int(rate * secs)
         tag = f"{self.tag}_p{processor.replace('+', '')}"
         source = f"{tag}_in"
-        job, spec = _job(processor, tag, source, self.bootstrap, total, idle_s=30)
+        # stop_after is only a safety net: the worker stops at the final boundary.
+        job, spec = _job(processor, tag, source, self.bootstrap, 10 * total + 1000, idle_s=30)
         writer_spec = spec or _job("filter+map", f"{tag}_src", source, self.bootstrap, 0, 0)[1]
         assert writer_spec is not None
         self._provision(_topics_of(job, spec))
@@ -488,40 +567,72 @@ class Bench:
                 rec["ts"] = wall0 + int((time.monotonic() - t0) * 1000)  # event time = generation time
                 writer.send(rec)
                 sent += 1
+            writer.maybe_boundary()  # every dpc.boundary_interval: the promise a live source keeps
             writer.producer.poll(0)
             progress.update(task, completed=sent)
             time.sleep(0.001)
+        writer.boundary(FINAL_BOUNDARY)
         writer.flush()
         del writer
         gc.collect()
-        w.wait(timeout=60, on_tick=lambda: progress.update(task, completed=sent))
-        return self._latencies(processor, source, job.out_topic)
+        res = w.wait(timeout=60, on_tick=lambda: progress.update(task, completed=sent))
+        label = f"{processor} at {rate:,.0f}/s"
+        outs = _read_topic(self.bootstrap, job.out_topic)
+        chk = _check_output(label, outs, res.get("deadlettered", 0))
+        lat = self._latencies(processor, source, outs, writer_spec.dpc.bucket)
+        lat["output_types"] = chk.types
+        return lat
 
-    def _latencies(self, processor: str, source: str, out_topic: str) -> dict[str, Any]:
+    def _latencies(self, processor: str, source: str, outs: list[OutMsg], bucket_ms: int) -> dict[str, Any]:
         reading = codec_for("reading")
-        ins = _read_topic(self.bootstrap, source)
-        outs = _read_topic(self.bootstrap, out_topic)
+        ins_all = _read_topic(self.bootstrap, source)
+        ins = [m for m in ins_all if m.type == "STABLE"]
+        outs = [m for m in outs if m.type == "STABLE"]  # results only; boundaries are control
         if not ins:
             raise RuntimeError(f"no input in {source}")
         start = ins[0].append_ms + WARMUP_S * 1000
+        # Tuples whose SUnion bucket ends after the last periodic boundary were released by the
+        # final one, right after the last tuple, without the usual wait: not counted.
+        last_b = max((m.stime for m in ins_all if m.type == "BOUNDARY" and m.stime < FINAL_BOUNDARY), default=0)
+
+        def counted(m: OutMsg) -> bool:
+            return m.append_ms >= start and (m.stime // bucket_ms + 1) * bucket_ms <= last_b
+
         lat: list[float] = []
         if processor == "window":
             stat = codec_for("window_stat")
-            in_ts = [reading.decode(m.value)["ts"] for m in ins]
+            in_ts = [m.stime for m in ins]  # stime is the record's ts
             for m in outs:
                 end = stat.decode(m.value)["window_end"]
                 k = bisect.bisect_left(in_ts, end)
-                if k < len(ins) and ins[k].append_ms >= start:
+                if k < len(ins) and counted(ins[k]):
                     lat.append(m.append_ms - ins[k].append_ms)
         else:
-            append_by_seq = {reading.decode(m.value)["seq"]: m.append_ms for m in ins}
+            in_by_seq = {reading.decode(m.value)["seq"]: m for m in ins}
             for m in outs:
-                t_in = append_by_seq.get(reading.decode(m.value)["seq"])
-                if t_in is not None and t_in >= start:
-                    lat.append(m.append_ms - t_in)
+                t_in = in_by_seq.get(reading.decode(m.value)["seq"])
+                if t_in is not None and counted(t_in):
+                    lat.append(m.append_ms - t_in.append_ms)
         lat.sort()
         return {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "max_ms": lat[-1] if lat else float("nan"),
-                "samples": len(lat), "input": len(ins), "output": len(outs)}
+                "mean_ms": statistics.fmean(lat) if lat else float("nan"),
+                "samples": len(lat), "input": len(ins), "input_boundaries": len(ins_all) - len(ins),
+                "output": len(outs)}
+
+    # -- phase 3: CPU cost of SUnion and SOutput, in process ------------------------
+
+    def dpc_cost(self, progress: Progress) -> dict[str, dict[str, Any]]:
+        from bench.dpc_cost import measure
+
+        task = progress.add_task("DPC cost (in process)", total=2)
+        records = list(_reading_records(min(self.args.tuples, 200_000)))
+        cost = {}
+        for i, p in enumerate(("filter+map", "window")):
+            spec = _job(p, f"{self.tag}_cost", "cost_in", self.bootstrap, 0, 0)[1]
+            assert spec is not None
+            cost[p] = measure(spec, next(iter(spec.nodes)), records, batch=self.settings.batch_size)
+            progress.update(task, completed=i + 1)
+        return cost
 
     def cleanup(self) -> None:
         if self.created:
@@ -575,7 +686,23 @@ def _table(results: dict[str, dict[str, Any]], goal_met: bool) -> Table:
         )
     fm = results["filter+map"]
     t.caption = (f"goal: filter+map >= {GOAL_RATIO:.0%} of bare: " + ("[green]met[/]" if goal_met else "[red]not met[/]")
-                 + f" ({fm['ratio']:.2f})")
+                 + f" ({fm['ratio']:.2f}). out/in counts STABLE data tuples; no node output held a TENTATIVE, "
+                 "UNDO or REC_DONE tuple (checked per run)")
+    return t
+
+
+def _dpc_table(cost: dict[str, dict[str, Any]], results: dict[str, dict[str, Any]]) -> Table:
+    t = Table(title="DPC in the failure-free case: CPU per input tuple, in process (bench/dpc_cost.py)",
+              caption_justify="left")
+    t.add_column("node", no_wrap=True)
+    for col in ("operators µs", "SUnion µs", "SOutput µs", "node step µs", "DPC overhead µs", "of node CPU"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for name, c in cost.items():
+        node_cpu = results[name]["cpu_s_per_mtuple"]
+        t.add_row(name, f"{c['operators_us']:.2f}", f"{c['sunion_us']:.2f}", f"{c['soutput_us']:.2f}",
+                  f"{c['node_step_us']:.2f}", f"{c['dpc_overhead_us']:.2f}", f"{c['dpc_overhead_us'] / node_cpu:.0%}")
+    t.caption = ("node step = SUnion push/boundary/poll + operators + SOutput + advance, as NodeService runs them; "
+                 "DPC overhead = node step - operators; 'of node CPU' relates it to the Kafka run's CPU µs/tuple")
     return t
 
 
@@ -613,15 +740,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cols = (SpinnerColumn(), TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         try:
             with Progress(*cols, console=console) as progress:
-                source = bench.preload(progress)
+                source, messages = bench.preload(progress)
                 for i in range(args.repeat):
                     for p in PROCESSORS:
-                        runs[p].append(bench.throughput_run(p, source, i, progress))
+                        runs[p].append(bench.throughput_run(p, source, messages, i, progress))
                 for p in LATENCY_PROCESSORS:
                     latency[p] = bench.paced_run(p, progress)
                 if args.profile:
                     PROFILE_OUT.parent.mkdir(parents=True, exist_ok=True)
-                    bench.throughput_run("filter+map", source, args.repeat, progress, profile_out=str(PROFILE_OUT))
+                    bench.throughput_run("filter+map", source, messages, args.repeat, progress, profile_out=str(PROFILE_OUT))
+                dpc_cost = bench.dpc_cost(progress)
         finally:
             if cluster is None:
                 bench.cleanup()
@@ -631,10 +759,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             med = statistics.median(r["tuples_per_s"] for r in rs)
             results[p] = {
                 "tuples_per_s": med, "runs_tuples_per_s": [round(r["tuples_per_s"]) for r in rs],
-                "consumed": rs[0]["consumed"], "output": rs[0]["output"],
+                "consumed": rs[0]["consumed"], "messages_consumed": rs[0]["messages_consumed"],
+                "output": rs[0]["output"], "output_types": rs[0]["output_types"],
                 "cpu_s_per_mtuple": statistics.median(r["cpu_s"] / r["consumed"] * 1e6 for r in rs),
                 "latency": latency.get(p),
             }
+            if p != "bare":
+                results[p]["checkpoints_per_run"] = [r["checkpoints"] for r in rs]
         base = results["bare"]
         for p, r in results.items():
             r["ratio"] = r["tuples_per_s"] / base["tuples_per_s"]
@@ -642,9 +773,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 r["latency"]["p50_ratio"] = r["latency"]["p50_ms"] / base["latency"]["p50_ms"]
         goal_met = results["filter+map"]["ratio"] >= GOAL_RATIO
         out.print(_table(results, goal_met))
+        out.print(_dpc_table(dpc_cost, results))
         if args.profile:
             _print_profile(PROFILE_OUT)
         st = bench.settings
+        dpc = _job("filter+map", "cfg", "cfg_in", bootstrap, 0, 0)[1].dpc  # type: ignore[union-attr]
         doc = {
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": _machine(bool(args.bootstrap)),
@@ -653,16 +786,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "paced_seconds": args.paced_seconds, "warmup_s": WARMUP_S, "partitions": 1, "sensors": SENSORS,
                 "window": {"size_ms": WINDOW_SIZE_MS, "slide_ms": WINDOW_SLIDE_MS},
                 "batch_size": st.batch_size, "poll_timeout_ms": st.poll_timeout_ms, "linger_ms": st.linger_ms,
+                "input_boundaries": bench.input_boundaries, "final_boundary_stime": FINAL_BOUNDARY,
+                "dpc": {"bucket_ms": dpc.bucket, "boundary_interval_ms": dpc.boundary_interval,
+                        "checkpoint_interval_ms": dpc.checkpoint_interval, "delay_ms": dpc.delay, "alpha": dpc.alpha,
+                        "heartbeat_interval_ms": dpc.heartbeat_interval, "replicas": 1},
             },
             "definitions": {
                 "timestamps": "broker LogAppendTime on every topic",
-                "tuples_per_s": "input consumed / (end of last batch - receipt of first batch); median of runs",
+                "tuples_per_s": "input data tuples / (end of last batch - receipt of first batch); median of runs",
+                "output": "STABLE data tuples in the output topic (ids checked dense); a TENTATIVE, UNDO or REC_DONE "
+                          "tuple fails the benchmark; BOUNDARY tuples are control, counted in output_types only",
+                "cpu_s_per_mtuple": "worker process CPU time (all threads) per input data tuple, in µs; median of runs",
                 "latency": "output append time - append time of the input it came from (window: the input that "
-                           "closed the window); paced phase, first second excluded",
+                           "closed the window); paced phase, first second and inputs released by the final "
+                           "boundary excluded",
+                "dpc_cost": "in-process CPU µs per input tuple: operators alone vs SUnion -> operators -> SOutput "
+                            "as NodeService runs them (bench/dpc_cost.py); best of 3",
             },
             "goal": {"filter_map_min_ratio": GOAL_RATIO, "met": goal_met,
                      "filter_map_ratio": results["filter+map"]["ratio"]},
             "results": results,
+            "dpc_cost": dpc_cost,
         }
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
@@ -713,15 +857,20 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     a.set_ylim(0, max(tps) * 1.25)
     lat = [n for n in names if res[n].get("latency")]
     x = range(len(lat))
-    b.bar([i - 0.2 for i in x], [res[n]["latency"]["p50_ms"] for n in lat], width=0.4, label="p50", color="#2a7ab9")
-    b.bar([i + 0.2 for i in x], [res[n]["latency"]["p99_ms"] for n in lat], width=0.4, label="p99", color="#e08a2c")
+    for off, q, colour in ((-0.2, "p50", "#2a7ab9"), (0.2, "p99", "#e08a2c")):
+        vals = [res[n]["latency"][f"{q}_ms"] for n in lat]
+        for bar, v in zip(b.bar([i + off for i in x], vals, width=0.4, label=q, color=colour), vals):
+            b.annotate(f"{v:.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
     b.set_xticks(list(x), lat)
     b.set_ylabel("end-to-end latency (ms)")
     b.set_title(f"latency at {doc['config']['paced_rate']:,} tuples/s")
     b.set_ylim(0, max(res[n]["latency"]["p99_ms"] for n in lat) * 1.35)
     b.legend(loc="upper left", ncols=2)
     m, c = doc["machine"], doc["config"]
-    fig.suptitle(f"hastream node vs bare confluent-kafka loop: {c['tuples']:,} reading tuples, 1 partition, batch {c['batch_size']}\n"
+    d = c.get("dpc", {})
+    fig.suptitle(f"hastream node (DPC, failure-free: bucket {d.get('bucket_ms')} ms, boundaries every "
+                 f"{d.get('boundary_interval_ms')} ms) vs bare confluent-kafka loop\n"
+                 f"{c['tuples']:,} reading tuples, 1 partition, batch {c['batch_size']}; "
                  f"{m['cores']} cores, Python {m['python']}, Kafka {m['kafka']} ({m['broker']})", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

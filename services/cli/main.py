@@ -14,13 +14,17 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from services.cli.common import bootstrap_for, err, fail, out, settings_or_exit, spec_or_exit
+from services.cli.fault_cmd import fault_app
 from services.cli.kafka_cmd import kafka_app
+from services.cli.coordinator_cmd import coordinator as coordinator_cmd, print_replica_states
 
 app = typer.Typer(
     name="hastream", no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
     help="Fault-tolerant, highly available stream processing on Kafka.",
 )
 app.add_typer(kafka_app, name="kafka")
+app.command("coordinator")(coordinator_cmd)
+app.add_typer(fault_app, name="fault")
 node_app = typer.Typer(no_args_is_help=True, help="Run one node service process (used by 'up' and docker compose).")
 app.add_typer(node_app, name="node")
 
@@ -72,7 +76,7 @@ def down(
 
 @app.command()
 def status(name: Annotated[Optional[str], typer.Argument(help="Deployment name (default: all).")] = None) -> None:
-    """Show each deployment's processes and whether they are alive."""
+    """Show each deployment's processes and whether they are alive, and each node replica's DPC state."""
     from services.deploy.local import Deployment
 
     try:
@@ -88,6 +92,7 @@ def status(name: Annotated[Optional[str], typer.Argument(help="Deployment name (
         for p in d.processes:
             t.add_row(p.role, str(p.pid), "[green]yes[/]" if d.alive(p) else "[red]no[/]", p.log)
         out.print(t)
+        print_replica_states(d)
 
 
 @app.command()
@@ -99,14 +104,21 @@ def produce(
     sensors: Annotated[int, typer.Option(help="Distinct keys of the generated workload.")] = 10,
     seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
     json_lines: Annotated[Optional[Path], typer.Option("--json", help="Read records as JSON lines from this file ('-' = stdin) instead of generating.")] = None,
+    event_time: Annotated[str, typer.Option("--time", help="Generated 'ts': 'wall' = the wall clock when generated (live runs), 'synthetic' = start + i * 1000/rate ms (deterministic steps).")] = "wall",
+    deployment: Annotated[Optional[str], typer.Option("--deployment", "-d", help="Deployment to register with, so 'hastream fault stop-source' finds this producer (default: the spec's, else the most recent).")] = None,
     bootstrap: BootstrapOpt = None,
 ) -> None:
-    """Write tuples to an input stream: a generated sensor workload, or JSON lines."""
+    """Write tuples to an input stream (a generated sensor workload, or JSON lines), with periodic BOUNDARY tuples.
+
+    SIGUSR1 holds the tuples back (a stopped source), SIGUSR2 sends them late, in order.
+    """
     from services.client.source import SourceWriter, readings
 
+    if event_time not in ("wall", "synthetic"):
+        raise fail(f"--time must be 'wall' or 'synthetic', got {event_time!r}")
     s = spec_or_exit(spec)
     try:
-        writer = SourceWriter(s, stream, bootstrap_for(s, bootstrap))
+        writer = SourceWriter(s, stream, bootstrap_for(s, bootstrap), wall_clock=json_lines is None and event_time == "wall")
     except ValueError as e:
         raise fail(str(e))
     if json_lines is not None:
@@ -117,10 +129,37 @@ def produce(
             raise fail(f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json")
         start = int(time.time() * 1000)
         step = int(1000 / rate) if rate > 0 else 10
-        records = readings(count or None, sensors=sensors, seed=seed, start_ms=start, step_ms=max(step, 1))
+        records = readings(count or None, sensors=sensors, seed=seed, start_ms=start, step_ms=max(step, 1),
+                           wall_clock=event_time == "wall")
         total = count or None
-    sent = _send_paced(writer, records, rate, total)
+    from services.deploy import faults
+
+    dep = _source_deployment(s.name, deployment)
+    if dep is not None:
+        faults.register_source(dep, stream)
+    writer.install_signal_handlers()
+    try:
+        sent = _send_paced(writer, records, rate, total)
+    finally:
+        if dep is not None:
+            faults.unregister_source(dep, stream)
     out.print(f"produced {sent} tuples to '{stream}'")
+    if writer.late:
+        err.print(f"[yellow]warning:[/] {writer.late} tuples had a 'ts' below an earlier boundary; nodes dead-letter "
+                  "them (send records in 'ts' order)")
+
+
+def _source_deployment(spec_name: str, name: str | None):
+    """Where a producer registers: the named deployment, else the spec's, else the most recent (or none)."""
+    from services.deploy.faults import latest_deployment
+    from services.deploy.local import Deployment
+
+    try:
+        return Deployment.load(name or spec_name)
+    except LookupError as e:
+        if name:
+            raise fail(str(e))
+    return latest_deployment()
 
 
 def _json_records(path: Path):
@@ -134,35 +173,25 @@ def _json_records(path: Path):
 
 
 def _send_paced(writer, records, rate: float, total: int | None) -> int:
-    t0 = time.monotonic()
-    n = 0
+    """Send at ``rate`` with boundaries while idle and a final one; a held writer waits for release."""
+    from services.client.source import pump
+
+    def bad_record(i: int, e: Exception) -> None:
+        raise fail(f"record {i} does not fit the stream's schema: {e}")
+
     with Progress(TextColumn("producing"), BarColumn(), TextColumn("{task.completed} tuples"), TimeRemainingColumn(),
                   console=err, transient=True) as prog:
         task = prog.add_task("produce", total=total)
-        try:
-            for rec in records:
-                try:
-                    writer.send(rec)
-                except (ValueError, TypeError, KeyError) as e:
-                    raise fail(f"record {n + 1} does not fit the stream's schema: {e}")
-                n += 1
-                if n % 100 == 0:
-                    prog.update(task, completed=n)
-                if rate > 0:
-                    ahead = n / rate - (time.monotonic() - t0)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        except KeyboardInterrupt:
-            pass
-        writer.flush()
-    return n
+        return pump(writer, records, rate, progress=lambda n: prog.update(task, completed=n), on_record_error=bad_record,
+                    on_wait=lambda held: err.print(f"source stopped: {held} messages wait for 'hastream fault resume-source' "
+                                                   "(or Ctrl-C to send them now)"))
 
 
 @app.command()
 def tail(
     spec: SpecArg,
     stream: Annotated[str, typer.Argument(help="Stream to read.")],
-    replica: Annotated[int, typer.Option(help="Which replica's output to read.")] = 0,
+    replica: Annotated[Optional[int], typer.Option(help="Read only this replica's topic, raw (default: follow the best replica).")] = None,
     from_beginning: Annotated[bool, typer.Option("--from-beginning/--new", help="Start at the oldest tuple or only show new ones.")] = True,
     limit: Annotated[int, typer.Option("--limit", "-n", help="Stop after this many tuples (0 = follow).")] = 0,
     idle: Annotated[float, typer.Option(help="Stop after this many seconds without tuples (0 = never).")] = 0,
@@ -170,12 +199,55 @@ def tail(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per tuple.")] = False,
     bootstrap: BootstrapOpt = None,
 ) -> None:
-    """Print a stream's tuples, decoded, with their ht.* headers."""
+    """Print a stream's tuples, decoded: stable ones, tentative ones (T) and their undoing, following the best replica."""
+    s = spec_or_exit(spec)
+    if replica is not None:
+        _tail_raw(s, stream, bootstrap_for(s, bootstrap), replica, from_beginning, limit, idle, stable_only, as_json)
+        return
+    from services.client.view import StreamView
+
+    try:
+        view = StreamView(s, stream, bootstrap_for(s, bootstrap), stable_only=stable_only,
+                          from_beginning=from_beginning, keep_stable=False)
+    except ValueError as e:
+        raise fail(str(e))
+    n = 0
+    switches = 0
+    try:
+        for e in view.follow(idle_timeout=idle or None):
+            for p, old, new, _ in view.switches[switches:]:
+                if not as_json:
+                    out.print(f"[cyan]switch[/]    p{p} replica r{old} -> r{new}")
+            switches = len(view.switches)
+            if as_json:
+                out.print_json(json.dumps({"type": e.kind.upper(), "id": e.id, "stime": e.stime, "partition": e.partition,
+                                           "replica": e.replica, "offset": e.offset, "value": e.record}), indent=None)
+            elif e.kind == "stable":
+                out.print(f"[green]S[/] p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} {escape(json.dumps(e.record))}")
+            elif e.kind == "tentative":
+                out.print(f"[bold yellow]T[/] [dim]p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} "
+                          f"{escape(json.dumps(e.record))}[/]")
+            elif e.kind == "undo":
+                out.print(f"[magenta]undo[/]      p{e.partition} after id {e.id}: tentative tuples after it are void")
+            else:
+                out.print(f"[cyan]rec_done[/]  p{e.partition} at id {e.id}: reconciliation finished")
+            if e.kind in ("stable", "tentative"):
+                n += 1
+                if limit and n >= limit:
+                    break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        view.close()
+
+
+def _tail_raw(s, stream: str, bootstrap: str, replica: int, from_beginning: bool, limit: int, idle: float,
+              stable_only: bool, as_json: bool) -> None:
+    """One replica's topic as it is: every tuple with its type, no replica choice, no undo applied."""
     from services.client.reader import StreamReader
 
-    s = spec_or_exit(spec)
     try:
-        reader = StreamReader(s, stream, bootstrap_for(s, bootstrap), replica, from_beginning)
+        reader = StreamReader(s, stream, bootstrap, replica, from_beginning)
     except ValueError as e:
         raise fail(str(e))
     n = 0
@@ -228,9 +300,15 @@ def node_run(
 @app.command()
 def demo(
     seconds: Annotated[float, typer.Option(help="How long to produce the workload.")] = 20,
-    rate: Annotated[float, typer.Option(help="Input tuples per second.")] = 200,
+    rate: Annotated[float, typer.Option(help="Input tuples per second (per source with --faults).")] = 200,
+    faults: Annotated[bool, typer.Option("--faults", help="The replicated chain (examples/chain.yaml) through kill -9 and a stopped source.")] = False,
 ) -> None:
     """Run the demo pipeline (examples/demo.yaml) on the embedded broker and show what flows out."""
+    if faults:
+        from services.cli.chain_demo import run_chain_demo
+
+        run_chain_demo(max(seconds, 30), rate if rate != 200 else 50)
+        return
     from services.cli.demo import run_demo
 
     run_demo(seconds, rate)

@@ -92,9 +92,9 @@ def service_env(bootstrap: str) -> dict[str, str]:
 
 
 def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]:
-    """(role, argv) of every process of the deployment, upstream nodes first."""
-    out = []
+    """(role, argv) of every process of the deployment: the coordinator, then nodes upstream first."""
     py = sys.executable
+    out = [("coordinator", [py, "-m", "services.cli.main", "coordinator", str(spec_path)])]
     for n in spec.topo_nodes():
         node = spec.nodes[n]
         for r in range(node.replicas):

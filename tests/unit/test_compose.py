@@ -57,10 +57,11 @@ def launcher() -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def node_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Compose services that run a node (``hastream node run ...``)."""
+    """Compose services that run a launcher process (``hastream node run ...``, ``hastream coordinator ...``),
+    each labelled with its launcher role."""
     return {
         name: svc for name, svc in compose["services"].items()
-        if isinstance(svc.get("command"), list) and svc["command"][:2] == ["node", "run"]
+        if isinstance(svc.get("command"), list) and (svc["command"][:2] == ["node", "run"] or svc["command"][:1] == ["coordinator"])
     }
 
 
@@ -92,6 +93,14 @@ def test_services_run_the_launchers_arguments(launcher: dict[str, list[str]], no
         svc = by_role[role]
         assert [str(a) for a in svc["command"]] == argv[3:], role
         assert svc.get("entrypoint") in (None, ["hastream"]), f"{role} must run the hastream entrypoint"
+
+
+def test_coordinator_status_page_is_published(compose: dict[str, Any], launcher: dict[str, list[str]]) -> None:
+    from services.coordinator.app import DEFAULT_PORT
+
+    assert "coordinator" in launcher
+    svc = compose["services"]["coordinator"]
+    assert f"{DEFAULT_PORT}:{DEFAULT_PORT}" in [str(p) for p in svc.get("ports", [])]
 
 
 def test_image_entrypoint_is_hastream() -> None:

@@ -9,10 +9,10 @@ from services.deploy.local import service_commands, service_env
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_python_nodes_run_one_process_per_replica_partition() -> None:
+def test_python_nodes_run_one_process_per_replica_partition_plus_the_coordinator() -> None:
     spec = load_spec(REPO / "examples" / "demo.yaml")
     cmds = dict(service_commands(spec, REPO / "examples" / "demo.yaml"))
-    assert sorted(cmds) == sorted(f"{n}.r0.p{p}" for n in ("ingest", "stats", "alerts") for p in (0, 1))
+    assert sorted(cmds) == sorted(["coordinator"] + [f"{n}.r0.p{p}" for n in ("ingest", "stats", "alerts") for p in (0, 1)])
     argv = cmds["stats.r0.p1"]
     assert argv[1:] == ["-m", "services.cli.main", "node", "run", str(REPO / "examples" / "demo.yaml"), "stats",
                         "--partition", "1", "--replica", "0"]
@@ -21,7 +21,7 @@ def test_python_nodes_run_one_process_per_replica_partition() -> None:
 def test_spark_node_runs_as_one_spark_stage_per_replica() -> None:
     spec = load_spec(REPO / "examples" / "spark.yaml")
     cmds = dict(service_commands(spec, REPO / "examples" / "spark.yaml"))
-    assert sorted(cmds) == ["clean.r0.p0", "clean.r0.p1", "heavy.r0"]
+    assert sorted(cmds) == ["clean.r0.p0", "clean.r0.p1", "coordinator", "heavy.r0"]
     argv = cmds["heavy.r0"]
     assert argv[1:3] == ["-m", "spark_jobs.window_stage"] and "heavy" in argv and "--checkpoint" in argv
     # Upstream nodes come first, so their output topics are being written when the stage starts.

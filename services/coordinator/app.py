@@ -1,0 +1,322 @@
+"""The coordinator as a faust-streaming app: agents, changelog-backed tables, timers, web views.
+
+One process per deployment. It follows ``<spec>.heartbeats`` and ``<spec>.control`` (raw
+Avro bytes, decoded with the project's codecs), keeps replica states and the reconciliation
+queue in two faust Tables (``replicas``, ``reconciliation``) whose changelog topics let a
+restarted coordinator, even after kill -9, recover where it stopped, marks silent replicas
+FAILED from a timer, answers REQUESTs with GRANTs (``services.coordinator.grants`` decides),
+sends its own heartbeat (node ``coordinator``) so nodes can tell it is alive, and serves
+``GET /status`` (JSON) and ``GET /`` (a live HTML page).
+
+Nodes never depend on it on the data path: only reconciliation waits for its GRANT, and a
+node that sees no coordinator heartbeat falls back to its local rule.
+
+Kafka 4: faust 0.15.3 with aiokafka 0.14 speaks protocol versions Kafka 4.1 kept. What
+needed care is restart speed: a kill -9'd member stays in the consumer group until its
+session times out, and a restarted coordinator would wait that long (faust's default: 60 s)
+before it gets its partitions. The app therefore uses
+static group membership (``consumer_group_instance_id``): the restarted process takes over
+the dead member's place at once, without a rebalance.
+"""
+from __future__ import annotations
+
+import html
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import faust
+from faust.web import Request, Response, View
+from aiohttp.web import TCPSite
+from faust.web.drivers.aiohttp import Web as AiohttpWeb
+
+from services.core.admin import TopicSpec, broker_count, ensure_topics
+from services.core.codec import DecodeError
+from services.core.control import (CONTROL, COORDINATOR, HEARTBEAT, NodeState, ReplicaMonitor, control_message,
+                                   now_ms)
+from services.core.spec import Spec
+from services.coordinator.grants import GRANT, LEASE_MS, Coordination, Grant
+from services.coordinator.page import STATUS_HTML
+
+log = logging.getLogger("hastream.coordinator")
+
+DEFAULT_PORT = 6066
+PORT_ENV = "HASTREAM_COORDINATOR_PORT"
+
+
+class AnotherCoordinator(RuntimeError):
+    """A coordinator of the same spec is already running."""
+
+
+class _Web(AiohttpWeb):
+    """faust's aiohttp web driver without its production index, so ``/`` is our status page,
+    and able to fall back to a free port when the default one is taken."""
+
+    production_blueprints: ClassVar[list] = []
+
+    async def start_server(self) -> None:
+        await self._runner.setup()
+        app: _App = self.app  # type: ignore[assignment]
+        try:
+            await TCPSite(self._runner, app.conf.web_bind, app.conf.web_port).start()
+        except OSError as e:
+            if not app.web_port_fallback:
+                raise
+            await TCPSite(self._runner, app.conf.web_bind, 0).start()
+            log.warning("port %d is taken (%s): serving on a free port", app.conf.web_port, e.strerror)
+        port = int(self._runner.addresses[-1][1])
+        log.info("status page on http://localhost:%d/ (JSON: /status)", port)
+        if app.on_web_bound is not None:
+            app.on_web_bound(port)
+
+
+class _App(faust.App):
+    web_port_fallback = False  # True: the port was not asked for, any free one will do
+    on_web_bound: Callable[[int], None] | None = None
+
+    def _new_web(self) -> AiohttpWeb:
+        return _Web(self)
+
+
+def app_id(spec: Spec) -> str:
+    return f"hastream-{spec.name}-coordinator"
+
+
+def env_port() -> int | None:
+    """$HASTREAM_COORDINATOR_PORT, if set."""
+    raw = os.environ.get(PORT_ENV, "")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        raise ValueError(f"{PORT_ENV}={raw!r} must be a port number") from None
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def port_file(data_dir: Path) -> Path:
+    """Where a running coordinator writes its port and pid, so ``hastream status`` finds it."""
+    return Path(data_dir) / "coordinator.json"
+
+
+def expected_replicas(spec: Spec) -> list[tuple[str, int, int]]:
+    """(node, partition, replica) of every Python node process the spec deploys."""
+    return [(n, p, r) for n, nd in spec.nodes.items() if nd.engine == "python"
+            for r in range(nd.replicas) for p in range(spec.node_partitions(n))]
+
+
+class Coordinator:
+    """Builds the faust app for one spec; ``run()`` blocks until SIGTERM / SIGINT."""
+
+    def __init__(self, spec: Spec, bootstrap: str, *, port: int | None = None, data_dir: Path,
+                 lease_ms: int = LEASE_MS, replication: int | None = None, web_host: str = "localhost") -> None:
+        """``port`` None: 6066, or a free port while 6066 is taken (another deployment's coordinator)."""
+        self.spec = spec
+        self.bootstrap = bootstrap
+        self.port = port if port is not None else DEFAULT_PORT
+        self.data_dir = Path(data_dir)
+        self.interval_s = spec.dpc.heartbeat_interval / 1000.0
+        self.started_ms = now_ms()
+        self.ready_since: int | None = None  # when the tables were recovered
+        self.caught_up = False  # our own heartbeat came back: the heartbeat backlog is read
+        self.expected = expected_replicas(spec)
+        rf = replication if replication is not None else min(3, broker_count(bootstrap))
+        name = app_id(spec)
+        self.app = app = _App(
+            name,
+            broker=[f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()],
+            store="memory://",  # the changelog topics are the durable copy; recovery replays them
+            datadir=str(self.data_dir),
+            key_serializer="raw",
+            value_serializer="raw",
+            topic_partitions=1,  # the control plane topics have one partition: one order for all
+            topic_replication_factor=rf,
+            # Static membership: a restarted coordinator (same instance id) replaces its dead
+            # predecessor in the group at once instead of waiting for its session to expire.
+            consumer_group_instance_id=f"{name}-0",
+            broker_session_timeout=10.0,
+            broker_heartbeat_interval=1.0,
+            broker_commit_interval=1.0,
+            consumer_auto_offset_reset="earliest",
+            web_enabled=True,
+            web_port=self.port,
+            web_bind="0.0.0.0",
+            web_host=web_host,
+            web_router_enabled=False,
+            web_tables_enabled=False,
+        )
+        app.web_port_fallback = port is None
+        app.on_web_bound = self._on_web_bound
+        self.heartbeats = app.topic(spec.heartbeat_topic, key_type=bytes, value_type=bytes,
+                                    key_serializer="raw", value_serializer="raw")
+        self.control = app.topic(spec.control_topic, key_type=bytes, value_type=bytes,
+                                 key_serializer="raw", value_serializer="raw")
+        # Keys (str) and values (dicts) go to the changelog as JSON. use_partitioner: timers write
+        # too, outside any stream event (all topics have one partition, so nothing moves).
+        table_kw: dict[str, Any] = dict(default=None, partitions=1, use_partitioner=True)
+        self.replicas = app.Table("replicas", help="node/pX/rY -> DPC state of one node replica partition", **table_kw)
+        self.recon = app.Table("reconciliation", help="node/pX/rY -> reconciliation request / grant", **table_kw)
+        self.logic = Coordination(self.replicas, self.recon, spec.dpc.failure_timeout, lease_ms)
+        self._wire()
+
+    # -- faust wiring ---------------------------------------------------------------------
+    def _wire(self) -> None:
+        app = self.app
+
+        @app.agent(self.heartbeats, name="heartbeats")
+        async def on_heartbeats(stream: Any) -> None:
+            async for value in stream:
+                try:
+                    hb = HEARTBEAT.decode(value)
+                except DecodeError as e:
+                    log.warning("skipping a heartbeat that is not valid Avro: %s", e)
+                    continue
+                if hb["node"] == COORDINATOR:
+                    if not self.caught_up and hb["pid"] == os.getpid() and hb["epoch"] == self.started_ms:
+                        # Our own first heartbeat came back: everything queued before it is read.
+                        self.caught_up = True
+                        log.info("coordinator ready: heartbeat backlog read; %d replicas, %d reconciliation "
+                                 "entries", len(list(self.replicas.keys())), len(list(self.recon.keys())))
+                    continue
+                self.logic.on_heartbeat(hb, now_ms())
+
+        @app.agent(self.control, name="control")
+        async def on_control(stream: Any) -> None:
+            async for value in stream:
+                try:
+                    msg = CONTROL.decode(value)
+                except DecodeError as e:
+                    log.warning("skipping a control message that is not valid Avro: %s", e)
+                    continue
+                if msg["kind"] == GRANT:
+                    continue
+                grants = self.logic.on_control(msg, now_ms())
+                log.info("%s from %s/p%d/r%d (stagger=%s) -> %s", msg["kind"], msg["node"], msg["partition"],
+                         msg["replica"], msg["stagger"], ", ".join(g.key for g in grants) or "no grant")
+                await self._send_grants(grants)
+
+        @app.timer(interval=self.interval_s, name="tick")
+        async def tick() -> None:
+            if not self.ready():
+                return
+            now = now_ms()
+            if self.ready_since is None:
+                self.ready_since = now
+                log.info("tables recovered: %d replicas, %d reconciliation entries",
+                         len(list(self.replicas.keys())), len(list(self.recon.keys())))
+            await self._beat(now)
+            # Detect failures only once the heartbeats that queued up while we were down are
+            # read, or a restart would flag live replicas FAILED for a moment.
+            failed = self.logic.mark_failures(now) if self.caught_up else []
+            for key in failed:
+                log.warning("replica %s FAILED: no heartbeat for more than %d ms", key, self.spec.dpc.failure_timeout)
+            for key in self.logic.expire_leases(now):
+                log.warning("grant of %s released: lease of %d ms expired", key, self.logic.lease_ms)
+            await self._send_grants(self.logic.decide_all(now))
+
+        coordinator = self
+
+        @app.page("/status")
+        class StatusView(View):
+            async def get(self, request: Request) -> Response:
+                return self.json(coordinator.status())
+
+        @app.page("/")
+        class IndexView(View):
+            async def get(self, request: Request) -> Response:
+                return self.html(STATUS_HTML.replace("{{title}}", html.escape(coordinator.spec.name)))
+
+    def ready(self) -> bool:
+        """Partitions assigned and tables recovered from their changelogs."""
+        app = self.app
+        recovery = app.tables.recovery
+        return recovery.completed.is_set() and not app.rebalancing and not recovery.in_recovery
+
+    async def _send_grants(self, grants: list[Grant]) -> None:
+        for g in grants:
+            log.info("GRANT %s (stagger=%s)", g.key, g.stagger)
+            await self.control.send(key=g.node.encode(),
+                                    value=control_message(GRANT, g.node, g.partition, g.replica, g.stagger))
+
+    async def _beat(self, now: int) -> None:
+        rec = {"node": COORDINATOR, "replica": 0, "partition": 0, "state": NodeState.STABLE.value,
+               "epoch": self.started_ms, "sent_ms": now, "pid": os.getpid()}
+        await self.heartbeats.send(key=COORDINATOR.encode(), value=HEARTBEAT.encode(rec))
+
+    def status(self) -> dict[str, Any]:
+        now = now_ms()
+        body = self.logic.status(now, self.expected)
+        body.update({"spec": self.spec.name, "ready": self.ready_since is not None and self.caught_up, "pid": os.getpid(),
+                     "started_ms": self.started_ms, "heartbeat_interval_ms": self.spec.dpc.heartbeat_interval,
+                     "heartbeat_topic": self.spec.heartbeat_topic, "control_topic": self.spec.control_topic})
+        return body
+
+    # -- running ----------------------------------------------------------------------
+    def provision(self) -> None:
+        """Create the heartbeats and control topics if missing (faust only creates its own)."""
+        rf = self.app.conf.topic_replication_factor
+        cfg = {"min.insync.replicas": "2"} if rf >= 3 else {}
+        ensure_topics(self.bootstrap, [TopicSpec(self.spec.heartbeat_topic, 1, rf, cfg),
+                                       TopicSpec(self.spec.control_topic, 1, rf, cfg)])
+
+    def check_alone(self) -> None:
+        """Refuse to start next to a live coordinator of the same spec.
+
+        Both would share one static group member id and take the partitions from each other in
+        turns. A coordinator whose heartbeat is recent but stops (killed a moment ago) is fine.
+        """
+        mon = ReplicaMonitor(self.bootstrap, self.spec.heartbeat_topic, self.spec.dpc.failure_timeout / 1000.0)
+        try:
+            time.sleep(2 * self.interval_s)  # the recent heartbeats arrive
+            first = mon.get(COORDINATOR, 0, 0)
+            if first is None or not first.alive(mon.timeout_s):
+                return
+            deadline = time.monotonic() + mon.timeout_s + self.interval_s
+            while time.monotonic() < deadline:
+                cur = mon.get(COORDINATOR, 0, 0)
+                if cur is not None and cur.sent_ms > first.sent_ms:
+                    raise AnotherCoordinator(f"another coordinator of '{self.spec.name}' is running (pid {cur.pid}, "
+                                       f"heartbeats on {self.spec.heartbeat_topic}): stop it first")
+                time.sleep(self.interval_s / 2)
+        finally:
+            mon.close()
+
+    def _on_web_bound(self, port: int) -> None:
+        self.port = port
+        port_file(self.data_dir).write_text(json.dumps({"spec": self.spec.name, "port": port, "pid": os.getpid(),
+                                                        "started_ms": self.started_ms}))
+
+    def run(self, loglevel: str = "info") -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.provision()
+        self.check_alone()
+        worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
+        worker.execute_from_commandline()
+
+
+def wait_ready(url: str, timeout: float = 30.0) -> dict[str, Any]:
+    """Poll a coordinator's /status until it reports ready (used by tests and tools)."""
+    from services.coordinator.client import fetch_status
+
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            st = fetch_status(url, timeout=1.0)
+            if st.get("ready"):
+                return st
+        except OSError as e:
+            last = e
+        time.sleep(0.2)
+    raise TimeoutError(f"coordinator at {url} not ready after {timeout:.0f} s ({last})")

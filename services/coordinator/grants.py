@@ -1,0 +1,233 @@
+"""The coordinator's decisions as plain code: replica states, failure marking, staggered grants.
+
+Kept apart from faust so it is testable without Kafka. ``Coordination`` works on two
+mappings (in the service, faust Tables backed by changelog topics, so a restarted
+coordinator continues where it stopped):
+
+* ``replicas``: ``"node/pX/rY"`` -> ``{node, partition, replica, state, reported, sent_ms,
+  pid, epoch, since_ms}``. ``state`` is the state the replica reported in its last heartbeat,
+  or FAILED once that heartbeat is older than ``failure_timeout``; ``since_ms`` is when the
+  state last changed.
+* ``recon``: ``"node/pX/rY"`` -> ``{node, partition, replica, status, requested_ms,
+  granted_ms, stagger, ctl_ms}`` with status IDLE, PENDING (asked, waiting) or GRANTED.
+
+The rule (DPC, SIGMOD 2005, "processing new tuples during reconciliation"): at most one
+replica of a node partition reconciles at a time, so a partner keeps producing current
+(tentative) results. A REQUEST is granted at once when no other replica of the same (node, partition)
+holds a grant, or when it asks with ``stagger=false`` (the Suspend policy). Waiting requests
+are granted oldest first. A grant is held until that replica sends DONE, is marked FAILED,
+or its lease runs out. Every table value is replaced, never mutated in place, because a
+faust Table only logs assignments to its changelog.
+"""
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.core.control import COORDINATOR, NodeState, replica_key
+
+LEASE_MS = 30_000  # a grant whose DONE never comes (lost, or a hung replica) is released after this
+STALE_WRITE_MS = 60_000  # a backlog of unchanged heartbeats updates the table at most once per this much heartbeat time
+
+IDLE, PENDING, GRANTED = "IDLE", "PENDING", "GRANTED"
+REQUEST, GRANT, DONE = "REQUEST", "GRANT", "DONE"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A GRANT the coordinator must send on the control topic."""
+
+    node: str
+    partition: int
+    replica: int
+    stagger: bool = True
+
+    @property
+    def key(self) -> str:
+        return replica_key(self.node, self.partition, self.replica)
+
+
+class Coordination:
+    """Replica states and the grant queue over two mappings; every method is given the time."""
+
+    def __init__(self, replicas: MutableMapping[str, Any], recon: MutableMapping[str, Any],
+                 failure_timeout_ms: int, lease_ms: int = LEASE_MS) -> None:
+        self.replicas = replicas
+        self.recon = recon
+        self.failure_timeout_ms = failure_timeout_ms
+        self.lease_ms = lease_ms
+        # Newest heartbeat time per replica, also for heartbeats not written to the table.
+        # In memory only: after a restart the table's sent_ms (at most STALE_WRITE_MS older) stands in.
+        self.latest: dict[str, int] = {}
+
+    # -- heartbeats and failure detection --------------------------------------------
+    def on_heartbeat(self, hb: dict[str, Any], now: int) -> bool:
+        """Record a replica's heartbeat; returns whether the table changed.
+
+        A heartbeat already older than the failure timeout (replayed after a coordinator
+        restart) never makes a FAILED or unknown replica look alive, and never fails a live
+        one either: declaring failures is ``mark_failures``' job, which the service holds
+        back until the backlog is read.
+        """
+        node = hb["node"]
+        if node == COORDINATOR:
+            return False
+        try:
+            reported = NodeState(hb["state"]).value
+        except ValueError:
+            return False
+        key = replica_key(node, hb["partition"], hb["replica"])
+        cur = self.replicas.get(key)
+        sent = int(hb["sent_ms"])
+        if cur is not None and sent < cur["sent_ms"]:
+            return False  # older than what we have (a replay, or reordered)
+        self.latest[key] = max(sent, self.latest.get(key, 0))
+        pid, epoch = int(hb.get("pid", 0)), int(hb.get("epoch", 0))
+        late = now - sent > self.failure_timeout_ms  # read long after it was sent: a backlog
+        if cur is not None and cur["state"] != NodeState.FAILED.value:
+            state = reported  # a live replica stays live: only mark_failures declares failures
+        else:
+            state = NodeState.FAILED.value if late else reported
+        changed = (cur is None or cur["state"] != state or cur["reported"] != reported or cur["pid"] != pid
+                   or cur["epoch"] != epoch)
+        if late and not changed and sent - cur["sent_ms"] < STALE_WRITE_MS:
+            return False  # a backlog of the same news is not written to the table one by one
+        if cur is not None and cur["state"] == state:
+            since = cur["since_ms"]
+        else:
+            since = now if state == NodeState.FAILED.value else sent
+        self.replicas[key] = {"node": node, "partition": int(hb["partition"]), "replica": int(hb["replica"]),
+                              "state": state, "reported": reported, "sent_ms": sent, "pid": pid,
+                              "epoch": epoch, "since_ms": since}
+        return True
+
+    def last_heard(self, key: str) -> int:
+        """When the newest heartbeat of a replica was sent (ms), 0 if never."""
+        cur = self.replicas.get(key)
+        return max(self.latest.get(key, 0), cur["sent_ms"] if cur is not None else 0)
+
+    def state_of(self, key: str) -> str | None:
+        cur = self.replicas.get(key)
+        return None if cur is None else cur["state"]
+
+    def mark_failures(self, now: int) -> list[str]:
+        """Mark replicas silent for longer than the failure timeout FAILED; returns their keys.
+
+        A replica that fails gives up its grant and its waiting request: a restarted process
+        has lost that state and asks again.
+        """
+        failed = []
+        for key, cur in list(self.replicas.items()):
+            if cur["state"] != NodeState.FAILED.value and now - self.last_heard(key) > self.failure_timeout_ms:
+                self.replicas[key] = {**cur, "state": NodeState.FAILED.value, "since_ms": now}
+                failed.append(key)
+        for key in failed:
+            r = self.recon.get(key)
+            if r is not None and r["status"] != IDLE:
+                self.recon[key] = {**r, "status": IDLE, "released": "failed", "released_ms": now}
+        return failed
+
+    # -- reconciliation grants -------------------------------------------------------
+    def on_control(self, msg: dict[str, Any], now: int) -> list[Grant]:
+        """Apply a REQUEST or DONE from a replica; returns the GRANTs to send.
+
+        Messages older than the last one applied for that replica (``sent_ms``) are replays
+        after a restart and change nothing. A REQUEST from a replica that already holds a
+        grant re-sends the GRANT (the first may have been lost); one still waiting keeps its
+        place in the queue.
+        """
+        kind, node = msg["kind"], msg["node"]
+        if kind not in (REQUEST, DONE) or node == COORDINATOR:
+            return []  # our own GRANTs come back on the same topic
+        partition, replica = int(msg["partition"]), int(msg["replica"])
+        key = replica_key(node, partition, replica)
+        sent = int(msg["sent_ms"])
+        cur = self.recon.get(key) or {"node": node, "partition": partition, "replica": replica, "status": IDLE,
+                                      "requested_ms": 0, "granted_ms": 0, "stagger": True, "ctl_ms": 0}
+        if sent < cur["ctl_ms"]:
+            return []
+        stagger = bool(msg.get("stagger", True))
+        if kind == DONE:
+            self.recon[key] = {**cur, "status": IDLE, "ctl_ms": sent, "released": "done", "released_ms": now}
+            return self.decide(node, partition, now)
+        if cur["status"] == GRANTED:
+            self.recon[key] = {**cur, "ctl_ms": sent}
+            return [Grant(node, partition, replica, cur["stagger"])] + self.decide(node, partition, now)
+        if cur["status"] == PENDING:
+            self.recon[key] = {**cur, "ctl_ms": sent, "stagger": stagger}
+        else:
+            self.recon[key] = {**cur, "status": PENDING, "requested_ms": sent, "ctl_ms": sent, "stagger": stagger,
+                               "released": None}
+        return self.decide(node, partition, now)
+
+    def expire_leases(self, now: int) -> list[str]:
+        """Release grants held longer than the lease; returns their keys."""
+        out = []
+        for key, r in list(self.recon.items()):
+            if r["status"] == GRANTED and now - r["granted_ms"] > self.lease_ms:
+                self.recon[key] = {**r, "status": IDLE, "released": "lease expired", "released_ms": now}
+                out.append(key)
+        return out
+
+    def decide(self, node: str, partition: int, now: int) -> list[Grant]:
+        """Grant what may be granted for one node partition, oldest request first."""
+        group = [(k, r) for k, r in list(self.recon.items()) if r["node"] == node and r["partition"] == partition]
+        held = any(r["status"] == GRANTED for _, r in group)
+        waiting = sorted((r["requested_ms"], r["replica"], k) for k, r in group if r["status"] == PENDING)
+        out = []
+        for _, _, key in waiting:
+            r = self.recon[key]
+            if self.state_of(key) == NodeState.FAILED.value:
+                continue  # granted once its heartbeats resume
+            if r["stagger"] and held:
+                continue
+            self.recon[key] = {**r, "status": GRANTED, "granted_ms": now}
+            held = True
+            out.append(Grant(node, partition, r["replica"], r["stagger"]))
+        return out
+
+    def decide_all(self, now: int) -> list[Grant]:
+        groups = sorted({(r["node"], r["partition"]) for r in list(self.recon.values()) if r["status"] == PENDING})
+        return [g for node, p in groups for g in self.decide(node, p, now)]
+
+    def tick(self, now: int, detect: bool = True) -> list[Grant]:
+        """The periodic pass: mark failures (unless ``detect`` is off), expire leases, grant."""
+        if detect:
+            self.mark_failures(now)
+        self.expire_leases(now)
+        return self.decide_all(now)
+
+    # -- views -----------------------------------------------------------------------
+    def status(self, now: int, expected: list[tuple[str, int, int]] = ()) -> dict[str, Any]:
+        """Every replica's state and age, the waiting requests and the grants held (JSON-ready).
+
+        ``expected`` lists (node, partition, replica) the spec deploys; those never heard of
+        are shown FAILED with ``seen`` false.
+        """
+        recon = dict(self.recon.items())
+        rows = {}
+        for key, r in list(self.replicas.items()):
+            sent = max(r["sent_ms"], self.latest.get(key, 0))
+            rows[key] = {"key": key, "node": r["node"], "partition": r["partition"], "replica": r["replica"],
+                         "state": r["state"], "reported": r["reported"], "age_ms": max(0, now - sent),
+                         "sent_ms": sent, "since_ms": r["since_ms"], "pid": r["pid"], "epoch": r["epoch"],
+                         "seen": True}
+        for node, p, rep in expected:
+            key = replica_key(node, p, rep)
+            rows.setdefault(key, {"key": key, "node": node, "partition": p, "replica": rep,
+                                  "state": NodeState.FAILED.value, "reported": None, "age_ms": None, "sent_ms": None,
+                                  "since_ms": None, "pid": 0, "epoch": 0, "seen": False})
+        for key, row in rows.items():
+            row["reconciliation"] = recon.get(key, {}).get("status", IDLE)
+        pending = sorted(({"key": k, "node": r["node"], "partition": r["partition"], "replica": r["replica"],
+                           "requested_ms": r["requested_ms"], "waiting_ms": max(0, now - r["requested_ms"]),
+                           "stagger": r["stagger"]} for k, r in recon.items() if r["status"] == PENDING),
+                         key=lambda x: (x["requested_ms"], x["key"]))
+        grants = sorted(({"key": k, "node": r["node"], "partition": r["partition"], "replica": r["replica"],
+                          "granted_ms": r["granted_ms"], "held_ms": max(0, now - r["granted_ms"]),
+                          "lease_left_ms": max(0, r["granted_ms"] + self.lease_ms - now), "stagger": r["stagger"]}
+                         for k, r in recon.items() if r["status"] == GRANTED), key=lambda x: x["key"])
+        return {"now_ms": now, "failure_timeout_ms": self.failure_timeout_ms, "lease_ms": self.lease_ms,
+                "replicas": sorted(rows.values(), key=lambda x: (x["node"], x["partition"], x["replica"])),
+                "pending": pending, "grants": grants}

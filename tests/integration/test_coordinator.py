@@ -1,0 +1,228 @@
+"""The coordinator against a real broker, run as its own process like a deployment runs it.
+
+Replicas are simulated with the real control-plane pieces nodes use (``HeartbeatSender`` and
+``control_message`` on the spec's topics), so the test checks the coordinator's side of the
+contract: states and failures on ``/status``, one staggered GRANT at a time, and a kill -9
+plus restart that recovers the tables from their changelog topics and goes on granting.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from services.coordinator.app import wait_ready
+from services.coordinator.client import fetch_status, status_url
+from services.core.control import CONTROL, HeartbeatSender, NodeState, control_message
+from services.core.kafka import BatchProducer
+from services.core.paths import REPO_ROOT
+from tests.integration.helpers import create_topics, unique_spec
+
+pytestmark = pytest.mark.integration
+
+SPEC = """
+name: coord_{u}
+defaults: {partitions: 1, replicas: 3}
+dpc: {heartbeat_interval: 100, failure_timeout: 1000}
+streams:
+  src: {schema: reading, key: sensor}
+  out: {schema: reading, key: sensor}
+operators:
+  keep: {type: filter, input: src, output: out, where: "value > 0"}
+nodes:
+  n: {operators: [keep]}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CoordinatorProcess:
+    """``hastream coordinator SPEC`` as a subprocess, killable with SIGKILL and restartable."""
+
+    def __init__(self, spec_path: Path, bootstrap: str, tmp: Path) -> None:
+        self.spec_path = spec_path
+        self.port = _free_port()
+        self.url = status_url(self.port)
+        self.argv = [sys.executable, "-m", "services.cli.main", "coordinator", str(spec_path), "--port", str(self.port),
+                     "--data-dir", str(tmp / "coordinator")]
+        self.env = {**os.environ, "HASTREAM_BOOTSTRAP": bootstrap, "HASTREAM_HOME": str(tmp / "home"),
+                    "PYTHONPATH": str(REPO_ROOT)}
+        self.log = tmp / "coordinator.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> dict[str, Any]:
+        with open(self.log, "ab") as f:
+            self.proc = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return wait_ready(self.url, timeout=40)
+        except TimeoutError:
+            raise AssertionError(f"coordinator not ready; log:\n{self.log.read_text()[-4000:]}") from None
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def status(self) -> dict[str, Any]:
+        return fetch_status(self.url)
+
+
+class ControlLog:
+    """Every message on the control topic, read from the start in a background thread."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test.ctl.{uuid.uuid4().hex[:8]}",
+                            "enable.auto.commit": False})
+        self._c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._c.consume(100, 0.1):
+                if m.error() is None:
+                    with self._lock:
+                        self.messages.append(CONTROL.decode(m.value()))
+
+    def grants(self) -> list[int]:
+        """Replicas granted, in order."""
+        with self._lock:
+            return [m["replica"] for m in self.messages if m["kind"] == "GRANT"]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._t.join(2)
+        self._c.close()
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def by_key(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["key"]: r for r in st["replicas"]}
+
+
+@pytest.fixture
+def setup(kafka: Any, tmp_path: Path) -> Iterator[tuple[Any, CoordinatorProcess, BatchProducer, ControlLog]]:
+    spec, path = unique_spec(SPEC, tmp_path)
+    create_topics(spec, kafka.bootstrap)
+    coord = CoordinatorProcess(path, kafka.bootstrap, tmp_path)
+    producer = BatchProducer(kafka.bootstrap, linger_ms=0)
+    ctl = ControlLog(kafka.bootstrap, spec.control_topic)
+    try:
+        yield spec, coord, producer, ctl
+    finally:
+        coord.stop()
+        ctl.close()
+        producer.flush(5)
+
+
+def test_states_grants_failure_and_restart(setup: tuple, kafka: Any) -> None:
+    spec, coord, producer, ctl = setup
+
+    def send(kind: str, replica: int) -> None:
+        producer.send(spec.control_topic, control_message(kind, "n", 0, replica), b"n", 0)
+        producer.flush(5)
+        time.sleep(0.005)  # distinct sent_ms: the queue is ordered by send time
+
+    first = coord.start()
+    assert first["spec"] == spec.name and first["grants"] == [] and first["pending"] == []
+    assert {r["key"] for r in first["replicas"]} == {"n/p0/r0", "n/p0/r1", "n/p0/r2"}  # expected from the spec
+    assert not any(r["seen"] for r in first["replicas"])
+    page = urllib.request.urlopen(coord.url.rsplit("/", 1)[0] + "/", timeout=5).read().decode()
+    assert "<table" in page and spec.name in page
+
+    senders = {r: HeartbeatSender(kafka.bootstrap, spec.heartbeat_topic, "n", 0, r, 0.1).start() for r in (0, 1, 2)}
+    try:
+        # 1. every replica shows up with the state its heartbeats report
+        st = wait_for(lambda: (s := coord.status()) and all(r["seen"] and r["state"] == "STABLE" for r in s["replicas"]) and s,
+                      10, "three STABLE replicas on /status")
+        assert all(r["age_ms"] < 1000 for r in st["replicas"])
+        senders[1].set_state(NodeState.UPSTREAM_FAILURE)
+        wait_for(lambda: by_key(coord.status())["n/p0/r1"]["state"] == "UPSTREAM_FAILURE", 5, "r1 UPSTREAM_FAILURE")
+
+        # 2. two REQUESTs for one node partition: exactly one GRANT (the older) until it is DONE
+        send("REQUEST", 0)
+        send("REQUEST", 1)
+        wait_for(lambda: ctl.grants() == [0], 5, "GRANT for r0")
+        time.sleep(1.0)  # ten ticks: r1 must still wait
+        assert ctl.grants() == [0]
+        st = coord.status()
+        assert [g["key"] for g in st["grants"]] == ["n/p0/r0"] and [p["key"] for p in st["pending"]] == ["n/p0/r1"]
+        send("REQUEST", 0)  # a repeated REQUEST gets its GRANT again, and nothing else changes
+        wait_for(lambda: ctl.grants() == [0, 0], 5, "GRANT re-sent to r0")
+        send("DONE", 0)
+        wait_for(lambda: ctl.grants() == [0, 0, 1], 5, "GRANT for r1 after r0's DONE")
+
+        # 3. a replica that stops heartbeating is FAILED
+        senders.pop(2).stop()
+        wait_for(lambda: by_key(coord.status())["n/p0/r2"]["state"] == "FAILED", 5, "r2 FAILED")
+
+        # 4. r0 asks again while r1 holds the grant; then the coordinator is killed -9
+        send("REQUEST", 0)
+        st = wait_for(lambda: (s := coord.status())["pending"] and s, 5, "r0 pending")
+        assert [p["key"] for p in st["pending"]] == ["n/p0/r0"] and [g["key"] for g in st["grants"]] == ["n/p0/r1"]
+        before = by_key(st)
+        # a second coordinator of the same spec refuses to start next to a live one
+        (coord.log.parent / "twin").mkdir()
+        twin = CoordinatorProcess(coord.spec_path, kafka.bootstrap, coord.log.parent / "twin")
+        dup = subprocess.run(twin.argv, env=twin.env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+        assert dup.returncode != 0 and "another coordinator" in dup.stderr, dup.stderr[-2000:]
+        coord.kill9()
+        grants_before = len(ctl.grants())
+
+        # 5. restarted: tables recovered from the changelog, then the pending request is granted on DONE
+        after = coord.start()
+        rows = by_key(after)
+        assert rows["n/p0/r2"]["state"] == "FAILED" and rows["n/p0/r2"]["seen"]  # known only from the table
+        assert rows["n/p0/r2"]["reported"] == "STABLE"
+        assert rows["n/p0/r1"]["since_ms"] == before["n/p0/r1"]["since_ms"]  # UPSTREAM_FAILURE since before the kill
+        assert rows["n/p0/r1"]["state"] == "UPSTREAM_FAILURE" and rows["n/p0/r0"]["state"] == "STABLE"
+        assert [p["key"] for p in after["pending"]] == ["n/p0/r0"]
+        assert [g["key"] for g in after["grants"]] == ["n/p0/r1"]
+        assert after["pid"] != st["pid"]
+        time.sleep(0.5)
+        assert len(ctl.grants()) == grants_before  # nothing granted twice by the restart
+        send("DONE", 1)
+        wait_for(lambda: ctl.grants()[grants_before:] == [0], 5, "GRANT for r0 after restart")
+        st = coord.status()
+        assert [g["key"] for g in st["grants"]] == ["n/p0/r0"] and st["pending"] == []
+    finally:
+        for s in senders.values():
+            s.stop()

@@ -1,0 +1,276 @@
+"""The coordinator's decisions without Kafka: failure marking and staggered reconciliation grants.
+
+``Coordination`` runs here on plain dicts, the same code the faust app runs on its tables.
+The property test drives random message sequences and checks DPC's staggering invariant: a
+staggered grant is never held by two replicas of one node partition at once.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.coordinator.grants import DONE, GRANTED, IDLE, PENDING, REQUEST, STALE_WRITE_MS, Coordination, Grant
+
+TIMEOUT = 1000
+LEASE = 30_000
+
+
+def make(lease: int = LEASE) -> tuple[Coordination, dict, dict]:
+    replicas: dict = {}
+    recon: dict = {}
+    return Coordination(replicas, recon, TIMEOUT, lease), replicas, recon
+
+
+def hb(node: str, replica: int, sent: int, state: str = "STABLE", partition: int = 0, pid: int = 100) -> dict:
+    return {"node": node, "partition": partition, "replica": replica, "state": state, "epoch": 0, "sent_ms": sent, "pid": pid}
+
+
+def ctl(kind: str, node: str, replica: int, sent: int, stagger: bool = True, partition: int = 0) -> dict:
+    return {"kind": kind, "node": node, "partition": partition, "replica": replica, "stagger": stagger, "sent_ms": sent}
+
+
+# -- heartbeats and failure marking ----------------------------------------------------------
+
+
+def test_heartbeat_records_state_and_since() -> None:
+    c, replicas, _ = make()
+    assert c.on_heartbeat(hb("n", 0, 1000), now=1000)
+    assert replicas["n/p0/r0"] == {"node": "n", "partition": 0, "replica": 0, "state": "STABLE", "reported": "STABLE",
+                                   "sent_ms": 1000, "pid": 100, "epoch": 0, "since_ms": 1000}
+    c.on_heartbeat(hb("n", 0, 1200), now=1200)
+    assert replicas["n/p0/r0"]["since_ms"] == 1000  # same state: since does not move
+    c.on_heartbeat(hb("n", 0, 1400, "UPSTREAM_FAILURE"), now=1400)
+    assert replicas["n/p0/r0"]["state"] == "UPSTREAM_FAILURE" and replicas["n/p0/r0"]["since_ms"] == 1400
+
+
+def test_older_heartbeat_is_ignored() -> None:
+    c, replicas, _ = make()
+    c.on_heartbeat(hb("n", 0, 2000, "STABILIZATION"), now=2000)
+    assert not c.on_heartbeat(hb("n", 0, 1900, "STABLE"), now=2001)
+    assert replicas["n/p0/r0"]["state"] == "STABILIZATION"
+
+
+def test_coordinator_and_unknown_states_are_not_replicas() -> None:
+    c, replicas, _ = make()
+    assert not c.on_heartbeat(hb("coordinator", 0, 1000), now=1000)
+    assert not c.on_heartbeat(hb("n", 0, 1000, "DANCING"), now=1000)
+    assert replicas == {}
+
+
+def test_silent_replica_is_marked_failed_and_recovers() -> None:
+    c, replicas, _ = make()
+    c.on_heartbeat(hb("n", 0, 1000), now=1000)
+    c.on_heartbeat(hb("n", 1, 1000), now=1000)
+    assert c.mark_failures(now=1900) == []
+    c.on_heartbeat(hb("n", 1, 1800), now=1800)
+    assert c.mark_failures(now=2001) == ["n/p0/r0"]
+    assert replicas["n/p0/r0"]["state"] == "FAILED" and replicas["n/p0/r0"]["since_ms"] == 2001
+    assert replicas["n/p0/r0"]["reported"] == "STABLE"
+    assert replicas["n/p0/r1"]["state"] == "STABLE"
+    assert c.mark_failures(now=2100) == []  # marked once
+    c.on_heartbeat(hb("n", 0, 2500, "UPSTREAM_FAILURE", pid=101), now=2500)
+    assert replicas["n/p0/r0"]["state"] == "UPSTREAM_FAILURE" and replicas["n/p0/r0"]["pid"] == 101
+    assert replicas["n/p0/r0"]["since_ms"] == 2500
+
+
+def test_replayed_old_heartbeats_leave_a_dead_replica_failed() -> None:
+    c, replicas, _ = make()
+    assert c.on_heartbeat(hb("n", 0, 1000), now=50_000)
+    assert replicas["n/p0/r0"]["state"] == "FAILED" and replicas["n/p0/r0"]["since_ms"] == 50_000
+    # a backlog of stale heartbeats is not rewritten one by one
+    assert not c.on_heartbeat(hb("n", 0, 1200), now=50_001)
+    assert c.on_heartbeat(hb("n", 0, 1000 + STALE_WRITE_MS), now=90_000)
+    # a fresh one brings it back
+    assert c.on_heartbeat(hb("n", 0, 89_950), now=90_000)
+    assert replicas["n/p0/r0"]["state"] == "STABLE"
+
+
+def test_a_backlog_neither_fails_a_live_replica_nor_floods_the_table() -> None:
+    """After a coordinator restart the heartbeats sent while it was down arrive late."""
+    c, replicas, _ = make()
+    c.on_heartbeat(hb("n", 0, 1000), now=1000)
+    writes = sum(c.on_heartbeat(hb("n", 0, t), now=9000) for t in range(1100, 8000, 100))
+    assert replicas["n/p0/r0"]["state"] == "STABLE" and replicas["n/p0/r0"]["since_ms"] == 1000
+    assert writes == 0 and replicas["n/p0/r0"]["sent_ms"] == 1000  # unchanged news, not written
+    assert c.last_heard("n/p0/r0") == 7900  # but known: failure detection counts from the newest
+    assert c.mark_failures(now=8500) == []
+    assert c.status(now=8500)["replicas"][0]["age_ms"] == 600
+    assert c.on_heartbeat(hb("n", 0, 8000, "UPSTREAM_FAILURE"), now=9001)  # news are written even late
+    assert replicas["n/p0/r0"]["state"] == "UPSTREAM_FAILURE"
+
+
+# -- grants ------------------------------------------------------------------------------------
+
+
+def test_first_request_is_granted_at_once() -> None:
+    c, _, recon = make()
+    assert c.on_control(ctl(REQUEST, "n", 0, 100), now=100) == [Grant("n", 0, 0)]
+    assert recon["n/p0/r0"]["status"] == GRANTED
+
+
+def test_second_replica_waits_for_done() -> None:
+    c, _, recon = make()
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    assert c.on_control(ctl(REQUEST, "n", 1, 110), now=110) == []
+    assert recon["n/p0/r1"]["status"] == PENDING
+    assert c.tick(now=500) == []
+    assert c.on_control(ctl(DONE, "n", 0, 600), now=600) == [Grant("n", 0, 1)]
+    assert recon["n/p0/r0"]["status"] == IDLE and recon["n/p0/r1"]["status"] == GRANTED
+
+
+def test_other_partitions_and_nodes_are_independent() -> None:
+    c, _, _ = make()
+    assert c.on_control(ctl(REQUEST, "n", 0, 100), now=100) == [Grant("n", 0, 0)]
+    assert c.on_control(ctl(REQUEST, "n", 1, 101, partition=1), now=101) == [Grant("n", 1, 1)]
+    assert c.on_control(ctl(REQUEST, "m", 1, 102), now=102) == [Grant("m", 0, 1)]
+
+
+def test_oldest_request_first() -> None:
+    c, _, _ = make()
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    # r2 asked before r1 (by its send time) even though r1's message was read first
+    c.on_control(ctl(REQUEST, "n", 1, 130), now=131)
+    c.on_control(ctl(REQUEST, "n", 2, 120), now=132)
+    assert c.on_control(ctl(DONE, "n", 0, 200), now=200) == [Grant("n", 0, 2)]
+    assert c.on_control(ctl(DONE, "n", 2, 300), now=300) == [Grant("n", 0, 1)]
+
+
+def test_suspend_policy_grants_without_staggering() -> None:
+    c, _, _ = make()
+    assert c.on_control(ctl(REQUEST, "n", 0, 100, stagger=False), now=100) == [Grant("n", 0, 0, False)]
+    assert c.on_control(ctl(REQUEST, "n", 1, 101, stagger=False), now=101) == [Grant("n", 0, 1, False)]
+
+
+def test_repeated_request_resends_grant_and_keeps_queue_place() -> None:
+    c, _, recon = make()
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    c.on_control(ctl(REQUEST, "n", 1, 110), now=110)
+    assert c.on_control(ctl(REQUEST, "n", 0, 150), now=150) == [Grant("n", 0, 0)]
+    assert recon["n/p0/r0"]["granted_ms"] == 100  # re-sending does not renew the lease
+    assert c.on_control(ctl(REQUEST, "n", 1, 160), now=160) == []
+    assert recon["n/p0/r1"]["requested_ms"] == 110
+
+
+def test_replayed_messages_change_nothing() -> None:
+    c, _, recon = make()
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    c.on_control(ctl(DONE, "n", 0, 200), now=200)
+    # a restarted coordinator reads the REQUEST again: older than the DONE it already applied
+    assert c.on_control(ctl(REQUEST, "n", 0, 100), now=300) == []
+    assert recon["n/p0/r0"]["status"] == IDLE
+
+
+def test_our_own_grants_are_ignored() -> None:
+    c, _, recon = make()
+    assert c.on_control(ctl("GRANT", "n", 0, 100), now=100) == []
+    assert recon == {}
+
+
+def test_failed_holder_releases_its_grant() -> None:
+    c, _, recon = make()
+    c.on_heartbeat(hb("n", 0, 100), now=100)
+    c.on_heartbeat(hb("n", 1, 100), now=100)
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    c.on_control(ctl(REQUEST, "n", 1, 110), now=110)
+    c.on_heartbeat(hb("n", 1, 1050), now=1050)
+    assert c.tick(now=1150) == [Grant("n", 0, 1)]  # r0 silent since 100: FAILED, grant passes on
+    assert recon["n/p0/r0"]["status"] == IDLE and recon["n/p0/r0"]["released"] == "failed"
+
+
+def test_failed_replica_drops_its_request_and_is_not_granted() -> None:
+    c, replicas, recon = make()
+    c.on_heartbeat(hb("n", 0, 100), now=100)
+    c.on_heartbeat(hb("n", 1, 100), now=100)
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    c.on_control(ctl(REQUEST, "n", 1, 110), now=110)
+    c.on_heartbeat(hb("n", 0, 1050), now=1050)
+    assert c.tick(now=1150) == []  # r1 failed while waiting: its request goes
+    assert recon["n/p0/r1"]["status"] == IDLE
+    # a request from a replica still marked FAILED waits until its heartbeats resume
+    c.on_control(ctl(DONE, "n", 0, 1200), now=1200)
+    assert c.on_control(ctl(REQUEST, "n", 1, 1210), now=1210) == []
+    c.on_heartbeat(hb("n", 1, 1300), now=1300)
+    assert replicas["n/p0/r1"]["state"] == "STABLE"
+    assert c.tick(now=1310) == [Grant("n", 0, 1)]
+
+
+def test_lease_expiry_releases_the_grant() -> None:
+    c, _, recon = make(lease=5000)
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    c.on_control(ctl(REQUEST, "n", 1, 110), now=110)
+    assert c.tick(now=5100, detect=False) == []
+    assert c.tick(now=5101, detect=False) == [Grant("n", 0, 1)]
+    assert recon["n/p0/r0"]["released"] == "lease expired"
+
+
+def test_status_lists_replicas_requests_and_grants() -> None:
+    c, _, _ = make()
+    c.on_heartbeat(hb("n", 0, 1000), now=1000)
+    c.on_control(ctl(REQUEST, "n", 0, 1000), now=1000)
+    c.on_control(ctl(REQUEST, "n", 1, 1010), now=1010)
+    st = c.status(now=1500, expected=[("n", 0, 0), ("n", 0, 1)])
+    assert [(r["key"], r["state"], r["seen"], r["reconciliation"]) for r in st["replicas"]] == [
+        ("n/p0/r0", "STABLE", True, GRANTED), ("n/p0/r1", "FAILED", False, PENDING)]
+    assert st["replicas"][0]["age_ms"] == 500
+    assert [(p["key"], p["waiting_ms"]) for p in st["pending"]] == [("n/p0/r1", 490)]
+    assert [(g["key"], g["held_ms"], g["lease_left_ms"]) for g in st["grants"]] == [("n/p0/r0", 500, LEASE - 500)]
+
+
+def test_values_are_replaced_not_mutated() -> None:
+    """A faust Table logs only assignments: every change must assign a new dict."""
+    c, replicas, recon = make()
+    c.on_heartbeat(hb("n", 0, 100), now=100)
+    c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
+    before_r, before_c = replicas["n/p0/r0"], recon["n/p0/r0"]
+    snap_r, snap_c = dict(before_r), dict(before_c)
+    c.on_control(ctl(DONE, "n", 0, 200), now=200)
+    c.mark_failures(now=5000)
+    assert before_r == snap_r and before_c == snap_c
+    assert replicas["n/p0/r0"] is not before_r and recon["n/p0/r0"] is not before_c
+
+
+# -- the staggering invariant under random message sequences -------------------------------------
+
+events = st.lists(
+    st.tuples(st.sampled_from([REQUEST, DONE, "BEAT", "TICK"]), st.integers(0, 2), st.integers(0, 1),
+              st.integers(1, 1500)),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events)
+def test_at_most_one_staggered_grant_per_node_partition(seq: list) -> None:
+    c, replicas, recon = make(lease=5000)
+    now = 0
+    granted: set[str] = set()
+    for kind, replica, partition, dt in seq:
+        now += dt
+        if kind == "BEAT":
+            c.on_heartbeat(hb("n", replica, now, partition=partition), now)
+            grants = []
+        elif kind == "TICK":
+            grants = c.tick(now)
+        else:
+            grants = c.on_control(ctl(kind, "n", replica, now, partition=partition), now)
+        granted.update(g.key for g in grants)
+        for p in (0, 1):
+            holders = [k for k, r in recon.items() if r["partition"] == p and r["status"] == GRANTED]
+            assert len(holders) <= 1, (holders, recon)
+        for k, r in recon.items():
+            if r["status"] == GRANTED:
+                assert k in granted  # every holder was told
+                assert replicas.get(k, {}).get("state") != "FAILED"
+        # after a tick nobody waits while nobody of its partition holds a grant (no lost wake-up)
+        for p in ((0, 1) if kind == "TICK" else ()):
+            group = [(k, r) for k, r in recon.items() if r["partition"] == p]
+            if any(r["status"] == PENDING and replicas.get(k, {}).get("state") != "FAILED" for k, r in group):
+                assert any(r["status"] == GRANTED for _, r in group), recon
+
+
+@pytest.mark.parametrize("stagger", [True, False])
+def test_done_without_request_is_harmless(stagger: bool) -> None:
+    c, _, recon = make()
+    assert c.on_control(ctl(DONE, "n", 0, 100, stagger=stagger), now=100) == []
+    assert recon["n/p0/r0"]["status"] == IDLE
