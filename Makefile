@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-all bench jars clean
+.PHONY: demo demo-faults test test-all bench jars clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("hastream needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -31,6 +31,9 @@ jars: $(VENV)/.jars-kafka $(VENV)/.jars-spark
 
 demo: $(VENV)/.jars-kafka
 	$(VENV)/bin/hastream demo
+
+demo-faults: $(VENV)/.jars-kafka
+	$(VENV)/bin/hastream demo --faults
 
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -44,7 +44,10 @@ Definitions (also written to the JSON file):
   time). Inputs of the first second (warm-up) and after the source's last periodic boundary
   (released early by the final one) are not counted. A node holds each tuple until a boundary
   passes the end of its SUnion bucket, so its latency includes up to ``dpc.bucket`` plus
-  ``dpc.boundary_interval``: DPC's price for replica-consistent order.
+  ``dpc.boundary_interval``: DPC's price for replica-consistent order. A window closes as soon
+  as a boundary passes its end, so its wait is up to one ``dpc.boundary_interval``, and where in
+  that interval depends on the phase of the source's boundary ticks against the window ends
+  (drifting slowly during a run): a short run samples few phases.
 * DPC cost (phase 3, in process, no Kafka): CPU per tuple of SUnion and SOutput beside the
   operators themselves (``bench/dpc_cost.py``).
 

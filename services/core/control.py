@@ -66,7 +66,7 @@ class HeartbeatSender:
         self.interval_s = interval_s
         self.state = NodeState.STABLE
         self.epoch = 0
-        self._producer = producer or BatchProducer(bootstrap, linger_ms=0)
+        self._producer = producer or BatchProducer(bootstrap, linger_ms=0, **{"compression.type": "none"})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{node}", daemon=True)
 

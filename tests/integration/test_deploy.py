@@ -49,23 +49,23 @@ def test_up_produce_tail_down(kafka, tmp_path: Path) -> None:
 
     r = hastream("up", str(path), "--bootstrap", kafka.bootstrap, env=env)
     assert r.returncode == 0, r.stderr
-    assert "4 processes" in r.stdout
+    assert "5 processes" in r.stdout  # 4 node partitions + the coordinator
     try:
         r = hastream("produce", str(path), f"src_{u}", "--json", str(tmp_path / "in.jsonl"), env=env)
         assert r.returncode == 0, r.stderr
         assert "produced 2000" in r.stdout
         status = hastream("status", spec.name, env=env)
-        assert status.stdout.count("yes") == 4, status.stdout
+        assert status.stdout.count("yes") == 5, status.stdout
         tailed = hastream("tail", str(path), f"stats_{u}", "--json", "--idle", "8", env=env)
         assert tailed.returncode == 0, tailed.stderr
         got = [json.loads(line) for line in tailed.stdout.splitlines() if line.startswith("{")]
     finally:
         down = hastream("down", spec.name, env=env)
     assert down.returncode == 0, down.stderr
-    assert "4 processes" in down.stdout
+    assert "5 processes" in down.stdout
 
     # Every service shut down gracefully on SIGTERM: it printed its final counts.
-    logs = sorted((tmp_path / "home" / "deployments" / spec.name / "logs").glob("*.log"))
+    logs = sorted((tmp_path / "home" / "deployments" / spec.name / "logs").glob("*.p*.log"))
     assert len(logs) == 4
     for log in logs:
         assert "stopped: consumed" in log.read_text(), log.read_text()[-2000:]
