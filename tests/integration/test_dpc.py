@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 CHAIN = """\
 name: chain-{u}
 defaults: {partitions: 1, replicas: 2}
-dpc: {delay: 3000, bucket: 100, checkpoint_interval: 1000, heartbeat_interval: 100, failure_timeout: 800}
+dpc: {delay: 3000, bucket: 100, checkpoint_interval: 1000, heartbeat_interval: 100, failure_timeout: 800,
+      reconciliation: RECONCILIATION}
 streams:
   s1_{u}: {schema: reading, key: sensor}
   s2_{u}: {schema: reading, key: sensor}
@@ -78,8 +79,10 @@ class Run:
 Fault = Callable[[Services, PacedSources], None]
 
 
-def run_chain(kafka: Any, tmp_path: Path, schedule: list[tuple[float, Fault]], expect: Run | None) -> Run:
-    spec, path = unique_spec(CHAIN, tmp_path)
+def run_chain(kafka: Any, tmp_path: Path, schedule: list[tuple[float, Fault]], expect: Run | None,
+              reconciliation: str = "checkpoint") -> Run:
+    spec, path = unique_spec(CHAIN.replace("RECONCILIATION", reconciliation), tmp_path)
+    assert all(spec.reconciliation_of(n) == reconciliation for n in spec.nodes)
     provision(spec, kafka.bootstrap)
     services = Services(spec, path, kafka.bootstrap, tmp_path / "logs")
     services.start()
@@ -200,6 +203,43 @@ def test_stopped_source_gives_tentative_results_within_x_then_the_stable_output(
     assert sink.count(TupleType.TENTATIVE) > 0, "the stopped source made the chain go tentative"
     assert sink.count(TupleType.UNDO) > 0 and sink.count(TupleType.REC_DONE) > 0
     assert max_delay_new(run) <= X + SLACK
+    check_staggered(run, kafka.bootstrap)
+
+
+def check_staggered(run: Run, bootstrap: str) -> None:
+    """Replicas of a node reconciled one at a time, each only once the coordinator granted it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from services.core.control import CONTROL
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t-ctl", "enable.auto.commit": False})
+    c.assign([TopicPartition(run.spec.control_topic, 0, 0)])
+    msgs = []
+    while batch := c.consume(500, 2):
+        msgs += [CONTROL.decode(m.value()) for m in batch if m.error() is None]
+    c.close()
+    holder: dict[str, int | None] = {}
+    granted: set[tuple[str, int]] = set()
+    done = 0
+    for m in msgs:
+        n, r = m["node"], m["replica"]
+        if m["kind"] == "GRANT":
+            assert holder.get(n) in (None, r), f"{n}: replica {r} granted while replica {holder[n]} reconciles"
+            holder[n] = r
+            granted.add((n, r))
+        elif m["kind"] == "DONE":
+            assert (n, r) in granted, f"{n}.r{r} reconciled without a grant"
+            granted.discard((n, r))
+            holder[n] = None
+            done += 1
+    assert done >= 2, f"expected reconciliations, control log: {msgs}"
+
+
+def test_undo_redo_reconciles_to_the_same_output(kafka: Any, tmp_path: Path, failure_free: Run) -> None:
+    run = run_chain(kafka, tmp_path, [(2.0, stop_source(1, 3.0))], failure_free, reconciliation="undo")
+    print(summary(run))
+    check_eventual_consistency(run, failure_free)
+    assert run.recorder.replica(run.stream("stats"), 0).count(TupleType.UNDO) > 0
 
 
 def test_kill_and_restart_of_a_replica(kafka: Any, tmp_path: Path, failure_free: Run) -> None:
@@ -223,6 +263,9 @@ def random_schedule(seed: int) -> list[tuple[float, Fault]]:
     rng = random.Random(seed)
     roles = rng.sample([f"n{n}.r{r}.p0" for n in (1, 2, 3) for r in (0, 1)], 3)
     out: list[tuple[float, Fault]] = []
+    if rng.random() < 0.3:  # the coordinator dies too: the data path must not care
+        at = round(rng.uniform(1.0, 6.0), 1)
+        out += [(at, kill("coordinator")), (at + round(rng.uniform(1.0, 4.0), 1), restart("coordinator"))]
     for role in roles[: rng.randint(1, 3)]:
         at, d = round(rng.uniform(1.0, 6.0), 1), round(rng.uniform(1.0, 4.0), 1)
         kind = rng.choice(["kill", "pause", "source"])
@@ -235,9 +278,16 @@ def random_schedule(seed: int) -> list[tuple[float, Fault]]:
     return out
 
 
+@pytest.mark.parametrize("seed", [100])
+def test_random_fault_schedule_quick(kafka: Any, tmp_path: Path, failure_free: Run, seed: int) -> None:
+    run = run_chain(kafka, tmp_path, random_schedule(seed), failure_free)
+    print(summary(run))
+    check_eventual_consistency(run, failure_free)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(24))
 def test_random_fault_schedule(kafka: Any, tmp_path: Path, failure_free: Run, seed: int) -> None:
-    run = run_chain(kafka, tmp_path, random_schedule(seed), failure_free)
+    run = run_chain(kafka, tmp_path, random_schedule(seed), failure_free, "undo" if seed % 3 == 2 else "checkpoint")
     print(summary(run))
     check_eventual_consistency(run, failure_free)

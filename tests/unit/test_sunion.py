@@ -131,3 +131,40 @@ def test_tuple_below_its_inputs_boundary_is_rejected_not_emitted() -> None:
     su.push(0, TupleType.STABLE, 0, 49, "late", 0)
     su.boundary(0, END)
     assert su.poll(0) == [] and [t.rec for t in su.rejected] == ["late"]
+
+
+def _failing(policy: str) -> SUnion:
+    """Input 1 is down; input 0's first bucket has already gone out tentatively."""
+    su = SUnion(2, BUCKET, delay_s=5.0, policy=policy)
+    su.push(0, TupleType.STABLE, 0, 1, "first", 0.0)
+    su.boundary(0, 10)
+    assert [t.type for t in su.poll(5.0)] == [TupleType.TENTATIVE]  # waited the full delay
+    for i, stime in enumerate((12, 25, 31)):  # buckets 1, 2, 3 arrive at t = 6
+        su.push(0, TupleType.STABLE, i + 1, stime, f"b{stime // BUCKET}", 6.0)
+    return su
+
+
+def test_process_policy_releases_every_bucket_but_the_newest_at_once_during_a_failure() -> None:
+    su = _failing("process")
+    assert [t.rec for t in su.poll(6.0)] == ["b1", "b2"]
+    assert set(su.kept) == {0, 1, 2}, "kept for the redo"
+    assert [t.rec for t in su.poll(11.0)] == ["b3"]  # the newest waits at most the delay
+
+
+def test_delay_policy_holds_each_bucket_for_the_full_delay_during_a_failure() -> None:
+    su = _failing("delay")
+    assert su.poll(6.0) == []
+    assert [t.rec for t in su.poll(11.0)] == ["b1", "b2", "b3"]
+
+
+def test_frontier_is_the_stable_boundary_and_freezes_during_a_failure() -> None:
+    su = SUnion(2, BUCKET, delay_s=1.0)
+    assert su.frontier() is None  # an input never spoke
+    su.push(0, TupleType.STABLE, 0, 3, "a", 0.0)
+    su.boundary(0, 27)
+    su.boundary(1, 22)
+    assert [t.type for t in su.poll(0.0)] == [TupleType.STABLE]
+    assert su.frontier() == 20
+    su.push(0, TupleType.STABLE, 1, 27, "b", 0.0)
+    su.poll(2.0)  # input 1 silent past the delay: bucket 2 goes out tentatively
+    assert su.in_failure() and su.frontier() is None
