@@ -110,3 +110,25 @@ def test_not_yaml_and_missing_file() -> None:
     assert "not valid YAML" in problems("streams: [")[0]
     with pytest.raises(SpecError, match="no such file"):
         load_spec("/nonexistent/spec.yaml")
+
+
+def test_delay_bound_is_split_across_the_longest_path_and_per_output() -> None:
+    spec = parse_spec(BASE.replace("name: t", "name: t\ndpc: {delay: 4000, alpha: 0.5}"))
+    # w is reached through n1 then n2: each node gets half of X, SUnion waits alpha of that.
+    assert spec.node_delay_s("n1") == pytest.approx(0.5 * 4000 / 2 / 1000)
+    assert spec.node_delay_s("n2") == pytest.approx(1.0)
+    tight = parse_spec(BASE.replace("w: {schema: window_stat, key: key, partitions: 2}",
+                                    "w: {schema: window_stat, key: key, partitions: 2, delay: 1000}"))
+    assert tight.node_delay_s("n1") == pytest.approx(0.9 * 1000 / 2 / 1000), "the output's own X wins"
+
+
+def test_dpc_settings_are_checked_with_their_location() -> None:
+    bad = BASE.replace("name: t", "name: t\ndpc: {alpha: 2, reconciliation: magic, failure_policy: wait}")
+    bad = bad.replace("n1: {operators: [f]}", "n1: {operators: [f], reconciliation: redo}")
+    got = problems(bad)
+    assert any(re.match(r"s\.yaml:2:\d+: dpc\.alpha: 'alpha' must be a number in \(0, 1\]", p) for p in got), got
+    assert any("dpc.reconciliation" in p and "checkpoint, undo" in p for p in got), got
+    assert any("dpc.failure_policy" in p and "process, delay" in p for p in got), got
+    assert any("nodes.n1.reconciliation" in p for p in got), got
+    ok = parse_spec(BASE.replace("n1: {operators: [f]}", "n1: {operators: [f], reconciliation: undo}"))
+    assert ok.reconciliation_of("n1") == "undo" and ok.reconciliation_of("n2") == "checkpoint"
