@@ -14,7 +14,7 @@ import time
 from rich.live import Live
 from rich.table import Table
 
-from services.cli.common import fail, out
+from services.cli.common import out
 from services.core.control import NodeState, ReplicaMonitor
 from services.core.paths import REPO_ROOT
 from services.core.spec import load_spec
@@ -35,17 +35,11 @@ def run_chain_demo(seconds: float, rate: float) -> None:
     from services.client.source import SourceWriter, pump, readings
     from services.client.view import StreamView
     from services.deploy import faults
-    from services.deploy.local import Deployment, down, up
+    from services.cli.demo import deploy
+    from services.deploy.local import down
 
     spec = load_spec(CHAIN_SPEC)
-    out.print(f"[bold]deploying[/] {CHAIN_SPEC.relative_to(REPO_ROOT)}: 3 nodes x 2 replicas + coordinator ...")
-    try:
-        dep = up(spec, CHAIN_SPEC)
-    except RuntimeError:
-        down(Deployment.load(spec.name))
-        dep = up(spec, CHAIN_SPEC)
-    except OSError as e:
-        raise fail(str(e))
+    dep = deploy(spec, CHAIN_SPEC, "3 nodes x 2 replicas + coordinator")
     monitor = ReplicaMonitor(dep.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not all(

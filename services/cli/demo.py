@@ -3,13 +3,18 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.live import Live
 from rich.table import Table
 
 from services.cli.common import fail, out
 from services.core.paths import REPO_ROOT
-from services.core.spec import load_spec
+from services.core.spec import Spec, load_spec
+
+if TYPE_CHECKING:
+    from services.deploy.local import Deployment
 
 DEMO_SPEC = REPO_ROOT / "examples" / "demo.yaml"
 
@@ -31,20 +36,27 @@ def _table(stats: dict[str, dict], counts: dict[str, int], produced: int, elapse
     return t
 
 
+def deploy(spec: Spec, path: Path, what: str) -> "Deployment":
+    """Start a demo deployment on the embedded broker, replacing a leftover one of the same name."""
+    from services.deploy.local import Deployment, down, up
+
+    out.print(f"[bold]deploying[/] {path.relative_to(REPO_ROOT)}: {what} ...")
+    try:
+        return up(spec, path)
+    except RuntimeError:
+        down(Deployment.load(spec.name))
+        return up(spec, path)
+    except OSError as e:
+        raise fail(str(e))
+
+
 def run_demo(seconds: float, rate: float) -> None:
     from services.client.reader import StreamReader
     from services.client.source import SourceWriter, pump, readings
-    from services.deploy.local import Deployment, down, up
+    from services.deploy.local import down
 
     spec = load_spec(DEMO_SPEC)
-    out.print(f"[bold]deploying[/] {DEMO_SPEC.relative_to(REPO_ROOT)}: 3 nodes x 2 partitions on the embedded Kafka broker ...")
-    try:
-        dep = up(spec, DEMO_SPEC)
-    except RuntimeError:
-        down(Deployment.load(spec.name))
-        dep = up(spec, DEMO_SPEC)
-    except OSError as e:
-        raise fail(str(e))
+    dep = deploy(spec, DEMO_SPEC, "3 nodes x 2 partitions on the embedded Kafka broker")
     out.print(f"broker {dep.bootstrap}; services: {', '.join(p.role for p in dep.processes)}")
     produced = [0]
     done = threading.Event()
@@ -68,9 +80,11 @@ def run_demo(seconds: float, rate: float) -> None:
                 got = 0
                 for s, r in readers.items():
                     for tup in r.poll(timeout=0.1):
+                        if tup.value is None:
+                            continue  # BOUNDARY, UNDO, REC_DONE: control tuples, not results
                         got += 1
                         counts[s] += 1
-                        v = tup.value or {}
+                        v = tup.value
                         if s == "hot_stats":
                             stats.setdefault(v["key"], {}).update(v)
                         else:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
@@ -52,14 +52,7 @@ class StreamReader:
 
     def follow(self, idle_timeout: float | None = None) -> Iterator[Tuple]:
         """Tuples as they arrive; stops after ``idle_timeout`` seconds without any."""
-        last = time.monotonic()
-        while True:
-            batch = self.poll()
-            if batch:
-                last = time.monotonic()
-                yield from batch
-            elif idle_timeout is not None and time.monotonic() - last > idle_timeout:
-                return
+        return follow_polls(self.poll, idle_timeout)
 
     def read_until(self, predicate, timeout: float = 60.0) -> list[Tuple]:
         """Collect tuples until ``predicate(collected)`` holds or ``timeout`` passes."""
@@ -73,3 +66,18 @@ class StreamReader:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+T = TypeVar("T")
+
+
+def follow_polls(poll: Callable[[], list[T]], idle_timeout: float | None) -> Iterator[T]:
+    """Items of successive ``poll()`` calls as they arrive; stops after ``idle_timeout`` seconds without any."""
+    last = time.monotonic()
+    while True:
+        batch = poll()
+        if batch:
+            last = time.monotonic()
+            yield from batch
+        elif idle_timeout is not None and time.monotonic() - last > idle_timeout:
+            return

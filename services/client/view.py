@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
+from services.client.reader import follow_polls
 from services.core.codec import codec_for
 from services.core.control import NodeState, ReplicaMonitor
 from services.core.kafka import RDKAFKA_LOG
@@ -278,14 +279,7 @@ class StreamView:
 
     def follow(self, idle_timeout: float | None = None) -> Iterator[ViewEvent]:
         """Events as they arrive; stops after ``idle_timeout`` seconds without any."""
-        last = time.monotonic()
-        while True:
-            batch = self.poll()
-            if batch:
-                last = time.monotonic()
-                yield from batch
-            elif idle_timeout is not None and time.monotonic() - last > idle_timeout:
-                return
+        return follow_polls(self.poll, idle_timeout)
 
     def read_until(self, predicate: Callable[["StreamView"], bool], timeout: float = 60.0) -> list[ViewEvent]:
         """Poll until ``predicate(self)`` holds or ``timeout`` passes; returns the events seen."""
