@@ -7,7 +7,9 @@ point exists in every topic that has caught up.
 """
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicPartition
+from typing import Iterator
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from services.core.control import NodeState
 from services.core.kafka import RDKAFKA_LOG, retry_transient
@@ -16,7 +18,7 @@ from services.core.tuples import TYPE_BYTES, TupleType
 # Best first: a stable replica, else one producing tentative results, else one busy
 # reconciling (it produces corrections, not new tuples).
 _RANK = {NodeState.STABLE: 0, NodeState.UPSTREAM_FAILURE: 1, NodeState.STABILIZATION: 2, NodeState.FAILED: 3}
-_STABLE, _UNDO = TYPE_BYTES[TupleType.STABLE], TYPE_BYTES[TupleType.UNDO]
+_STABLE, _UNDO, _TENTATIVE = (TYPE_BYTES[t] for t in (TupleType.STABLE, TupleType.UNDO, TupleType.TENTATIVE))
 
 
 def choose_replica(states: list[NodeState], current: int | None) -> int:
@@ -27,55 +29,57 @@ def choose_replica(states: list[NodeState], current: int | None) -> int:
     return best
 
 
-@retry_transient
-def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:
-    """Offset right after stable tuple ``last_stable`` (or after an UNDO naming an id <= it) in a topic.
+def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[list[tuple[int, dict]]]:
+    """The partition's messages as (offset, headers) in chunks of ``chunk``, newest chunk first.
 
-    Scans backward from the end, so the cost is the distance from the tail. Tuples after
-    the returned offset are all newer than ``last_stable``, except stable duplicates with a
-    smaller id when the topic has not caught up, which readers drop by id. ``last_stable``
-    -1 means from the beginning.
+    Readers look for the newest message with some property; scanning back from the end costs
+    the distance from the tail, not the length of the log.
     """
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.seek", "enable.auto.commit": False,
-                  "logger": RDKAFKA_LOG, "enable.partition.eof": True})
+                  "logger": RDKAFKA_LOG})
     try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        if last_stable < 0 or high <= low:
-            return low
-        end = high
+        low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         while end > low:
             start = max(low, end - chunk)
             c.assign([TopicPartition(topic, partition, start)])
-            found = None
+            got: list[tuple[int, dict]] = []
             pos = start
             while pos < end:
                 msgs = c.consume(min(500, end - pos), 5)
                 if not msgs:
-                    break
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}"))
                 for m in msgs:
-                    if m.error() is not None:
-                        continue
-                    pos = m.offset() + 1
-                    if m.offset() >= end:
-                        break
-                    h = dict(m.headers() or ())
-                    t = h.get("ht.type")
-                    if t in (_STABLE, _UNDO):
-                        try:
-                            tid = int(h.get("ht.id", b"-2"))
-                        except ValueError:
-                            continue
-                        if tid <= last_stable:
-                            found = m.offset() + 1  # keep the newest such point in the chunk
-            if found is not None:
-                return found
+                    if m.error() is None and m.offset() < end:
+                        pos = m.offset() + 1
+                        got.append((m.offset(), dict(m.headers() or ())))
+            yield got
             end = start
-        return low
     finally:
         c.close()
 
 
-_TENTATIVE = TYPE_BYTES[TupleType.TENTATIVE]
+def _id(h: dict) -> int | None:
+    try:
+        return int(h.get("ht.id", b""))
+    except ValueError:
+        return None
+
+
+@retry_transient
+def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:
+    """Offset right after stable tuple ``last_stable`` (or after an UNDO naming an id <= it) in a topic.
+
+    Tuples after the returned offset are all newer than ``last_stable``, except stable
+    duplicates with a smaller id when the topic has not caught up, which readers drop by
+    id. ``last_stable`` -1 means from the beginning.
+    """
+    if last_stable >= 0:
+        for msgs in _backward_chunks(bootstrap, topic, partition, chunk):
+            for off, h in reversed(msgs):
+                tid = _id(h)
+                if h.get("ht.type") in (_STABLE, _UNDO) and tid is not None and tid <= last_stable:
+                    return off + 1
+    return _low(bootstrap, topic, partition)
 
 
 @retry_transient
@@ -85,34 +89,19 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
     Every message but a TENTATIVE one names it: a STABLE tuple its own id, control
     tuples (BOUNDARY, UNDO, REC_DONE) the last stable id before them.
     """
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.seek", "enable.auto.commit": False,
-                  "logger": RDKAFKA_LOG})
+    empty = True
+    for msgs in _backward_chunks(bootstrap, topic, partition, chunk):
+        empty = empty and not msgs
+        for _, h in reversed(msgs):
+            tid = _id(h)
+            if h.get("ht.type") not in (None, _TENTATIVE) and tid is not None:
+                return tid
+    return None if empty else -1
+
+
+def _low(bootstrap: str, topic: str, partition: int) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.seek", "logger": RDKAFKA_LOG})
     try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        if high <= low:
-            return None
-        end = high
-        while end > low:
-            start = max(low, end - chunk)
-            c.assign([TopicPartition(topic, partition, start)])
-            found, pos = None, start
-            while pos < end:
-                msgs = c.consume(min(500, end - pos), 5)
-                if not msgs:
-                    raise TimeoutError(f"could not read {topic}[{partition}] at offset {pos}")
-                for m in msgs:
-                    if m.error() is not None or m.offset() >= end:
-                        continue
-                    pos = m.offset() + 1
-                    h = dict(m.headers() or ())
-                    if h.get("ht.type") not in (None, _TENTATIVE):
-                        try:
-                            found = int(h.get("ht.id", b""))
-                        except ValueError:
-                            pass
-            if found is not None:
-                return found
-            end = start
-        return -1
+        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0]
     finally:
         c.close()
