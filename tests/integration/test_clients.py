@@ -20,7 +20,7 @@ from services.client.source import SourceWriter, pump, readings
 from services.client.view import StreamView
 from services.core.admin import TopicSpec, ensure_topics
 from services.core.codec import codec_for
-from services.core.control import HeartbeatSender, NodeState
+from services.core.control import HeartbeatSender, NodeState, ReplicaMonitor
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, make_headers, parse_headers
@@ -199,7 +199,13 @@ def test_view_switches_to_the_other_replica_after_the_last_stable_id(kafka, spec
         write(producer, spec.topic(out, 0), p, [(S, i, rec(p, i)) for i in range(k)]
               + [(T, k, rec(p, k, True)), (T, k + 1, rec(p, k + 1, True))], 0)
     beats = Beats(spec, kafka.bootstrap)
-    view = StreamView(spec, out, kafka.bootstrap)
+    monitor = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
+    node = next(iter(spec.nodes))
+    deadline = time.monotonic() + 10  # a loaded machine may deliver the first heartbeats late
+    while time.monotonic() < deadline and not all(
+            monitor.state(node, p, r) is NodeState.STABLE for p in range(2) for r in range(2)):
+        time.sleep(0.05)
+    view = StreamView(spec, out, kafka.bootstrap, monitor=monitor)
     try:
         assert view.current == [0, 0]
         events = view.read_until(lambda v: all(len(v.tentative(p)) == 2 for p in range(2)), timeout=10)
@@ -221,6 +227,7 @@ def test_view_switches_to_the_other_replica_after_the_last_stable_id(kafka, spec
         assert all(off == k for *_, off in view.switches)  # right after stable k-1 in r1's log
     finally:
         view.close()
+        monitor.close()
         beats.close()
 
 
