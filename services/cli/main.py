@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from services.cli.common import bootstrap_for, err, fail, out, settings_or_exit, spec_or_exit
+from services.cli.bench_cmd import bench_app
 from services.cli.fault_cmd import fault_app
 from services.cli.kafka_cmd import kafka_app
 from services.cli.coordinator_cmd import coordinator as coordinator_cmd, print_replica_states
@@ -25,6 +26,7 @@ app = typer.Typer(
 app.add_typer(kafka_app, name="kafka")
 app.command("coordinator")(coordinator_cmd)
 app.add_typer(fault_app, name="fault")
+app.add_typer(bench_app, name="bench")
 node_app = typer.Typer(no_args_is_help=True, help="Run one node service process (used by 'up' and docker compose).")
 app.add_typer(node_app, name="node")
 

@@ -1,0 +1,281 @@
+"""The paper's chain, on a real broker: one run under one fault, with the client's view of it.
+
+Three input streams s1, s2, s3 feed a chain of ``k`` nodes, each with two replicas (real
+processes, plus the coordinator):
+
+    s1, s2, s3 -> n1 (union + filter) -> n2 (map) -> ... -> nk (map) -> client
+
+Every node is stateless and passes each tuple through (the filter keeps everything, each map
+adds 1 to ``value``), so each output tuple stands for exactly one input tuple (``sensor`` =
+``in<i>``, ``seq``) and per-tuple latency is exact. The paper's nodes are SUnion + join;
+here the whole node state is SUnion's buffer and the operators' (empty) state, which is what
+reconciliation must rebuild.
+
+One run: start the services, start the client (a ``StreamView`` following the best replica of
+the last node's output, as an application would), send the paced workload, inject the fault,
+wait until every replica and the client hold the complete stable output, then compute the
+metrics (``metrics.py``) and check eventual consistency against the expected output.
+"""
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from services.client.view import StreamView
+from services.core.admin import delete_topics
+from services.core.control import COORDINATOR, NodeState, ReplicaMonitor
+from services.core.spec import Spec, parse_spec
+from services.core.tuples import TupleType
+from services.deploy.harness import PacedSources, Recorder, Services
+from services.deploy.local import provision
+
+from bench.borealis import metrics
+
+INPUTS = 3
+BASE_TS = 1_700_000_000_000
+FAILED_INPUT = 2  # s2 is the input that is cut off
+
+POLICIES = {  # label -> (failure_policy, stabilization_policy)
+    "Process & Process": ("process", "process"),
+    "Delay & Delay": ("delay", "delay"),
+    "Process & Suspend": ("process", "suspend"),
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run. ``fault`` is "source" (input s2 cut off for ``fault_s``), "kill" (kill -9 of
+    ``kill_role``, restarted after ``fault_s``) or "none". The workload lasts
+    ``fault_at + fault_s + tail_s`` seconds at ``rate`` tuples/s per input."""
+
+    k: int = 1
+    policy: str = "Process & Process"
+    reconciliation: str = "checkpoint"
+    x_ms: int = 3000  # X per node: dpc.delay is k * x_ms end to end, split evenly over the k nodes
+    alpha: float = 0.9
+    rate: int = 100
+    fault: str = "source"
+    fault_at: float = 5.0
+    fault_s: float = 15.0
+    tail_s: float = 12.0
+    kill_role: str = "n1.r0.p0"
+    bucket_ms: int = 100
+    heartbeat_ms: int = 100
+    failure_timeout_ms: int = 800
+    checkpoint_ms: int = 1000
+
+    @property
+    def seconds(self) -> float:
+        return self.fault_at + self.fault_s + self.tail_s
+
+    @property
+    def alpha_x_s(self) -> float:
+        return self.alpha * self.x_ms / 1000
+
+
+def chain_spec(cfg: RunConfig, suffix: str) -> str:
+    """The spec YAML of a k-node chain (streams and the spec name carry ``suffix`` so runs never share topics)."""
+    fp, sp = POLICIES[cfg.policy]
+    u = suffix
+    lines = [
+        f"name: borealis-{u}",
+        "defaults: {partitions: 1, replicas: 2}",
+        f"dpc: {{delay: {cfg.x_ms * cfg.k}, alpha: {cfg.alpha}, bucket: {cfg.bucket_ms}, "
+        f"checkpoint_interval: {cfg.checkpoint_ms}, heartbeat_interval: {cfg.heartbeat_ms}, "
+        f"failure_timeout: {cfg.failure_timeout_ms}, reconciliation: {cfg.reconciliation}, "
+        f"failure_policy: {fp}, stabilization_policy: {sp}}}",
+        "streams:",
+        *[f"  s{i}_{u}: {{schema: reading, key: sensor}}" for i in range(1, INPUTS + 1)],
+        f"  all_{u}: {{schema: reading, key: sensor}}",
+        *[f"  out{j}_{u}: {{schema: reading, key: sensor}}" for j in range(1, cfg.k + 1)],
+        "operators:",
+        f"  merge: {{type: union, inputs: [{', '.join(f's{i}_{u}' for i in range(1, INPUTS + 1))}], output: all_{u}}}",
+        f"  pass1: {{type: filter, input: all_{u}, output: out1_{u}, where: \"value > -1\"}}",
+        *[f"  step{j}: {{type: map, input: out{j - 1}_{u}, output: out{j}_{u}, "
+          f"fields: {{sensor: sensor, ts: ts, value: \"value + 1\", seq: seq}}}}" for j in range(2, cfg.k + 1)],
+        "nodes:",
+        "  n1: {operators: [merge, pass1]}",
+        *[f"  n{j}: {{operators: [step{j}]}}" for j in range(2, cfg.k + 1)],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def workload(cfg: RunConfig, names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Input i's record j: sensor ``in<i>``, event time ``BASE_TS + j * step``, seq j (all inputs in step)."""
+    step = 1000 // cfg.rate
+    ticks = int(cfg.seconds * cfg.rate)
+    return {s: [{"sensor": f"in{i}", "ts": BASE_TS + j * step, "value": float(j % 50), "seq": j} for j in range(ticks)]
+            for i, s in enumerate(names, 1)}
+
+
+class Client(threading.Thread):
+    """The application: follows the best replica of the chain's output and notes when each tuple first arrived."""
+
+    def __init__(self, spec: Spec, stream: str, bootstrap: str) -> None:
+        super().__init__(daemon=True)
+        self.view = StreamView(spec, stream, bootstrap, startup_wait=3.0)
+        self.first_seen: dict[metrics.Key, float] = {}
+        self.kinds: Counter[str] = Counter()
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            events = self.view.poll(timeout=0.02)
+            now = time.monotonic()
+            for e in events:
+                self.kinds[e.kind] += 1
+                if e.record is not None:
+                    self.first_seen.setdefault((e.record["sensor"], e.record["seq"]), now)
+
+    def stable(self) -> list[dict[str, Any]]:
+        return self.view.stable(0)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.join(5)
+        self.view.close()
+
+
+def _wait_ready(spec: Spec, mon: ReplicaMonitor, timeout: float = 90) -> None:
+    """Every node replica and the coordinator heartbeat STABLE: the run starts from a settled system."""
+    want = [(n, r) for n in spec.nodes for r in range(spec.nodes[n].replicas)] + [(COORDINATOR, 0)]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(mon.state(n, 0, r) is NodeState.STABLE for n, r in want):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("services did not all become STABLE within 90 s: " +
+                       ", ".join(f"{n}.r{r}={mon.state(n, 0, r).value}" for n, r in want))
+
+
+def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dict[str, Any]:
+    """One run of the chain under ``cfg``'s fault; returns the metrics and the consistency verdict."""
+    suffix = uuid.uuid4().hex[:8]
+    tmp = Path(tempfile.mkdtemp(prefix=f"borealis-k{cfg.k}-"))
+    path = tmp / "spec.yaml"
+    path.write_text(chain_spec(cfg, suffix))
+    spec = parse_spec(path.read_text(), str(path), path)
+    provision(spec, bootstrap)
+    services = Services(spec, path, bootstrap, log_dir or tmp / "logs")
+    mon = ReplicaMonitor(bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
+    names = spec.sources()
+    outputs = [f"out{j}_{suffix}" for j in range(1, cfg.k + 1)]
+    recorder = client = None
+    t_start = time.monotonic()
+    try:
+        services.start()
+        _wait_ready(spec, mon)
+        startup_s = time.monotonic() - t_start
+        recorder = Recorder(spec, bootstrap, outputs)
+        client = Client(spec, outputs[-1], bootstrap)
+        client.start()
+        sources = PacedSources(spec, bootstrap, workload(cfg, names), cfg.rate).start()
+        t0 = time.monotonic()
+        outage = None
+        time.sleep(max(0.0, t0 + cfg.fault_at - time.monotonic()))
+        if cfg.fault == "source":
+            t_fault = time.monotonic()
+            sources.hold(names[FAILED_INPUT - 1], cfg.fault_s)
+            # The source thread may stamp a tuple just before the cut and send it just after: one tick of slack.
+            outage = metrics.Outage(f"in{FAILED_INPUT}", t_fault - 2 / cfg.rate, t_fault + cfg.fault_s)
+        elif cfg.fault == "kill":
+            services.kill(cfg.kill_role)
+            time.sleep(max(0.0, t0 + cfg.fault_at + cfg.fault_s - time.monotonic()))
+            services.start(cfg.kill_role)
+        sources.join(cfg.seconds + 120)
+        t_sent = time.monotonic()
+        total = INPUTS * int(cfg.seconds * cfg.rate)
+
+        def complete() -> bool:
+            return len(client.stable()) >= total and all(
+                len(recorder.replica(s, r).final_stable()) >= total for s in outputs for r in range(2))
+
+        settled = recorder.wait_for(complete, 120)
+        settle_s = time.monotonic() - t_sent
+        time.sleep(1.0)  # late tentative or duplicate messages would show up now
+        return _result(cfg, spec, sources, recorder, client, outputs, outage, t0, settled, startup_s, settle_s)
+    finally:
+        if client is not None:
+            client.close()
+        mon.close()
+        services.stop()
+        if recorder is not None:
+            recorder.close()
+        try:
+            delete_topics(bootstrap, [t for t, _ in spec.all_topics()])
+        except Exception:  # noqa: BLE001 - cleanup only; a temp broker goes away anyway
+            pass
+
+
+def _result(cfg: RunConfig, spec: Spec, sources: PacedSources, recorder: Recorder, client: Client,
+            outputs: list[str], outage: metrics.Outage | None, t0: float, settled: bool,
+            startup_s: float, settle_s: float) -> dict[str, Any]:
+    step = 1000 // cfg.rate
+    ticks = int(cfg.seconds * cfg.rate)
+    generated = {(f"in{i}", j): sources.sent_at[BASE_TS + j * step]
+                 for i in range(1, INPUTS + 1) for j in range(ticks) if BASE_TS + j * step in sources.sent_at}
+    d = metrics.delays(client.first_seen, generated, outage)
+    consistency: dict[str, Any] = {}
+    for j, s in enumerate(outputs, 1):
+        want = [{**r, "ts": BASE_TS + r["ts"] * step} for r in metrics.chain_output(ticks, INPUTS, j)]
+        for r in range(2):
+            consistency[f"n{j}.r{r}"] = metrics.compare([v for _, v in recorder.replica(s, r).final_stable()], want)
+        if j == cfg.k:
+            consistency["client"] = metrics.compare(client.stable(), want)
+    undone = [m for s in outputs for r in range(2) for m in recorder.replica(s, r).undid_stable()]
+    sink = [recorder.replica(outputs[-1], r) for r in range(2)]
+    return {
+        "config": {**asdict(cfg), "alpha_x_s": cfg.alpha_x_s, "delay_ms": cfg.x_ms * cfg.k,
+                   "node_delay_s": spec.node_delay_s("n1")},
+        **metrics.summary(d),
+        "n_tentative": client.kinds["tentative"],
+        "client_events": dict(client.kinds),
+        "client_switches": len(client.view.switches),
+        "missing": metrics.missing(client.first_seen, generated),
+        "sink_tentative_per_replica": [o.count(TupleType.TENTATIVE) for o in sink],
+        "sink_undo_per_replica": [o.count(TupleType.UNDO) for o in sink],
+        "timeline": metrics.timeline(d, generated, t0),
+        "consistent": settled and all(c["ok"] for c in consistency.values()) and not undone,
+        "settled": settled,
+        "consistency": consistency,
+        "stable_undone": undone[:5],
+        "startup_s": round(startup_s, 1),
+        "settle_s": round(settle_s, 1),
+    }
+
+
+def run_series(name: str, runs: list[tuple[str, RunConfig]], progress: Any) -> list[dict[str, Any]]:
+    """Run each labelled config in turn on the experiments' broker. A run that crashes is kept as an
+    error entry (and counts as inconsistent), never dropped, so the figures show it."""
+    from bench.borealis.common import bootstrap
+
+    out = []
+    for label, cfg in runs:
+        progress(f"{name}: {label}")
+        t0 = time.monotonic()
+        try:
+            r = run_once(cfg, bootstrap())
+        except Exception as e:  # noqa: BLE001 - recorded in the results, the other runs go on
+            r = {"config": asdict(cfg), "error": f"{type(e).__name__}: {e}", "consistent": False}
+        r["label"], r["wall_s"] = label, round(time.monotonic() - t0, 1)
+        out.append(r)
+        if "error" in r:
+            progress.note(f"{name} {label}: [red]error[/] {r['error']}")
+        else:
+            progress.note(f"{name} {label}: Delay_new {r['delay_new_s']:.2f}s, N_tentative {r['n_tentative']}, "
+                          f"{'consistent' if r['consistent'] else '[red]INCONSISTENT[/]'} ({r['wall_s']:.0f}s)")
+        progress.advance()
+    return out
+
+
+def verdict(r: dict[str, Any]) -> str:
+    """Eventual consistency of one run, for tables: every replica and the client hold the expected output."""
+    if "error" in r:
+        return f"**error** ({r['error'][:60]})"
+    return "yes" if r["consistent"] else f"**NO** ({', '.join(k for k, c in r['consistency'].items() if not c['ok']) or 'unsettled'})"

@@ -1,0 +1,137 @@
+"""What every Borealis experiment shares: the broker, the progress reporter, machine facts, plot footers.
+
+Experiments are modules exposing ``run(quick, progress) -> dict``, ``plot(result, docs_dir) ->
+list[Path]`` and ``section(result) -> str``; ``bench/borealis/__main__.py`` runs them on one
+broker, keeps their results in ``bench/results/borealis.json`` and writes
+``docs/experiments.md`` from their sections.
+
+The broker: while experiments run, ``HASTREAM_BOOTSTRAP`` names it (the orchestrator sets it
+after starting an embedded one), so an experiment calls ``bootstrap()`` and never starts its
+own.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from services.core.paths import REPO_ROOT
+
+RESULTS = REPO_ROOT / "bench" / "results" / "borealis.json"
+DOCS = REPO_ROOT / "docs"
+
+
+class Progress:
+    """How an experiment reports progress; the orchestrator backs it with a rich progress bar.
+
+    ``progress.plan(n)`` adds ``n`` steps (runs) to the total; ``progress("k=2 Process & Process")``
+    says what runs now; ``progress.advance()`` marks one step done; ``progress.note(text)``
+    prints a line above the bar (one per run, never per tuple).
+    """
+
+    def __init__(self, update: Callable[..., None] | None = None, log: Callable[[str], None] | None = None) -> None:
+        self._update = update or (lambda **_: None)
+        self._log = log or (lambda s: None)
+        self.total = 0
+        self.done = 0
+
+    def __call__(self, description: str | None = None, advance: float = 0) -> None:
+        if advance:
+            self.done += advance  # type: ignore[assignment]
+        kw: dict[str, Any] = {"completed": self.done, "total": max(self.total, self.done) or None}
+        if description is not None:
+            kw["description"] = description
+        self._update(**kw)
+
+    def plan(self, steps: int) -> None:
+        self.total += steps
+        self()
+
+    def advance(self, steps: float = 1) -> None:
+        self(advance=steps)
+
+    def note(self, text: str) -> None:
+        self._log(text)
+
+
+def bootstrap() -> str:
+    """The broker experiments run on (the orchestrator guarantees ``HASTREAM_BOOTSTRAP``)."""
+    bs = os.environ.get("HASTREAM_BOOTSTRAP")
+    if not bs:
+        raise RuntimeError("HASTREAM_BOOTSTRAP is not set: run experiments through 'hastream bench borealis'")
+    return bs
+
+
+@contextlib.contextmanager
+def broker(log: Callable[[str], None] = print) -> Iterator[dict[str, Any]]:
+    """``HASTREAM_BOOTSTRAP`` if set, else an embedded 1-broker KRaft cluster in a temp dir,
+    stopped and deleted afterwards. Yields facts about it for the results file."""
+    given = os.environ.get("HASTREAM_BOOTSTRAP")
+    if given:
+        yield {"bootstrap": given, "broker": "external (HASTREAM_BOOTSTRAP)", "kafka": "not probed"}
+        return
+    from infra.kafka.cluster import KAFKA_VERSION, KafkaCluster
+
+    tmp = Path(tempfile.mkdtemp(prefix="hastream-borealis-"))
+    t0 = time.monotonic()
+    cluster = KafkaCluster(brokers=1, data_dir=tmp / "kafka").start()
+    log(f"broker up at {cluster.bootstrap} in {time.monotonic() - t0:.1f}s")
+    os.environ["HASTREAM_BOOTSTRAP"] = cluster.bootstrap
+    try:
+        yield {"bootstrap": cluster.bootstrap, "broker": "embedded 1-broker KRaft", "kafka": KAFKA_VERSION}
+    finally:
+        os.environ.pop("HASTREAM_BOOTSTRAP", None)
+        cluster.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def machine(broker_facts: dict[str, Any]) -> dict[str, Any]:
+    """Hardware and versions, stated with every figure: results on 2 cores are not results on 32."""
+    import confluent_kafka
+
+    cpu = ""
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    v = confluent_kafka.version()
+    return {
+        "cores": os.cpu_count(), "cpu": cpu or platform.processor(), "platform": platform.platform(),
+        "python": platform.python_version(), "confluent_kafka": v[0] if isinstance(v, tuple) else str(v),
+        "librdkafka": confluent_kafka.libversion()[0], "kafka": broker_facts.get("kafka"),
+        "broker": broker_facts.get("broker"),
+    }
+
+
+def footer(m: dict[str, Any]) -> str:
+    """One line of hardware for a figure."""
+    return (f"{m.get('cores')} cores ({m.get('cpu')}), Python {m.get('python')}, Kafka {m.get('kafka')} "
+            f"({m.get('broker')}), every node replica and the coordinator a separate process")
+
+
+def pyplot() -> Any:
+    """matplotlib without a display."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def md_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table (cells already formatted)."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def seconds(v: Any) -> str:
+    """A delay for a table: seconds with two decimals, or a dash when the run has none."""
+    return f"{v:.2f}" if isinstance(v, (int, float)) and v == v else "–"

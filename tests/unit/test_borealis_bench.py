@@ -1,0 +1,68 @@
+"""The Borealis experiments' metrics, from recorded events (no broker)."""
+from __future__ import annotations
+
+import math
+
+from bench.borealis import metrics
+from bench.borealis.chain import RunConfig, chain_spec
+from bench.borealis.common import Progress, md_table
+from services.core.spec import parse_spec
+
+
+def test_delay_new_is_the_max_over_new_tuples_and_leaves_out_the_cut_off_input() -> None:
+    generated = {("in1", 0): 10.0, ("in2", 0): 10.0, ("in1", 1): 11.0, ("in2", 1): 11.0, ("in2", 2): 14.0}
+    first_seen = {("in1", 0): 10.2, ("in2", 0): 15.5, ("in1", 1): 13.7, ("in2", 1): 15.5, ("in2", 2): 14.3}
+    outage = metrics.Outage("in2", 9.9, 14.0)  # in2's tuples generated before 14.0 were held back
+    d = metrics.delays(first_seen, generated, outage)
+    assert set(d) == {("in1", 0), ("in1", 1), ("in2", 2)}  # in2 at 14.0 is generated after the heal: new
+    s = metrics.summary(d)
+    assert math.isclose(s["delay_new_s"], 2.7) and s["tuples"] == 3
+    assert math.isclose(metrics.summary(metrics.delays(first_seen, generated))["delay_new_s"], 5.5)
+
+
+def test_missing_counts_inputs_never_seen_in_any_version() -> None:
+    assert metrics.missing({("in1", 0): 1.0}, {("in1", 0): 0.5, ("in1", 1): 0.6}) == 1
+
+
+def test_percentile_and_empty_summary() -> None:
+    vals = [float(i) for i in range(1, 101)]
+    assert metrics.percentile(vals, 50) == 50.0 and metrics.percentile(vals, 99) == 99.0
+    assert math.isnan(metrics.summary({})["delay_new_s"])
+
+
+def test_timeline_keeps_the_max_per_bin() -> None:
+    generated = {("a", 0): 100.1, ("a", 1): 100.4, ("a", 2): 101.2}
+    d = {("a", 0): 0.2, ("a", 1): 2.5, ("a", 2): 0.1}
+    assert metrics.timeline(d, generated, t0=100.0, bin_s=1.0) == [[0.0, 2.5], [1.0, 0.1]]
+
+
+def test_chain_output_is_sunion_order_with_one_increment_per_map_node() -> None:
+    out = metrics.chain_output(ticks=2, inputs=3, node=3)
+    assert [(r["sensor"], r["seq"]) for r in out] == [("in1", 0), ("in2", 0), ("in3", 0), ("in1", 1), ("in2", 1), ("in3", 1)]
+    assert all(r["value"] == r["seq"] % 50 + 2 for r in out)
+
+
+def test_compare_names_the_first_difference() -> None:
+    assert metrics.compare([1, 2, 3], [1, 2, 3]) == {"ok": True, "got": 3, "want": 3, "first_mismatch": None}
+    assert metrics.compare([1, 9, 3], [1, 2, 3])["first_mismatch"] == 1
+    assert metrics.compare([1, 2], [1, 2, 3]) == {"ok": False, "got": 2, "want": 3, "first_mismatch": 2}
+
+
+def test_chain_spec_splits_x_per_node_and_sets_the_policies(tmp_path) -> None:
+    cfg = RunConfig(k=3, policy="Delay & Delay", x_ms=3000, alpha=0.9)
+    text = chain_spec(cfg, "abc")
+    spec = parse_spec(text, "spec.yaml", tmp_path / "spec.yaml")
+    assert list(spec.nodes) == ["n1", "n2", "n3"] and spec.sinks() == ["out3_abc"]
+    assert spec.dpc.delay == 9000 and spec.dpc.failure_policy == "delay" and spec.dpc.stabilization_policy == "delay"
+    assert all(math.isclose(spec.node_delay_s(n), 2.7) for n in spec.nodes)
+    assert all(spec.nodes[n].replicas == 2 for n in spec.nodes)
+
+
+def test_progress_counts_planned_and_done_steps() -> None:
+    seen: list[dict] = []
+    p = Progress(lambda **kw: seen.append(kw))
+    p.plan(3)
+    p("run 1")
+    p.advance()
+    assert seen[-1]["completed"] == 1 and seen[-1]["total"] == 3 and seen[-2]["description"] == "run 1"
+    assert md_table(["a", "b"], [[1, 2]]) == "| a | b |\n|---|---|\n| 1 | 2 |"
