@@ -142,10 +142,14 @@ hastream bench borealis --replot             # redraw figures and this page from
   (when the paced source produced it, before any hold) to the client's first receipt of any
   version of its output tuple, stable or tentative. Each output tuple of the pass-through chain
   comes from exactly one input tuple (same `sensor` = input, same `seq`), so this is exact per
-  tuple. Not new: tuples of the failed input generated while it was cut off; they arrive when the
-  failure heals whatever the system does. Also reported: the p99 of the same delays.
-- **N_tentative** is the number of TENTATIVE tuples the client received (tuples the view dropped
-  because a stable version had already arrived are not counted).
+  tuple. Not new: tuples of the failed input generated while it was cut off (they arrive when the
+  failure heals whatever the system does), and the first second of the run (warm-up: the first
+  fetches of every consumer). Also reported: the p99 of the same delays.
+- **N_tentative** is the number of TENTATIVE tuples the client received, as the paper counts
+  them at the client application. When the client switches replica it drops the tentative
+  tuples it holds and reads the new replica's own tentative version, so a tuple can arrive
+  tentatively twice; the JSON also has `tentative_unique`, the distinct tuples received
+  tentatively (dashed lines in the chain figure).
 - **Eventually consistent** means: once the workload ended, the final stable output of *every*
   replica of *every* node, and the client's stable sequence, equal the expected output tuple for
   tuple (the inputs merged in SUnion order: tuple time, then input, then id), and no stable tuple

@@ -18,6 +18,7 @@ metrics (``metrics.py``) and check eventual consistency against the expected out
 """
 from __future__ import annotations
 
+import re
 import tempfile
 import threading
 import time
@@ -40,6 +41,7 @@ from bench.borealis import metrics
 INPUTS = 3
 BASE_TS = 1_700_000_000_000
 FAILED_INPUT = 2  # s2 is the input that is cut off
+WARMUP_S = 1.0  # tuples generated in the first second do not count for Delay_new (first fetches)
 
 POLICIES = {  # label -> (failure_policy, stabilization_policy)
     "Process & Process": ("process", "process"),
@@ -50,9 +52,10 @@ POLICIES = {  # label -> (failure_policy, stabilization_policy)
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One run. ``fault`` is "source" (input s2 cut off for ``fault_s``), "kill" (kill -9 of
-    ``kill_role``, restarted after ``fault_s``) or "none". The workload lasts
-    ``fault_at + fault_s + tail_s`` seconds at ``rate`` tuples/s per input."""
+    """One run. ``fault`` is "source" (input s2 cut off for ``fault_s``), "kill" (kill -9 of a
+    replica on the client's path, restarted after ``fault_s``: the first node's if ``kill`` is
+    "head", the last node's if "sink") or "none". The workload lasts ``fault_at + fault_s +
+    tail_s`` seconds at ``rate`` tuples/s per input."""
 
     k: int = 1
     policy: str = "Process & Process"
@@ -64,7 +67,7 @@ class RunConfig:
     fault_at: float = 5.0
     fault_s: float = 15.0
     tail_s: float = 12.0
-    kill_role: str = "n1.r0.p0"
+    kill: str = "head"
     bucket_ms: int = 100
     heartbeat_ms: int = 100
     failure_timeout_ms: int = 800
@@ -122,6 +125,7 @@ class Client(threading.Thread):
         self.view = StreamView(spec, stream, bootstrap, startup_wait=3.0)
         self.first_seen: dict[metrics.Key, float] = {}
         self.kinds: Counter[str] = Counter()
+        self.tentative_keys: set[metrics.Key] = set()  # a switch can deliver a tentative tuple twice
         self.stop_event = threading.Event()
 
     def run(self) -> None:
@@ -131,7 +135,10 @@ class Client(threading.Thread):
             for e in events:
                 self.kinds[e.kind] += 1
                 if e.record is not None:
-                    self.first_seen.setdefault((e.record["sensor"], e.record["seq"]), now)
+                    key = (e.record["sensor"], e.record["seq"])
+                    self.first_seen.setdefault(key, now)
+                    if e.kind == "tentative":
+                        self.tentative_keys.add(key)
 
     def stable(self) -> list[dict[str, Any]]:
         return self.view.stable(0)
@@ -154,6 +161,24 @@ def _wait_ready(spec: Spec, mon: ReplicaMonitor, timeout: float = 90) -> None:
                        ", ".join(f"{n}.r{r}={mon.state(n, 0, r).value}" for n, r in want))
 
 
+def victim(cfg: RunConfig, client_replica: int, log_dir: Path, suffix: str) -> str:
+    """The role to kill: the replica the client reads ("sink"), or the first node's replica at the
+    head of the path of replicas that feeds it ("head").
+
+    Replica r of a node starts reading replica r upstream but may have switched (at start-up a
+    partner's heartbeat can be seen first); a node logs each switch, so the path is read back
+    from the logs, last node first.
+    """
+    r = client_replica
+    if cfg.kill == "sink":
+        return f"n{cfg.k}.r{r}.p0"
+    for j in range(cfg.k, 1, -1):
+        log = (log_dir / f"n{j}.r{r}.p0.log").read_text(errors="replace")
+        reads = re.findall(rf"now reads out{j - 1}_{suffix}\.r(\d+)", log)
+        r = int(reads[-1]) if reads else r
+    return f"n1.r{r}.p0"
+
+
 def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dict[str, Any]:
     """One run of the chain under ``cfg``'s fault; returns the metrics and the consistency verdict."""
     suffix = uuid.uuid4().hex[:8]
@@ -167,6 +192,7 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
     names = spec.sources()
     outputs = [f"out{j}_{suffix}" for j in range(1, cfg.k + 1)]
     recorder = client = None
+    killed = None
     t_start = time.monotonic()
     try:
         services.start()
@@ -185,9 +211,10 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
             # The source thread may stamp a tuple just before the cut and send it just after: one tick of slack.
             outage = metrics.Outage(f"in{FAILED_INPUT}", t_fault - 2 / cfg.rate, t_fault + cfg.fault_s)
         elif cfg.fault == "kill":
-            services.kill(cfg.kill_role)
+            killed = victim(cfg, client.view.current[0], services.log_dir, suffix)
+            services.kill(killed)
             time.sleep(max(0.0, t0 + cfg.fault_at + cfg.fault_s - time.monotonic()))
-            services.start(cfg.kill_role)
+            services.start(killed)
         sources.join(cfg.seconds + 120)
         t_sent = time.monotonic()
         total = INPUTS * int(cfg.seconds * cfg.rate)
@@ -199,7 +226,8 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
         settled = recorder.wait_for(complete, 120)
         settle_s = time.monotonic() - t_sent
         time.sleep(1.0)  # late tentative or duplicate messages would show up now
-        return _result(cfg, spec, sources, recorder, client, outputs, outage, t0, settled, startup_s, settle_s)
+        r = _result(cfg, spec, sources, recorder, client, outputs, outage, t0, settled, startup_s, settle_s)
+        return {**r, "killed": killed} if killed else r
     finally:
         if client is not None:
             client.close()
@@ -220,7 +248,7 @@ def _result(cfg: RunConfig, spec: Spec, sources: PacedSources, recorder: Recorde
     ticks = int(cfg.seconds * cfg.rate)
     generated = {(f"in{i}", j): sources.sent_at[BASE_TS + j * step]
                  for i in range(1, INPUTS + 1) for j in range(ticks) if BASE_TS + j * step in sources.sent_at}
-    d = metrics.delays(client.first_seen, generated, outage)
+    d = metrics.delays(client.first_seen, generated, outage, since=t0 + WARMUP_S)
     consistency: dict[str, Any] = {}
     for j, s in enumerate(outputs, 1):
         want = [{**r, "ts": BASE_TS + r["ts"] * step} for r in metrics.chain_output(ticks, INPUTS, j)]
@@ -235,6 +263,7 @@ def _result(cfg: RunConfig, spec: Spec, sources: PacedSources, recorder: Recorde
                    "node_delay_s": spec.node_delay_s("n1")},
         **metrics.summary(d),
         "n_tentative": client.kinds["tentative"],
+        "tentative_unique": len(client.tentative_keys),
         "client_events": dict(client.kinds),
         "client_switches": len(client.view.switches),
         "missing": metrics.missing(client.first_seen, generated),

@@ -8,8 +8,9 @@ source (``sensor`` = ``in<i>``) and ``seq``, so both are keyed by ``(sensor, seq
 * **Delay_new**: the maximum, over new input tuples, of ``first_seen - generated``. A tuple
   of the failed input generated while that input was cut off is not new: it cannot arrive
   before the failure heals whatever the system does, so it is left out, as in the paper
-  (Delay_new is about the inputs that remain available). Everything else counts, including
-  tuples processed during the failure, during reconciliation and after it.
+  (Delay_new is about the inputs that remain available). So is the first second of the run
+  (warm-up: the clients' first fetches). Everything else counts, including tuples processed
+  during the failure, during reconciliation and after it.
 * **N_tentative**: tentative tuples the client received (computed where recorded).
 * **Eventual consistency**: the final stable output equals the expected sequence, element
   by element.
@@ -35,11 +36,15 @@ class Outage:
         return key[0] == self.sensor and self.start <= generated < self.end
 
 
-def delays(first_seen: dict[Key, float], generated: dict[Key, float], outage: Outage | None = None) -> dict[Key, float]:
-    """Per new input tuple that reached the client: seconds from generation to the first version received."""
+def delays(first_seen: dict[Key, float], generated: dict[Key, float], outage: Outage | None = None,
+           since: float | None = None) -> dict[Key, float]:
+    """Per new input tuple that reached the client: seconds from generation to the first version received.
+
+    Tuples generated before ``since`` (the warm-up: consumers' first fetches) are left out.
+    """
     out = {}
     for key, gen in generated.items():
-        if outage is not None and outage.hides(key, gen):
+        if (outage is not None and outage.hides(key, gen)) or (since is not None and gen < since):
             continue
         seen = first_seen.get(key)
         if seen is not None:

@@ -11,8 +11,9 @@ from bench.borealis.common import footer, md_table, pyplot, seconds
 
 TITLE = "Beyond the paper: kill -9 of a node replica"
 FIGURE = "borealis_kill.png"
-WHERE = {"head": "the first node's replica r0 (read by the next node's r0, or by the client when k = 1)",
-         "sink": "the last node's replica r0 (the one the client reads)"}
+WHERE = {"head": "the first node's replica on the client's path (the one whose output reaches the client "
+                 "through the replicas that read it; the client's own replica when k = 1)",
+         "sink": "the last node's replica the client reads"}
 
 
 def settings(quick: bool) -> dict[str, Any]:
@@ -28,13 +29,12 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         for k in s["ks"]:
             if where == "sink" and k == 1:
                 continue  # the same replica as "head"
-            role = "n1.r0.p0" if where == "head" else f"n{k}.r0.p0"
-            runs.append((f"k={k} kill {role.rsplit('.', 1)[0]}",
-                         RunConfig(k=k, fault="kill", kill_role=role, fault_at=5.0, fault_s=s["down_s"], tail_s=8.0)))
+            runs.append((f"k={k} kill {'n1' if where == 'head' else f'n{k}'}",
+                         RunConfig(k=k, fault="kill", kill=where, fault_at=5.0, fault_s=s["down_s"], tail_s=8.0)))
     progress.plan(len(runs))
     out = run_series("kill", runs, progress)
     for r, (_, cfg) in zip(out, runs):
-        r["where"] = "head" if cfg.kill_role == "n1.r0.p0" else "sink"
+        r["where"] = cfg.kill
     return {"quick": quick, "settings": s, "runs": out}
 
 
@@ -48,7 +48,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         if not rs:
             continue
         xs = [r["config"]["k"] + (i - 0.5) * width for r in rs]
-        label = "kill n1.r0" if where == "head" else "kill nk.r0 (client's replica)"
+        label = "kill n1 (head of the client's path)" if where == "head" else "kill nk (the client's replica)"
         bars = a.bar(xs, [r["delay_new_s"] for r in rs], width, color=colour, label=label)
         for bar, r in zip(bars, rs):
             a.annotate(f"{r['n_tentative']} T" + ("" if r["consistent"] else " ✗"),
@@ -82,7 +82,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
 
 def section(result: dict[str, Any]) -> str:
     s = result["settings"]
-    rows = [[r["label"], seconds(r.get("delay_new_s")), seconds(r.get("p99_s")), r.get("n_tentative", "–"),
+    rows = [[r["label"] + (f" ({r['killed'].rsplit('.', 1)[0]})" if r.get("killed") else ""), seconds(r.get("delay_new_s")), seconds(r.get("p99_s")), r.get("n_tentative", "–"),
              r.get("client_switches", "–"), verdict(r)] for r in result["runs"]]
     table = md_table(["run", "Delay_new (s)", "p99 delay (s)", "N_tentative", "client switches", "eventually consistent"], rows)
     c = next((r["config"] for r in result["runs"] if "error" not in r), {})

@@ -77,6 +77,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         ax.set_ylabel("Delay_new at the client (s)")
     for ax in (a2, b2):
         ax.set_ylabel("tentative tuples received by the client")
+        ax.set_ylim(bottom=0)
     for ax in axes.flat:
         ax.legend(fontsize=7)
     runs = result["alpha_x_runs"] + result["duration_runs"]

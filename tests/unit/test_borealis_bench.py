@@ -66,3 +66,19 @@ def test_progress_counts_planned_and_done_steps() -> None:
     p.advance()
     assert seen[-1]["completed"] == 1 and seen[-1]["total"] == 3 and seen[-2]["description"] == "run 1"
     assert md_table(["a", "b"], [[1, 2]]) == "| a | b |\n|---|---|\n| 1 | 2 |"
+
+
+def test_warm_up_tuples_do_not_count() -> None:
+    d = metrics.delays({("in1", 0): 5.0, ("in1", 1): 5.2}, {("in1", 0): 0.5, ("in1", 1): 5.0}, since=1.0)
+    assert d == {("in1", 1): 0.20000000000000018}
+
+
+def test_the_victim_is_the_replica_on_the_clients_path(tmp_path) -> None:
+    from bench.borealis.chain import victim
+
+    # client reads n3.r1; n3.r1 switched to n2.r0 at start-up; n2.r0 still reads n1.r0
+    (tmp_path / "n3.r1.p0.log").write_text("node n3 p0 r1: input out2_u now reads out2_u.r0 from offset 0\n")
+    (tmp_path / "n2.r0.p0.log").write_text("node n2 p0 r0 (checkpoint) reading out1_u.r0\n")
+    assert victim(RunConfig(k=3, kill="head"), 1, tmp_path, "u") == "n1.r0.p0"
+    assert victim(RunConfig(k=3, kill="sink"), 1, tmp_path, "u") == "n3.r1.p0"
+    assert victim(RunConfig(k=1, kill="head"), 1, tmp_path, "u") == "n1.r1.p0"
