@@ -86,6 +86,11 @@ def section(result: dict[str, Any]) -> str:
              r.get("client_switches", "–"), verdict(r)] for r in result["runs"]]
     table = md_table(["run", "Delay_new (s)", "p99 delay (s)", "N_tentative", "client switches", "eventually consistent"], rows)
     c = next((r["config"] for r in result["runs"] if "error" not in r), {})
+    ok = [r for r in result["runs"] if "error" not in r]
+    summary = (f"Delay_new was {min(r['delay_new_s'] for r in ok):.2f} to {max(r['delay_new_s'] for r in ok):.2f} s over "
+               f"{len(ok)} runs, with {sum(r['n_tentative'] for r in ok)} tentative tuples at the client in all, and "
+               f"{sum(r['consistent'] for r in ok)} of {len(result['runs'])} runs eventually consistent.") if ok else ""
+    timeout = c.get("failure_timeout_ms", "?")
     return f"""## {TITLE}
 
 ![kill]({FIGURE})
@@ -98,14 +103,17 @@ silence.
 
 {table}
 
-**The paper** does not plot node failures: "it takes a node approximately [a few tens of] ms to
+**The paper** does not plot node failures: "it takes a node approximately [number lost in our copy] ms to
 switch between upstream neighbors. Given that this value is small compared with αX, our system
 masks node failures within the required availability constraints."
 
-**Ours.** A reader (the next node, or the client) notices the dead replica after the failure
-timeout and switches to the partner right after its last stable tuple; new tuples then flow
-again. Delay_new is therefore about the failure timeout plus the switch (reading the partner's
-log back to the last stable id), well below αX, and no tentative tuple is produced, because the
-partner is STABLE: a node failure is masked, as the paper says. The restarted replica catches up
-from its checkpoint without the client noticing (readers stay on the partner, which is not worse).
+**Ours.** {summary} A reader (the next node, or the client) notices the dead replica after the
+failure timeout and switches to the partner right after its last stable tuple, so Delay_new is
+the failure timeout plus the switch and the catch-up behind it, below αX, and no tentative
+tuple is produced because the partner is STABLE: a node failure is masked, as the paper says.
+The difference is the scale: the paper counts only the switch, small against αX, while here
+detection alone is the {timeout} ms heartbeat timeout, so a node failure costs about a second of
+delay (still no tentative tuple). The restarted replica reloads its
+checkpoint and catches up without the client noticing (the timelines show nothing at the
+restart): readers stay on the partner, which is not worse.
 """
