@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis.chain import POLICIES, RunConfig, outlier_note, run_series, verdict
-from bench.borealis.common import footer, md_table, pyplot, seconds
+from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
 
 TITLE = "Chain length: an input failure through a chain of nodes (the paper's headline)"
 FIGURE = "borealis_chain.png"
@@ -63,15 +63,11 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     b.set_ylim(0, 1.15 * max([r["n_tentative"] for r in runs] + [1]))
     b.legend(fontsize=7)
     s, c = result["settings"], (runs[0]["config"] if runs else {})
-    fig.suptitle(f"{s['fault_s']:.0f} s failure of 1 of 3 inputs, {c.get('rate', '?')} tuples/s per input, X = "
-                 f"{x_s:.0f} s per node (α = {c.get('alpha', '?')}), 2 replicas per node, checkpoint/redo"
-                 f"{' (quick run)' if result['quick'] else ''}; red x = eventual consistency failed\n"
-                 f"{footer(result.get('machine', {}))}", fontsize=8)
-    fig.tight_layout()
-    path = docs_dir / FIGURE
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    title = (f"{s['fault_s']:.0f} s failure of 1 of 3 inputs, {c.get('rate', '?')} tuples/s per input, X = "
+             f"{x_s:.0f} s per node (α = {c.get('alpha', '?')}), 2 replicas per node, checkpoint/redo"
+             f"{' (quick run)' if result['quick'] else ''}; red x = eventual consistency failed\n"
+             f"{footer(result.get('machine', {}))}")
+    return [save_figure(fig, docs_dir / FIGURE, title)]
 
 
 def section(result: dict[str, Any]) -> str:

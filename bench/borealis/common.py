@@ -125,6 +125,36 @@ def pyplot() -> Any:
     return plt
 
 
+def save_figure(fig: Any, path: Path, title: str) -> Path:
+    """Title (workload and hardware), lay out, write and close an experiment's figure."""
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path
+
+
+def standalone(name: str, doc: str | None, quick_help: str, run: Callable, plot: Callable, section: Callable,
+               argv: list[str] | None = None) -> None:
+    """``python -m bench.borealis.<name> [--quick]``: run one experiment alone, write its JSON and figures."""
+    import argparse
+    import json
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    ap = argparse.ArgumentParser(prog=f"python -m bench.borealis.{name}", description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    a = ap.parse_args(argv)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as prog:
+        result = run(a.quick, prog)
+    out = REPO_ROOT / "bench" / "results" / f"borealis_{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    paths = plot(result, DOCS)
+    print(section(result))
+    print(f"\nwrote {out} and {', '.join(map(str, paths))} in {result['elapsed_s']:.0f} s")
+
+
 def md_table(headers: list[str], rows: list[list[Any]]) -> str:
     """A markdown table (cells already formatted)."""
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]

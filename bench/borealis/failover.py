@@ -31,8 +31,6 @@ started: no replica reconciles here (the source never fails), so it has nothing 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
 import tempfile
@@ -433,21 +431,9 @@ def _comparison(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from bench.borealis.common import standalone
 
-    from services.core.paths import REPO_ROOT
-
-    ap = argparse.ArgumentParser(prog="python -m bench.borealis.failover", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help=f"{QUICK['trials']} trials per setting instead of {FULL['trials']}")
-    a = ap.parse_args(argv)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as prog:
-        result = run(a.quick, prog)
-    out = REPO_ROOT / "bench" / "results" / f"borealis_{NAME}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    paths = plot(result, REPO_ROOT / "docs")
-    print(section(result))
-    print(f"\nwrote {out} and {', '.join(map(str, paths))} in {result['elapsed_s']:.0f} s")
+    standalone(NAME, __doc__, f"{QUICK['trials']} trials per setting instead of {FULL['trials']}", run, plot, section, argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis.chain import RunConfig, run_series, verdict
-from bench.borealis.common import footer, md_table, pyplot, seconds
+from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
 
 TITLE = "Beyond the paper: kill -9 of a node replica"
 FIGURE = "borealis_kill.png"
@@ -69,15 +69,11 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     b.set_title(f"delay over time: killed at {c.get('fault_at', 5):.0f} s, restarted at "
                 f"{c.get('fault_at', 5) + c.get('fault_s', 5):.0f} s")
     b.legend(fontsize=7)
-    fig.suptitle(f"kill -9 of a node replica, restarted after {result['settings']['down_s']:.0f} s; "
-                 f"{c.get('rate', '?')} tuples/s per input (3 inputs), heartbeat {c.get('heartbeat_ms')} ms, failure timeout "
-                 f"{c.get('failure_timeout_ms')} ms{' (quick run)' if result['quick'] else ''}\n"
-                 f"{footer(result.get('machine', {}))}", fontsize=8)
-    fig.tight_layout()
-    path = docs_dir / FIGURE
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    title = (f"kill -9 of a node replica, restarted after {result['settings']['down_s']:.0f} s; "
+             f"{c.get('rate', '?')} tuples/s per input (3 inputs), heartbeat {c.get('heartbeat_ms')} ms, failure timeout "
+             f"{c.get('failure_timeout_ms')} ms{' (quick run)' if result['quick'] else ''}\n"
+             f"{footer(result.get('machine', {}))}")
+    return [save_figure(fig, docs_dir / FIGURE, title)]
 
 
 def section(result: dict[str, Any]) -> str:

@@ -33,9 +33,7 @@ sorting the kept buckets, SOutput numbering the redo output, and producing it to
 """
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
 import platform
 import random
@@ -636,21 +634,9 @@ def _comparison(result: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from bench.borealis.common import standalone
 
-    from services.core.paths import REPO_ROOT
-
-    ap = argparse.ArgumentParser(prog="python -m bench.borealis.reconcile", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer and smaller states (about a minute)")
-    a = ap.parse_args(argv)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as prog:
-        result = run(a.quick, prog)
-    out = REPO_ROOT / "bench" / "results" / f"borealis_{NAME}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    paths = plot(result, REPO_ROOT / "docs")
-    print(section(result))
-    print(f"\nwrote {out} and {', '.join(map(str, paths))} in {result['elapsed_s']:.0f} s")
+    standalone(NAME, __doc__, "fewer and smaller states (about a minute)", run, plot, section, argv)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis.chain import POLICIES, RunConfig, outlier_note, run_series, verdict
-from bench.borealis.common import footer, md_table, pyplot, seconds
+from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
 
 TITLE = "Single node: varying αX, and varying the failure duration"
 FIGURE = "borealis_single.png"
@@ -96,14 +96,10 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         ax.legend(fontsize=7)
     runs = result["alpha_x_runs"] + result["duration_runs"]
     rate = runs[0]["config"]["rate"] if runs else "?"
-    fig.suptitle(f"One node (union + filter), 2 replicas, 1 of 3 inputs cut off, {rate} tuples/s per input, "
-                 f"checkpoint/redo{' (quick run)' if result['quick'] else ''}; red x = eventual consistency failed\n"
-                 f"{footer(result.get('machine', {}))}", fontsize=8)
-    fig.tight_layout()
-    path = docs_dir / FIGURE
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    title = (f"One node (union + filter), 2 replicas, 1 of 3 inputs cut off, {rate} tuples/s per input, "
+             f"checkpoint/redo{' (quick run)' if result['quick'] else ''}; red x = eventual consistency failed\n"
+             f"{footer(result.get('machine', {}))}")
+    return [save_figure(fig, docs_dir / FIGURE, title)]
 
 
 def _rows(runs: list[dict[str, Any]], x: str) -> list[list[Any]]:
