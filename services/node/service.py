@@ -236,7 +236,7 @@ class NodeService:
                     else:
                         su.push(i, TENTATIVE, tid, stime, rec, now)
                 elif t == b_bound:
-                    su.boundary(i, stime)
+                    su.boundary(i, stime, now)
                 elif t == b_undo:
                     su.undo(i)
                     stats.undos_received += 1

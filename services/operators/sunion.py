@@ -8,7 +8,11 @@ sequence whatever the arrival interleaving.
 
 When an input fails, a bucket cannot become stable. SUnion then holds tuples at most
 ``delay_s`` (the node's share alpha*X of the delay bound) after the first one entered a
-bucket, and emits the bucket as TENTATIVE. From the first tentative bucket until
+bucket, and emits the bucket as TENTATIVE. With the "process" policy, a bucket that can
+only be tentative (the node is already in failure, or the bucket holds tentative input,
+whose upstream has already spent its wait) goes out as soon as every live input has
+passed it; an input is live while its boundary (or, for tentative input, its tuple
+times) advanced within ``delay_s``. From the first tentative bucket until
 reconciliation, every emitted bucket is TENTATIVE (it is processed on tentative state) and
 kept, since the node will roll back to before the failure and redo them: tuples that arrive
 late for them (the failed input's, once it heals) are added, and an UNDO on an input
@@ -54,8 +58,10 @@ class Bucket:
 class SUnion:
     """``policy`` is what happens to new tuples once the node is in failure: "delay" holds
     every bucket up to ``delay_s`` (fewer tentative tuples), "process" emits each bucket as
-    soon as a later one has started (lowest delay); the first tentative bucket always waits
-    ``delay_s``, since blocking is best for failures shorter than that."""
+    soon as the live inputs have passed it (lowest delay). A node's first tentative bucket
+    of stable input always waits ``delay_s``, since blocking is best for failures shorter
+    than that; tentative input is not held again under "process", so a chain adds the
+    wait once, not once per node."""
 
     def __init__(self, inputs: int, bucket_ms: int, delay_s: float, policy: str = "process") -> None:
         if inputs < 1 or bucket_ms < 1 or delay_s < 0:
@@ -68,11 +74,15 @@ class SUnion:
         self.emitted_below: int | None = None  # buckets below this index have been emitted or passed
         self.kept: dict[int, Bucket] = {}  # emitted since the first tentative bucket: to redo
         self.rejected: list[STuple] = []  # stime below their input's boundary: dead-letter them
+        self.progress: list[int | None] = [None] * inputs  # boundary, or newest tentative stime
+        self.progressed_at: list[float | None] = [None] * inputs  # when progress last moved
 
     # -- input ----------------------------------------------------------------
     def push(self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float) -> None:
         """A data tuple (STABLE or TENTATIVE) from input ``port``."""
         t = STuple(ttype, port, tid, stime, rec)
+        if ttype is TENTATIVE:  # tentative input sends no boundaries: its tuple times are its progress
+            self._progressed(port, stime, now)
         promised = self.boundaries[port]
         if promised is not None and stime < promised:
             self.rejected.append(t)  # the input broke its boundary promise
@@ -91,11 +101,27 @@ class SUnion:
             b = self.pending[k] = Bucket(now)
         b.tuples.append(t)
 
-    def boundary(self, port: int, stime: int) -> None:
+    def boundary(self, port: int, stime: int, now: float | None = None) -> None:
         """Input ``port`` will send no tuple with a smaller stime."""
         cur = self.boundaries[port]
         if cur is None or stime > cur:
             self.boundaries[port] = stime
+            if now is not None:
+                self._progressed(port, stime, now)
+
+    def _progressed(self, port: int, stime: int, now: float) -> None:
+        cur = self.progress[port]
+        if cur is None or stime > cur:
+            self.progress[port] = stime
+            self.progressed_at[port] = now
+
+    def _passed(self, k: int, now: float) -> bool:
+        """Every live input has gone past bucket ``k``; silent ones (failed) are not waited for."""
+        end = (k + 1) * self.bucket_ms
+        for p, at in zip(self.progress, self.progressed_at):
+            if at is not None and now - at < self.delay_s and (p is None or p < end):
+                return False
+        return True
 
     def undo(self, port: int) -> None:
         """Input ``port`` undid its tentative tuples (UNDO, or a switch to another replica):
@@ -118,14 +144,13 @@ class SUnion:
         # The last bucket holding a tuple that has waited its full delay: everything up to
         # it must go now, tentatively if not stable.
         due = max((k for k in keys if now - self.pending[k].first_arrival >= self.delay_s), default=None)
-        if self.kept and self.policy == "process" and len(keys) > 1:
-            due = max(due if due is not None else keys[-2], keys[-2])  # all but the newest bucket
+        process = self.policy == "process"
         for k in keys:
             b = self.pending[k]
             if self._complete(k) and b.clean() and not self.kept:
                 label = STABLE
-            elif (due is not None and k <= due) or (self.kept and self._complete(k)):
-                label = TENTATIVE  # overdue, or processed on state that is itself tentative
+            elif (due is not None and k <= due) or (process and (self.kept or not b.clean()) and self._passed(k, now)):
+                label = TENTATIVE  # overdue, or can only be tentative and need not wait
             else:
                 break
             del self.pending[k]

@@ -144,11 +144,49 @@ def _failing(policy: str) -> SUnion:
     return su
 
 
-def test_process_policy_releases_every_bucket_but_the_newest_at_once_during_a_failure() -> None:
+def test_process_policy_releases_what_the_live_inputs_have_passed_at_once_during_a_failure() -> None:
     su = _failing("process")
+    su.boundary(0, 30, 6.0)  # input 0 is live; input 1 has been silent since the failure
     assert [t.rec for t in su.poll(6.0)] == ["b1", "b2"]
     assert set(su.kept) == {0, 1, 2}, "kept for the redo"
+    assert su.poll(7.0) == []  # bucket 3: input 0 may still send to it
     assert [t.rec for t in su.poll(11.0)] == ["b3"]  # the newest waits at most the delay
+
+
+def test_a_live_input_is_waited_for_during_a_failure_so_its_tuples_are_not_late() -> None:
+    su = _failing("process")
+    su.boundary(0, 20, 6.0)
+    assert [t.rec for t in su.poll(6.0)] == ["b1"]
+    su.push(0, TupleType.STABLE, 4, 29, "late-ish", 6.5)  # input 0 lags: bucket 2 was not released
+    su.boundary(0, 30, 6.5)
+    assert [t.rec for t in su.poll(6.5)] == ["b2", "late-ish"]
+
+
+def test_tentative_input_is_processed_without_a_second_wait_under_process() -> None:
+    """The upstream node already waited its delay before it sent tentative tuples."""
+    su = SUnion(1, BUCKET, delay_s=5.0, policy="process")
+    su.push(0, TupleType.TENTATIVE, 0, 1, "t0", 0.0)
+    su.push(0, TupleType.TENTATIVE, 1, 12, "t1", 0.0)
+    assert [(t.type, t.rec) for t in su.poll(0.0)] == [(TupleType.TENTATIVE, "t0")]
+    assert [t.rec for t in su.poll(0.1)] == []  # bucket 1: newer tuples may still come
+    assert [t.rec for t in su.poll(5.0)] == ["t1"]  # input silent for the delay
+    held = SUnion(1, BUCKET, delay_s=5.0, policy="delay")
+    held.push(0, TupleType.TENTATIVE, 0, 1, "t0", 0.0)
+    held.push(0, TupleType.TENTATIVE, 1, 12, "t1", 0.0)
+    assert held.poll(0.0) == []  # "delay" waits at every node
+    assert [t.rec for t in held.poll(5.0)] == ["t0", "t1"]
+
+
+def test_buckets_completed_at_the_heal_wait_under_delay_and_leave_stable_after_the_redo() -> None:
+    su = _failing("delay")
+    assert [t.rec for t in su.poll(11.0)] == ["b1", "b2", "b3"]
+    su.push(1, TupleType.STABLE, 0, 5, "correction", 12.0)  # input 1 heals
+    su.push(0, TupleType.STABLE, 4, 45, "b4", 12.0)
+    su.boundary(0, 50, 12.0)
+    su.boundary(1, 50, 12.0)
+    assert su.poll(12.0) == [] and su.can_reconcile()  # bucket 4 is complete: held, not tentative
+    assert [t.rec for t in su.redo()] == ["first", "correction", "b1", "b2", "b3"]
+    assert [(t.type, t.rec) for t in su.poll(12.1)] == [(TupleType.STABLE, "b4")]
 
 
 def test_delay_policy_holds_each_bucket_for_the_full_delay_during_a_failure() -> None:
