@@ -81,7 +81,6 @@ def section(result: dict[str, Any]) -> str:
     pp = [by[k] for k in sorted(by) if k[0] == "Process & Process"]
     ax = pp[0]["config"]["alpha_x_s"] if pp else 2.7
     c = runs[0]["config"] if runs else {"fault_s": 0, "rate": 0}
-    n_expect = f"{c['fault_s']:.0f} s × 2 × {c['rate']} = {round(c['fault_s'] * 2 * c['rate'])}"
     return f"""## {TITLE}
 
 ![chain]({FIGURE})
@@ -103,32 +102,7 @@ only does not provide any benefit but can even hurt".
 **Ours** (αX = {ax:.1f} s per node): {_chain_reading(by, ax)}
 
 **Why they differ.**
-- *Delay_new of Process & Process grows by αX per node, like the paper's Delay & Delay.* A
-  hastream SUnion holds its *first* tentative bucket for its full αX share before it processes
-  tentatively, also when the tuples in it are tentative tuples from an upstream node that
-  already waited (`services/operators/sunion.py`: the `process` policy only stops waiting once
-  the node has emitted a tentative bucket). So the first tuples of the failure wait αX at every
-  node: Delay_new is about min(k·αX, failure + reconciliation) plus processing, while the
-  paper's downstream nodes pass tentative input on without another full wait. The requirement
-  kX still holds (apart from single late tuples, below). When k·αX exceeds the failure the
-  last nodes never go tentative at all (a 6 s failure through 3 nodes gave the client no
-  tentative tuple in our trial runs).
-- *N_tentative does not grow with k, and Delay saves nothing.* Once a hastream node is in
-  UPSTREAM_FAILURE every bucket it emits is tentative until it reconciles: the tuples it blocked
-  for αX at the start, and the buckets it still holds when the failure heals (their state is
-  tentative), which the paper's nodes process stably after reconciling. So the client gets
-  about failure × 2 live inputs × rate ({n_expect}) tentative tuples whatever k, plus what
-  arrives before each node reconciles; the reconciliations take tens of milliseconds and follow
-  each other within about a second, so the chain adds little, where the paper's slower,
-  sequential stabilizations added tentative tuples per node. Delay & Delay emits the αX of
-  buckets it holds at the heal tentatively too and, as the paper explains, catches up while
-  its downstream neighbours are still in failure, so it gives as many tentative tuples as
-  Process & Process and, at k ≥ 3 here, more: the paper's "can even hurt".
-- *Process & Suspend behaves like Process & Process.* Reconciliation re-runs SUnion's kept
-  buckets through stateless operators: about 4,500 tuples in 40-75 ms per node here (the nodes
-  log it). Suspending new tuples that long is invisible against αX; the paper's nodes re-ran a
-  join with state at 2005 speeds, so their reconciliations took seconds and added up along the
-  chain.
+{_why(by, ax, c)}
 {outlier_note(runs)}- Rates and machine: {runs[0]['config']['rate'] if runs else '?'} tuples/s per input on 2 cores shared by the broker,
   the coordinator, 2k node processes and the client; the paper ran each pair of replicas on its
   own machine. One run per point, so a few hundred tentative tuples either way is noise
@@ -147,3 +121,64 @@ def _chain_reading(by: dict[tuple[str, int], dict[str, Any]], ax: float) -> str:
         n = ", ".join(str(r["n_tentative"]) for r in rs)
         out.append(f"{p}: Delay_new {d} s and N_tentative {n} for k = {', '.join(str(r['config']['k']) for r in rs)}.")
     return " ".join(out)
+
+
+def _series(by: dict[tuple[str, int], dict[str, Any]], policy: str, key: str, fmt: str = "{}") -> str:
+    rs = [by[k] for k in sorted(by) if k[0] == policy]
+    return ", ".join(fmt.format(r[key]) for r in rs)
+
+
+def _why(by: dict[tuple[str, int], dict[str, Any]], ax: float, c: dict[str, Any]) -> str:
+    """The comparison with the paper, from the numbers of this run."""
+    if not by:
+        return "- No run finished."
+    x = c["x_ms"] / 1000
+    pp = sorted((r for (p, _), r in by.items() if p == "Process & Process"), key=lambda r: r["config"]["k"])
+    dd = sorted((r for (p, _), r in by.items() if p == "Delay & Delay"), key=lambda r: r["config"]["k"])
+    out = []
+    if pp:
+        spread = max(r["delay_new_s"] for r in pp) - ax
+        out.append(
+            f"- *Process & Process: Delay_new stays near αX whatever k* ({_series(by, 'Process & Process', 'delay_new_s', '{:.2f}')} s), "
+            f"as in the paper: the first node holds its first tentative bucket for αX, and downstream nodes pass "
+            f"tentative input on as soon as their live inputs have passed a bucket, without a second wait "
+            f"(`services/operators/sunion.py`). The {spread:.2f} s above αX is the normal processing through the "
+            f"chain: the source's batches, a 100 ms bucket and a boundary per node, and the client's polls.")
+        base = round(c["fault_s"] * 2 * c["rate"])
+        out.append(
+            f"- *Process & Process: N_tentative* ({_series(by, 'Process & Process', 'n_tentative')}) is the failure × 2 "
+            f"live inputs × rate ({c['fault_s']:.0f} s × 2 × {c['rate']} = {base}), since every tuple of the live inputs "
+            f"during the failure reaches the client tentatively, plus up to {max(r['n_tentative'] for r in pp) - base} "
+            f"produced while nodes wait for their corrections and their turn to reconcile. In the paper it grew "
+            f"with k because each node's stabilization took long and came in sequence; here a reconciliation "
+            f"re-runs a few thousand buffered tuples through stateless operators in tens of milliseconds (the "
+            f"nodes log it), so the chain adds little, and switch timing makes a few hundred either way.")
+    if dd:
+        over = [r for r in dd if r["delay_new_s"] > r["config"]["k"] * x]
+        bound = ("all within kX" if not over else
+                 "; ".join(f"k = {r['config']['k']}: {r['delay_new_s']:.2f} s is above kX = {r['config']['k'] * x:.0f} s "
+                           f"by {r['delay_new_s'] - r['config']['k'] * x:.2f} s" for r in over)
+                 + ". The (1 − α)X left for processing (0.3 s) is about what a 100 ms bucket, the boundary "
+                   "interval, the source's batches and the client's polls take together, so a node that waits "
+                   "its whole αX share has little slack")
+        est = ", ".join(str(max(0, round((r["config"]["fault_s"] - r["config"]["k"] * ax) * 2 * r["config"]["rate"])))
+                        for r in dd)
+        out.append(
+            f"- *Delay & Delay adds αX per node* ({_series(by, 'Delay & Delay', 'delay_new_s', '{:.2f}')} s), as in the "
+            f"paper: every node holds every bucket for its share, tentative input included ({bound}).")
+        out.append(
+            f"- *Delay & Delay saves tentative tuples here; in the paper it did not* "
+            f"({_series(by, 'Delay & Delay', 'n_tentative')}). The client sees tentative results k·αX after the failure "
+            f"starts instead of αX, so about (failure − k·αX) × 2 × rate of them ({est}), and the buckets a node "
+            f"still holds when the failure heals leave STABLE once it has reconciled. The paper's penalty came from "
+            f"stabilization: a node's partner, which keeps processing while the node reconciles, runs αX behind and "
+            f"catches up on tentative tuples. A hastream reconciliation lasts tens of milliseconds, far less than "
+            f"αX, so the partner is still holding those buckets when its own turn comes, and they too leave "
+            f"stable. The price is availability: Delay_new grows with k.")
+    out.append(
+        "- *Process & Suspend is as good as Process & Process here, not unviable.* Suspending new tuples during "
+        "a reconciliation of tens of milliseconds is invisible against αX; the paper's nodes re-ran a join "
+        "with state at 2005 speeds, so their stabilizations took seconds and added up along the chain. The "
+        "reconciliation section below measures when suspending would start to cost: at hundreds of "
+        "thousands of tuples of state.")
+    return "\n".join(out)
