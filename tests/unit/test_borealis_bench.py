@@ -82,3 +82,35 @@ def test_the_victim_is_the_replica_on_the_clients_path(tmp_path) -> None:
     assert victim(RunConfig(k=3, kill="head"), 1, tmp_path, "u") == "n1.r0.p0"
     assert victim(RunConfig(k=3, kill="sink"), 1, tmp_path, "u") == "n3.r1.p0"
     assert victim(RunConfig(k=1, kill="head"), 1, tmp_path, "u") == "n1.r1.p0"
+
+
+def _chain_run(policy: str, k: int, delay_new: float, n_tentative: int) -> dict:
+    cfg = {"k": k, "policy": policy, "rate": 100, "fault_s": 15.0, "alpha_x_s": 2.7, "x_ms": 3000, "alpha": 0.9}
+    return {"label": f"k={k} {policy}", "config": cfg, "delay_new_s": delay_new, "p99_s": delay_new - 0.3,
+            "n_tentative": n_tentative, "client_switches": 1, "consistent": True}
+
+
+def test_chain_page_compares_with_the_paper_from_the_runs_own_numbers() -> None:
+    from bench.borealis import chain_length
+
+    runs = [_chain_run("Process & Process", 1, 2.8, 3100), _chain_run("Process & Process", 2, 2.9, 3300),
+            _chain_run("Delay & Delay", 1, 3.1, 2500), _chain_run("Delay & Delay", 2, 5.9, 2000)]
+    result = {"quick": False, "runs": runs,
+              "settings": {"ks": [1, 2], "policies": ["Process & Process", "Delay & Delay"], "fault_at": 5.0,
+                           "fault_s": 15.0, "tail_s": 12.0}}
+    page = chain_length.section(result)
+    assert "(2.80, 2.90 s)" in page and "up to 300 produced" in page
+    assert "k = 1: 3.10 s is above kX = 3 s by 0.10 s" in page  # the bound is checked, not asserted
+    assert "(2460, 1920)" in page  # (failure - k·αX) × 2 × rate
+
+
+def test_single_node_page_says_whether_delay_saved_tentative_tuples() -> None:
+    from bench.borealis.single_node import _delay_reading
+
+    def run(policy: str, ax: float, n: int) -> dict:
+        return {"config": {"policy": policy, "alpha_x_s": ax, "rate": 100}, "n_tentative": n}
+
+    saved = [run("Process & Process", 1.0, 1200), run("Delay & Delay", 1.0, 1000), run("Delay & Delay", 8.0, 0)]
+    assert _delay_reading(saved, 6.0).startswith("*Delay saves tentative tuples")
+    not_saved = [run("Process & Process", 1.0, 1200), run("Delay & Delay", 1.0, 1300)]
+    assert _delay_reading(not_saved, 6.0).startswith("*Delay does not always save")
