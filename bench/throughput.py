@@ -91,6 +91,7 @@ from services.core.paths import REPO_ROOT
 from services.core.spec import Spec, parse_spec
 from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, TupleType
 from services.node.checkpoint import TOPIC_CONFIG as CHECKPOINT_TOPIC_CONFIG
+from services.operators.sunion import STuple, SUnion
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
 PLOT = REPO_ROOT / "docs" / "throughput.png"
@@ -112,10 +113,16 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # th
 
 # ---------------------------------------------------------------------------- specs
 
-def _filter_map_spec(name: str, source: str) -> str:
+def _dpc_section(bucket_ms: int | None) -> str:
+    """A spec's dpc section with SUnion buckets and boundaries every ``bucket_ms`` (the paper's
+    setting for its serialization overhead), or nothing for the defaults."""
+    return f"dpc: {{bucket: {bucket_ms}, boundary_interval: {bucket_ms}}}\n" if bucket_ms else ""
+
+
+def _filter_map_spec(name: str, source: str, bucket_ms: int | None = None) -> str:
     return f"""
 name: {name}
-streams:
+{_dpc_section(bucket_ms)}streams:
   {source}: {{schema: reading, key: sensor, partitions: 1}}
   {name}_kept: {{schema: reading, key: sensor, partitions: 1}}
   {name}_out: {{schema: reading, key: sensor, partitions: 1}}
@@ -135,10 +142,10 @@ nodes:
 """
 
 
-def _window_spec(name: str, source: str) -> str:
+def _window_spec(name: str, source: str, bucket_ms: int | None = None) -> str:
     return f"""
 name: {name}
-streams:
+{_dpc_section(bucket_ms)}streams:
   {source}: {{schema: reading, key: sensor, partitions: 1}}
   {name}_out: {{schema: window_stat, key: key, partitions: 1}}
 operators:
@@ -169,17 +176,27 @@ class Job:
     spec_text: str = ""
     node: str = ""
     profile_out: str = ""
+    passthrough: bool = False  # replace SUnion with a union that does not serialize (PassThroughUnion)
 
 
-def _job(processor: str, tag: str, source: str, bootstrap: str, stop_after: int, idle_s: float) -> tuple[Job, Spec | None]:
-    """A job for ``processor`` reading topic ``source``, with names unique to ``tag``."""
+def _job(processor: str, tag: str, source: str, bootstrap: str, stop_after: int, idle_s: float,
+         bucket_ms: int | None = None, passthrough: bool = False) -> tuple[Job, Spec | None]:
+    """A job for ``processor`` reading topic ``source``, with names unique to ``tag``; a node's
+    SUnion buckets and boundary interval are ``bucket_ms`` if given, and ``passthrough`` takes
+    SUnion's serialization out."""
     if processor == "bare":
         return Job("bare", bootstrap, source, f"{tag}_out", f"bench.{tag}", stop_after, idle_s), None
-    text = _filter_map_spec(tag, source) if processor == "filter+map" else _window_spec(tag, source)
+    make = _filter_map_spec if processor == "filter+map" else _window_spec
+    text = make(tag, source, bucket_ms)
     spec = parse_spec(text, source=f"<bench {tag}>")
     node = next(iter(spec.nodes))
     out_topic = spec.topic(spec.node_outputs(node)[0], 0)
-    return Job("node", bootstrap, source, out_topic, "", stop_after, idle_s, text, node), spec
+    return Job("node", bootstrap, source, out_topic, "", stop_after, idle_s, text, node, passthrough=passthrough), spec
+
+
+def _variant(bucket_ms: int | None, passthrough: bool) -> str:
+    """A short name for a node variant, for topic names and labels ("" for the defaults)."""
+    return ("plain" if passthrough else "") + (f"b{bucket_ms}" if bucket_ms else "")
 
 
 def _topics_of(job: Job, spec: Spec | None) -> list[TopicSpec]:
@@ -251,6 +268,24 @@ def _run_bare(job: Job, st: Settings) -> dict[str, Any]:
     return {"consumed": consumed, "first_at": first, "last_at": last}
 
 
+class PassThroughUnion(SUnion):
+    """The node without SUnion's serialization: every tuple goes to the operators as it arrives,
+    as a plain union would, instead of waiting for boundaries to pass its bucket. Boundaries still
+    move operator time and are forwarded. Only correct failure-free and with one replica; it is
+    the baseline that prices the fault-tolerance operators."""
+
+    def __init__(self, inputs: int, bucket_ms: int, delay_s: float) -> None:
+        super().__init__(inputs, bucket_ms, delay_s)
+        self._ready: list[STuple] = []
+
+    def push(self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float) -> None:
+        self._ready.append(STuple(ttype, port, tid, stime, rec))
+
+    def poll(self, now: float) -> list[STuple]:
+        out, self._ready = self._ready, []
+        return out
+
+
 def _run_node(job: Job, st: Settings) -> dict[str, Any]:
     """The node under test: the real NodeService.run loop, observed through three thin overrides."""
     from services.node.service import NodeService
@@ -287,6 +322,8 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
                 self.last_at = time.time()
 
     svc = MeteredNode(spec, job.node, 0, 0, st)
+    if job.passthrough:
+        svc.sunion = PassThroughUnion(len(svc.ports), spec.dpc.bucket, spec.node_delay_s(job.node))
     prof = cProfile.Profile() if job.profile_out else None
     if prof:
         prof.enable()
@@ -521,13 +558,14 @@ class Bench:
         return source, n + self.input_boundaries
 
     def throughput_run(self, processor: str, source: str, messages: int, i: int, progress: Progress,
-                       profile_out: str = "") -> dict[str, Any]:
+                       profile_out: str = "", bucket_ms: int | None = None, passthrough: bool = False) -> dict[str, Any]:
         n = self.args.tuples
-        tag = f"{self.tag}_{processor.replace('+', '')}{i}"
-        job, spec = _job(processor, tag, source, self.bootstrap, messages, idle_s=30)
+        variant = _variant(bucket_ms, passthrough)
+        tag = f"{self.tag}_{processor.replace('+', '')}{variant}{i}"
+        job, spec = _job(processor, tag, source, self.bootstrap, messages, 30, bucket_ms, passthrough)
         job.profile_out = profile_out
         self._provision(_topics_of(job, spec))
-        label = f"{processor} run {i + 1}" + (" (profiled)" if profile_out else "")
+        label = f"{processor}{variant and ' ' + variant} run {i + 1}" + (" (profiled)" if profile_out else "")
         task = progress.add_task(label, total=messages)
         w = Worker(job, self.log_dir)
         res = w.wait(timeout=60 + n / 1000, on_tick=lambda: progress.update(task, completed=w.consumed))
@@ -542,15 +580,16 @@ class Bench:
 
     # -- phase 2: latency at a fixed input rate ------------------------------------
 
-    def paced_run(self, processor: str, progress: Progress) -> dict[str, Any]:
+    def paced_run(self, processor: str, progress: Progress, bucket_ms: int | None = None,
+                  passthrough: bool = False) -> dict[str, Any]:
         from services.client.source import SourceWriter
 
         rate, secs = self.args.rate, self.args.paced_seconds
         total = int(rate * secs)
-        tag = f"{self.tag}_p{processor.replace('+', '')}"
+        tag = f"{self.tag}_p{processor.replace('+', '')}{_variant(bucket_ms, passthrough)}"
         source = f"{tag}_in"
         # stop_after is only a safety net: the worker stops at the final boundary.
-        job, spec = _job(processor, tag, source, self.bootstrap, 10 * total + 1000, idle_s=30)
+        job, spec = _job(processor, tag, source, self.bootstrap, 10 * total + 1000, 30, bucket_ms, passthrough)
         writer_spec = spec or _job("filter+map", f"{tag}_src", source, self.bootstrap, 0, 0)[1]
         assert writer_spec is not None
         self._provision(_topics_of(job, spec))

@@ -32,6 +32,7 @@ EXPERIMENTS = {
     "single": "bench.borealis.single_node",
     "kill": "bench.borealis.node_kill",
     "reconcile": "bench.borealis.reconcile",
+    "overhead": "bench.borealis.overhead",
     "failover": "bench.borealis.failover",
 }
 MORE = "<!-- more experiments -->"
@@ -172,15 +173,21 @@ failure, chains of 1 to 4 nodes with two replicas each, X = 3 s per node).
 """
 
 
+def machine_line(m: dict[str, Any]) -> str:
+    return (f"{m.get('cores')} cores, {m.get('cpu')}; {m.get('platform')}; Python {m.get('python')}, "
+            f"confluent-kafka {m.get('confluent_kafka')} (librdkafka {m.get('librdkafka')}); "
+            f"Kafka {m.get('kafka')}, {m.get('broker')}.")
+
+
 def write_docs(doc: dict[str, Any]) -> Path:
     """docs/experiments.md: the fixed introduction, then each experiment's section, in order."""
     exps = doc.get("experiments", {})
     rate = next((r["config"]["rate"] for e in exps.values() for r in e.get("runs", []) if "config" in r), 100)
-    m = doc.get("machine", {})
-    parts = [INTRO.format(rate=rate, agg=3 * rate,
-                          machine=f"{m.get('cores')} cores, {m.get('cpu')}; {m.get('platform')}; Python {m.get('python')}, "
-                                  f"confluent-kafka {m.get('confluent_kafka')} (librdkafka {m.get('librdkafka')}); "
-                                  f"Kafka {m.get('kafka')}, {m.get('broker')}.")]
+    machines = {name: machine_line(e.get("machine") or doc.get("machine", {})) for name, e in exps.items()}
+    several = len(set(machines.values())) > 1
+    intro_machine = ("The sections ran on different machines of the same size; each states its own."
+                     if several else next(iter(machines.values()), machine_line(doc.get("machine", {}))))
+    parts = [INTRO.format(rate=rate, agg=3 * rate, machine=intro_machine)]
     for name in EXPERIMENTS:
         result, mod = exps.get(name), module(name)
         if result is None or mod is None:
@@ -191,7 +198,11 @@ def write_docs(doc: dict[str, Any]) -> Path:
             parts.append(head + f"## {name}\n\nThe experiment failed: {result['error']}\n")
             continue
         try:
-            parts.append(head + mod.section(result).strip() + "\n")
+            text = mod.section(result).strip()
+            if several:  # under the section's heading
+                title, _, rest = text.partition("\n")
+                text = f"{title}\n\n*Machine: {machines[name]}*\n{rest}"
+            parts.append(head + text + "\n")
         except Exception as e:  # noqa: BLE001
             parts.append(head + f"## {name}\n\nThe experiment's section could not be written: {type(e).__name__}: {e}\n")
     parts.append(MORE + "\n")

@@ -338,3 +338,43 @@ def outlier_note(runs: list[dict[str, Any]]) -> str:
     return (f"- *Single late tuples.* {which}. The maximum comes from a few tuples of inputs that stayed up, "
             f"delivered far later than the rest ({where}). SUnion waits for every live input before it "
             f"releases a bucket during a failure, so this is not expected; the run is kept as measured.\n")
+
+
+def repeat_note(runs: list[dict[str, Any]]) -> str:
+    """A sentence naming the runs where the client received tuples tentatively twice (empty if none)."""
+    rep = [r for r in runs if "error" not in r and r["n_tentative"] > r.get("tentative_unique", r["n_tentative"])]
+    if not rep:
+        return ""
+    which = "; ".join(f"{r['label']}: {r['n_tentative']} received, {r['tentative_unique']} distinct" for r in rep)
+    return (f"- *Tentative tuples received twice.* {which}. In these runs the client switched replica while both "
+            f"were tentative (one had gone into STABILIZATION to reconcile) and read the partner's tentative output "
+            f"again from its last stable tuple on: hastream switches without the paper's t_max timestamp "
+            f"(docs/dpc.md). N_tentative counts every receipt, as the paper counts them at the client.\n")
+
+
+def peak_before_heal(r: dict[str, Any]) -> float | None:
+    """How long before the failure healed the tuples with the largest delay were generated (s)."""
+    if not r.get("timeline"):
+        return None
+    t, _ = max(r["timeline"], key=lambda p: p[1])
+    c = r["config"]
+    return c["fault_at"] + c["fault_s"] - t
+
+
+def over_x_note(runs: list[dict[str, Any]]) -> str:
+    """A sentence on the runs whose Delay_new broke k·X after a client switch (empty if none)."""
+    bad = [r for r in runs if "error" not in r and r["delay_new_s"] > r["config"]["k"] * r["config"]["x_ms"] / 1000
+           and r.get("client_switches", 0) > 0]
+    if not bad:
+        return ""
+    which = "; ".join(f"{r['label']}: {r['delay_new_s']:.2f} s, peak on tuples generated "
+                      f"{peak_before_heal(r) or 0:.1f} s before the heal, {r['client_switches']} switch(es)" for r in bad)
+    kept = [r for r in runs if "error" not in r and r["config"]["policy"] == "Delay & Delay" and not r.get("client_switches")]
+    within = (" Delay & Delay runs without a switch stayed within k·X (" + ", ".join(
+        f"{r['label']}: {r['delay_new_s']:.2f} s" for r in kept) + ").") if kept else ""
+    return (f"- *Over X after a switch.* {which}. The late tuples are the ones generated about k·αX before the "
+            f"failure healed: they are due just as the replica the client reads goes into STABILIZATION to "
+            f"reconcile. The client then switches to the partner, which under Delay still holds them for its αX, "
+            f"and the switch itself costs time: the state change is seen through heartbeats, and the partner is "
+            f"read from its last stable tuple on, its tentative output again included (longer for longer "
+            f"failures). The paper's t_max switch would skip that re-read.{within}\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.borealis.chain import POLICIES, RunConfig, outlier_note, run_series, verdict
+from bench.borealis.chain import POLICIES, RunConfig, outlier_note, over_x_note, repeat_note, run_series, verdict
 from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
 
 TITLE = "Chain length: an input failure through a chain of nodes (the paper's headline)"
@@ -103,7 +103,7 @@ only does not provide any benefit but can even hurt".
 
 **Why they differ.**
 {_why(by, ax, c)}
-{outlier_note(runs)}- Rates and machine: {runs[0]['config']['rate'] if runs else '?'} tuples/s per input on 2 cores shared by the broker,
+{outlier_note(runs)}{over_x_note(runs)}{repeat_note(runs)}- Rates and machine: {runs[0]['config']['rate'] if runs else '?'} tuples/s per input on 2 cores shared by the broker,
   the coordinator, 2k node processes and the client; the paper ran each pair of replicas on its
   own machine. One run per point, so a few hundred tentative tuples either way is noise
   (switch timing).

@@ -109,10 +109,10 @@ def machine(broker_facts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def footer(m: dict[str, Any]) -> str:
+def footer(m: dict[str, Any], processes: str = "every node replica and the coordinator a separate process") -> str:
     """One line of hardware for a figure."""
     return (f"{m.get('cores')} cores ({m.get('cpu')}), Python {m.get('python')}, Kafka {m.get('kafka')} "
-            f"({m.get('broker')}), every node replica and the coordinator a separate process")
+            f"({m.get('broker')}), {processes}")
 
 
 def pyplot() -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.borealis.chain import POLICIES, RunConfig, outlier_note, run_series, verdict
+from bench.borealis.chain import POLICIES, RunConfig, outlier_note, over_x_note, repeat_note, run_series, verdict
 from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
 
 TITLE = "Single node: varying αX, and varying the failure duration"
@@ -162,7 +162,7 @@ reconciliation lasts longer than X.
   buffered tuples in tens of milliseconds, so suspending new tuples meanwhile never comes
   close to X even after a 30 s failure. The paper's node re-ran a join at 2005 speed and a
   higher rate, and broke X once reconciliation outlasted it.
-{outlier_note(result["alpha_x_runs"] + result["duration_runs"])}"""
+{outlier_note(result["alpha_x_runs"] + result["duration_runs"])}{over_x_note(d_runs)}{repeat_note(a_runs + d_runs)}"""
 
 
 def _delay_reading(runs: list[dict[str, Any]], failure_s: float) -> str:

@@ -16,7 +16,7 @@ bench_app = typer.Typer(
 @bench_app.command("borealis")
 def borealis(
     quick: Annotated[bool, typer.Option("--quick", help="A reduced version of every experiment (a few minutes).")] = False,
-    only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated experiments to run: chain, single, kill, reconcile, failover.")] = None,
+    only: Annotated[Optional[str], typer.Option("--only", help="Comma-separated experiments to run: chain, single, kill, reconcile, overhead, failover.")] = None,
     replot: Annotated[bool, typer.Option("--replot", help="Run nothing: redraw the figures and docs/experiments.md from the results file.")] = False,
 ) -> None:
     """The Borealis DPC evaluation (SIGMOD 2005): Delay_new and N_tentative under input and node failures.

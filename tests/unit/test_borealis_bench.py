@@ -114,3 +114,52 @@ def test_single_node_page_says_whether_delay_saved_tentative_tuples() -> None:
     assert _delay_reading(saved, 6.0).startswith("*Delay saves tentative tuples")
     not_saved = [run("Process & Process", 1.0, 1200), run("Delay & Delay", 1.0, 1300)]
     assert _delay_reading(not_saved, 6.0).startswith("*Delay does not always save")
+
+
+def test_pass_through_union_hands_tuples_on_in_arrival_order_without_waiting() -> None:
+    from bench.throughput import PassThroughUnion
+    from services.core.tuples import TupleType
+
+    su = PassThroughUnion(2, bucket_ms=100, delay_s=3.0)
+    su.push(1, TupleType.STABLE, 0, 250, "b0", now=0.0)
+    su.push(0, TupleType.STABLE, 0, 120, "a0", now=0.0)
+    got = su.poll(now=0.0)  # no boundary yet: SUnion would hold both
+    assert [(t.port, t.stime, t.rec) for t in got] == [(1, 250, "b0"), (0, 120, "a0")]
+    assert su.poll(now=0.0) == []
+    su.boundary(0, 300)
+    su.boundary(1, 400)
+    assert su.frontier() == 300  # boundaries still move operator time and go downstream
+
+
+def test_overhead_fit_and_page_come_from_the_runs_numbers() -> None:
+    from bench.borealis import overhead
+
+    assert overhead.fit([(10, 15.0), (100, 105.0), (500, 505.0)]) == (1.0, 5.0)
+    lat = [{"variant": "without serialization", "bucket_ms": None, "mean_ms": 2.0, "p50_ms": 2, "p99_ms": 6, "samples": 4000}]
+    lat += [{"variant": "with SUnion + SOutput", "bucket_ms": b, "mean_ms": b + 20.0, "p50_ms": b + 20, "p99_ms": 2 * b + 20,
+             "samples": 4000} for b in (10, 100, 500)]
+    tp = {"bare loop": {"tuples_per_s": 100_000, "runs_tuples_per_s": [100_000], "cpu_us_per_tuple": 5.0},
+          "without serialization": {"tuples_per_s": 60_000, "runs_tuples_per_s": [60_000], "cpu_us_per_tuple": 14.0},
+          "with SUnion + SOutput": {"tuples_per_s": 50_000, "runs_tuples_per_s": [50_000], "cpu_us_per_tuple": 16.5}}
+    result = {"quick": True, "settings": overhead.settings(True), "throughput": tp, "latency": lat}
+    page = overhead.section(result)
+    assert "1.00 ms per ms of boundary interval plus 20 ms" in page
+    assert "the mean is 120 ms against 2.0 ms" in page
+    assert "used 2.5 µs more CPU per tuple" in page and "moves 0.83× the tuples/s" in page
+    tp["with SUnion + SOutput"]["tuples_per_s"] = 62_000  # faster than without: noise, and the page says so
+    assert "within what separates two runs" in overhead.section(result)
+
+
+def test_notes_name_repeated_tentative_tuples_and_runs_over_x_after_a_switch() -> None:
+    from bench.borealis.chain import over_x_note, repeat_note
+
+    cfg = {"k": 1, "policy": "Delay & Delay", "x_ms": 3000, "fault_at": 4.0, "fault_s": 15.0}
+    over = {"label": "D=15s Delay & Delay", "config": cfg, "delay_new_s": 3.3, "n_tentative": 9000,
+            "tentative_unique": 5600, "client_switches": 1, "timeline": [[10.0, 2.7], [16.5, 3.3], [17.0, 3.0]]}
+    fine = {"label": "D=8s Delay & Delay", "config": {**cfg, "fault_s": 8.0}, "delay_new_s": 2.8, "n_tentative": 1100,
+            "tentative_unique": 1100, "client_switches": 0, "timeline": [[5.0, 2.8]]}
+    assert "D=15s Delay & Delay: 9000 received, 5600 distinct" in repeat_note([over, fine])
+    assert "D=8s" not in repeat_note([over, fine]) and repeat_note([fine]) == ""
+    note = over_x_note([over, fine])
+    assert "generated 2.5 s before the heal" in note and "D=8s Delay & Delay: 2.80 s" in note
+    assert over_x_note([fine]) == ""
