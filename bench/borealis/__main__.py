@@ -128,7 +128,7 @@ why they differ.
 
 ```
 hastream bench borealis --quick              # a few minutes: a reduced version of each experiment
-hastream bench borealis                      # the full set (about half an hour on 2 cores)
+hastream bench borealis                      # the full set (about 35 minutes on 2 cores)
 hastream bench borealis --only chain         # one experiment; the others stay as they are on file
 hastream bench borealis --replot             # redraw figures and this page from the results file
 ```

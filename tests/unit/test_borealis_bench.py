@@ -146,6 +146,8 @@ def test_overhead_fit_and_page_come_from_the_runs_numbers() -> None:
     assert "1.00 ms per ms of boundary interval plus 20 ms" in page
     assert "the mean is 120 ms against 2.0 ms" in page
     assert "used 2.5 µs more CPU per tuple" in page and "moves 0.83× the tuples/s" in page
+    result["in_process"] = {"sunion_us": 0.81, "soutput_us": 0.05, "operators_us": 0.32}
+    assert "SUnion costs 0.81 µs per tuple and SOutput 0.05 µs, beside 0.32 µs" in overhead.section(result)
     tp["with SUnion + SOutput"]["tuples_per_s"] = 62_000  # faster than without: noise, and the page says so
     assert "within what separates two runs" in overhead.section(result)
 
