@@ -376,5 +376,6 @@ def over_x_note(runs: list[dict[str, Any]]) -> str:
             f"failure healed: they are due just as the replica the client reads goes into STABILIZATION to "
             f"reconcile. The client then switches to the partner, which under Delay still holds them for its αX, "
             f"and the switch itself costs time: the state change is seen through heartbeats, and the partner is "
-            f"read from its last stable tuple on, its tentative output again included (longer for longer "
-            f"failures). The paper's t_max switch would skip that re-read.{within}\n")
+            f"read from its last stable tuple on, which means looking back over its tentative output and reading "
+            f"it again. That part grows with the failure, as these runs' excess does; the paper's t_max switch "
+            f"would avoid it.{within}\n")
