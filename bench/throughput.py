@@ -514,6 +514,18 @@ def _reading_records(n: int, rng_seed: int = 7) -> Iterator[dict[str, Any]]:
     return readings(n, sensors=SENSORS, seed=rng_seed)
 
 
+def summarize_runs(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeated ``Bench.throughput_run`` results of one processor: medians, and each run's figures."""
+    cpu = [r["cpu_s"] / r["consumed"] * 1e6 for r in rs]
+    return {
+        "tuples_per_s": statistics.median(r["tuples_per_s"] for r in rs),
+        "runs_tuples_per_s": [round(r["tuples_per_s"]) for r in rs],
+        "consumed": rs[0]["consumed"], "messages_consumed": rs[0]["messages_consumed"],
+        "output": rs[0]["output"], "output_types": rs[0]["output_types"],
+        "cpu_s_per_mtuple": statistics.median(cpu), "runs_cpu_s_per_mtuple": [round(c, 1) for c in cpu],
+    }
+
+
 class Bench:
     """One benchmark run: a broker, the pre-loaded input, the runs and the figures."""
 
@@ -798,14 +810,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, dict[str, Any]] = {}
         for p in PROCESSORS:
             rs = runs[p]
-            med = statistics.median(r["tuples_per_s"] for r in rs)
-            results[p] = {
-                "tuples_per_s": med, "runs_tuples_per_s": [round(r["tuples_per_s"]) for r in rs],
-                "consumed": rs[0]["consumed"], "messages_consumed": rs[0]["messages_consumed"],
-                "output": rs[0]["output"], "output_types": rs[0]["output_types"],
-                "cpu_s_per_mtuple": statistics.median(r["cpu_s"] / r["consumed"] * 1e6 for r in rs),
-                "latency": latency.get(p),
-            }
+            results[p] = {**summarize_runs(rs), "latency": latency.get(p)}
             if p != "bare":
                 results[p]["checkpoints_per_run"] = [r["checkpoints"] for r in rs]
         base = results["bare"]

@@ -48,7 +48,7 @@ class _Tasks:
 
 
 def run(quick: bool, progress: Any) -> dict[str, Any]:
-    from bench.throughput import Bench, _variant
+    from bench.throughput import Bench, _variant, summarize_runs
 
     s = settings(quick)
     args = argparse.Namespace(tuples=s["tuples"], rate=s["rate"], paced_seconds=s["paced_s"], repeat=s["repeat"])
@@ -67,12 +67,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
                 runs.setdefault(name, []).append(
                     bench.throughput_run(proc, source, messages, i, tasks, bucket_ms=bucket, passthrough=plain))  # type: ignore[arg-type]
                 progress.advance()
-        throughput = {name: {"tuples_per_s": statistics.median(r["tuples_per_s"] for r in rs),
-                             "runs_tuples_per_s": [round(r["tuples_per_s"]) for r in rs],
-                             "cpu_us_per_tuple": statistics.median(r["cpu_s"] / r["consumed"] * 1e6 for r in rs),
-                             "runs_cpu_us_per_tuple": [round(r["cpu_s"] / r["consumed"] * 1e6, 1) for r in rs],
-                             "output": rs[0]["output"], "consumed": rs[0]["consumed"]}
-                      for name, rs in runs.items()}
+        throughput = {name: summarize_runs(rs) for name, rs in runs.items()}
         latency = []
         for bucket, plain in [(DEFAULT_BUCKET_MS, True)] + [(b, False) for b in s["buckets_ms"]]:
             progress(f"latency: {_name(PROCESSOR, plain)} {_variant(bucket, False)}")
@@ -93,7 +88,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
 
 
 def _spread(r: dict[str, Any]) -> float:
-    runs = r.get("runs_cpu_us_per_tuple") or [r["cpu_us_per_tuple"]]
+    runs = r.get("runs_cpu_s_per_mtuple") or [r["cpu_s_per_mtuple"]]
     return max(runs) - min(runs)
 
 
@@ -105,11 +100,8 @@ def _name(processor: str, plain: bool) -> str:
 
 def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares slope and intercept of mean latency against the boundary interval."""
-    n = len(points)
-    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
-    return slope, my - slope * mx
+    line = statistics.linear_regression([x for x, _ in points], [y for _, y in points])
+    return line.slope, line.intercept
 
 
 def boundary_wait(r: dict[str, Any], base_ms: float) -> float:
@@ -150,7 +142,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     for bar, n in zip(bars, names):
         r = tp[n]
         ratio = f"\n{r['tuples_per_s'] / base:.2f}× bare" if base else ""
-        b.annotate(f"{r['tuples_per_s'] / 1000:.1f}k{ratio}\n{r['cpu_us_per_tuple']:.1f} µs CPU",
+        b.annotate(f"{r['tuples_per_s'] / 1000:.1f}k{ratio}\n{r['cpu_s_per_mtuple']:.1f} µs CPU",
                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
     b.set_ylim(0, max(vals) * 1.45)
     b.set_ylabel("input tuples/s (thousands)")
@@ -177,7 +169,7 @@ def section(result: dict[str, Any]) -> str:
     base = tp.get("bare loop", {}).get("tuples_per_s", 0)
     tp_table = md_table(["processor", "tuples/s", "× bare loop", "CPU µs per tuple", "runs (tuples/s)"],
                         [[n, f"{r['tuples_per_s']:,.0f}", f"{r['tuples_per_s'] / base:.2f}" if base else "–",
-                          f"{r['cpu_us_per_tuple']:.1f}", ", ".join(f"{v:,}" for v in r["runs_tuples_per_s"])]
+                          f"{r['cpu_s_per_mtuple']:.1f}", ", ".join(f"{v:,}" for v in r["runs_tuples_per_s"])]
                          for n, r in tp.items()])
     slope, icpt = fit([(r["bucket_ms"], r["mean_ms"]) for r in dpc]) if len(dpc) >= 2 else (float("nan"), float("nan"))
     with_, without = tp.get("with SUnion + SOutput"), tp.get("without serialization")
@@ -188,8 +180,8 @@ def section(result: dict[str, Any]) -> str:
                  f"the throughput difference ({ratio:.2f}×) is within what separates two runs of the same node on this "
                  f"shared 2-core machine, so CPU time is the measure to read")
         spread = _spread(with_) + _spread(without)
-        tp_line = (f"In the Kafka runs the node with SUnion and SOutput used {with_['cpu_us_per_tuple'] - without['cpu_us_per_tuple']:.1f} "
-                   f"µs more CPU per tuple ({with_['cpu_us_per_tuple']:.1f} against {without['cpu_us_per_tuple']:.1f}, medians; "
+        tp_line = (f"In the Kafka runs the node with SUnion and SOutput used {with_['cpu_s_per_mtuple'] - without['cpu_s_per_mtuple']:.1f} "
+                   f"µs more CPU per tuple ({with_['cpu_s_per_mtuple']:.1f} against {without['cpu_s_per_mtuple']:.1f}, medians; "
                    f"the process's CPU, librdkafka's threads included, spread by up to {spread:.1f} µs between runs of one "
                    f"variant), and {moves}. ")
     ip = result.get("in_process")

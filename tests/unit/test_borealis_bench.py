@@ -138,9 +138,9 @@ def test_overhead_fit_and_page_come_from_the_runs_numbers() -> None:
     lat = [{"variant": "without serialization", "bucket_ms": None, "mean_ms": 2.0, "p50_ms": 2, "p99_ms": 6, "samples": 4000}]
     lat += [{"variant": "with SUnion + SOutput", "bucket_ms": b, "mean_ms": b + 20.0, "p50_ms": b + 20, "p99_ms": 2 * b + 20,
              "samples": 4000} for b in (10, 100, 500)]
-    tp = {"bare loop": {"tuples_per_s": 100_000, "runs_tuples_per_s": [100_000], "cpu_us_per_tuple": 5.0},
-          "without serialization": {"tuples_per_s": 60_000, "runs_tuples_per_s": [60_000], "cpu_us_per_tuple": 14.0},
-          "with SUnion + SOutput": {"tuples_per_s": 50_000, "runs_tuples_per_s": [50_000], "cpu_us_per_tuple": 16.5}}
+    tp = {"bare loop": {"tuples_per_s": 100_000, "runs_tuples_per_s": [100_000], "cpu_s_per_mtuple": 5.0},
+          "without serialization": {"tuples_per_s": 60_000, "runs_tuples_per_s": [60_000], "cpu_s_per_mtuple": 14.0},
+          "with SUnion + SOutput": {"tuples_per_s": 50_000, "runs_tuples_per_s": [50_000], "cpu_s_per_mtuple": 16.5}}
     result = {"quick": True, "settings": overhead.settings(True), "throughput": tp, "latency": lat}
     page = overhead.section(result)
     assert "1.00 ms per ms of boundary interval plus 20 ms" in page
