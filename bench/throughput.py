@@ -63,7 +63,6 @@ import gc
 import json
 import logging
 import os
-import platform
 import pstats
 import shutil
 import statistics
@@ -83,6 +82,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.borealis.common import machine
 from services.core.admin import TopicSpec, delete_topics, ensure_topics
 from services.core.codec import codec_for
 from services.core.config import Settings
@@ -693,29 +693,11 @@ class Bench:
             delete_topics(self.bootstrap, sorted(set(self.created)))
 
 
-def _version_str(v: Any) -> str:
-    """confluent-kafka's version(): a (str, int) tuple in older releases, a str in newer ones."""
-    return v[0] if isinstance(v, tuple) else str(v)
-
-
 def _machine(bootstrap_external: bool) -> dict[str, Any]:
-    import confluent_kafka
-
     from infra.kafka.cluster import KAFKA_VERSION
 
-    cpu = ""
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                   if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cores": os.cpu_count(), "cpu": cpu or platform.processor(), "platform": platform.platform(),
-        "python": platform.python_version(), "confluent_kafka": _version_str(confluent_kafka.version()),
-        "librdkafka": confluent_kafka.libversion()[0],
-        "kafka": "external broker (version not probed)" if bootstrap_external else KAFKA_VERSION,
-        "broker": "external (--bootstrap)" if bootstrap_external else "embedded 1-broker KRaft",
-    }
+    return machine({"kafka": "external broker (version not probed)" if bootstrap_external else KAFKA_VERSION,
+                    "broker": "external (--bootstrap)" if bootstrap_external else "embedded 1-broker KRaft"})
 
 
 def _table(results: dict[str, dict[str, Any]], goal_met: bool) -> Table:

@@ -90,20 +90,26 @@ def broker(log: Callable[[str], None] = print) -> Iterator[dict[str, Any]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def machine(broker_facts: dict[str, Any]) -> dict[str, Any]:
-    """Hardware and versions, stated with every figure: results on 2 cores are not results on 32."""
-    import confluent_kafka
-
+def host() -> dict[str, Any]:
+    """Core count, CPU model (from /proc/cpuinfo), platform and Python: results on 2 cores are not
+    results on 32."""
     cpu = ""
     try:
         cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                    if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    v = confluent_kafka.version()
+    return {"cores": os.cpu_count(), "cpu": cpu or platform.processor() or "unknown",
+            "platform": platform.platform(), "python": platform.python_version()}
+
+
+def machine(broker_facts: dict[str, Any]) -> dict[str, Any]:
+    """Hardware and versions, stated with every figure: the host, the Kafka client and the broker."""
+    import confluent_kafka
+
+    v = confluent_kafka.version()  # a (str, int) tuple in older releases, a str in newer ones
     return {
-        "cores": os.cpu_count(), "cpu": cpu or platform.processor(), "platform": platform.platform(),
-        "python": platform.python_version(), "confluent_kafka": v[0] if isinstance(v, tuple) else str(v),
+        **host(), "confluent_kafka": v[0] if isinstance(v, tuple) else str(v),
         "librdkafka": confluent_kafka.libversion()[0], "kafka": broker_facts.get("kafka"),
         "broker": broker_facts.get("broker"),
     }

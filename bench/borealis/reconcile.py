@@ -34,8 +34,6 @@ sorting the kept buckets, SOutput numbering the redo output, and producing it to
 from __future__ import annotations
 
 import gc
-import os
-import platform
 import random
 import statistics
 import time
@@ -45,6 +43,7 @@ from typing import Any, Callable
 
 from rich.progress import Progress
 
+from bench.borealis.common import host
 from services.core.spec import Spec, parse_spec
 from services.node.pipeline import NodePipeline
 from services.operators.base import Item
@@ -315,18 +314,6 @@ def dpc_costs(n: int, progress_step: Callable[[], None]) -> dict[str, Any]:
     return out
 
 
-def machine() -> dict[str, Any]:
-    """Where the figures come from: core count and CPU model (from /proc/cpuinfo)."""
-    cpu = ""
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                   if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cores": os.cpu_count(), "cpu": cpu or platform.processor() or "unknown",
-            "python": platform.python_version(), "platform": platform.platform()}
-
-
 class Steps:
     """Progress for an experiment, on a ``rich.progress.Progress`` or the orchestrator's
     ``bench.borealis.common.Progress`` (``plan``/``advance``/``note``), or on nothing."""
@@ -366,7 +353,7 @@ def run(quick: bool, progress: Progress | None) -> dict[str, Any]:
     kinds = ("join", "window")
     steps = Steps(progress, "reconcile: checkpoint/redo vs undo/redo",
                   len(kinds) * (len(cfg["sizes"]) + len(cfg["redo"])) + 3)
-    result: dict[str, Any] = {"name": NAME, "quick": quick, "machine": machine(), "paper": PAPER,
+    result: dict[str, Any] = {"name": NAME, "quick": quick, "machine": host(), "paper": PAPER,
                               "settings": {**cfg, "run": RUN, "checkpoint_interval_ms": CHECKPOINT_INTERVAL_MS,
                                            "ref_rate": REF_RATE, "ref_state": REF_STATE, "tuple_step_ms": 1},
                               "state_sweep": {}, "redo_sweep": {}}
