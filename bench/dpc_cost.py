@@ -7,7 +7,7 @@ records go through:
 
 * ``operators``: the node's operator pipeline alone (feed a batch, drain the output), what a
   node without DPC would run between decoding and encoding;
-* ``node step``: what ``NodeService`` runs between ``_ingest`` and ``_produce`` in STABLE
+* ``node step``: what ``NodeService`` runs in ``DpcScheme.after_batch`` (between ingest and produce) in STABLE
   state: ``SUnion.push`` per tuple and a BOUNDARY per batch, then the node's own ``_step``
   (``SUnion.poll``, the operators, ``SOutput`` numbering, ``advance`` and the output BOUNDARY);
 * ``SUnion`` alone (push, boundary, poll) and ``SOutput`` alone (numbering the operators'
@@ -25,11 +25,11 @@ import argparse
 import time
 from typing import Any, Callable
 
-from services.core.spec import Spec, parse_spec
+from services.spec import Spec, parse_spec
 from services.core.tuples import TupleType
-from services.node.service import NodeService
-from services.operators.soutput import SOutput
-from services.operators.sunion import SUnion
+from services.node.loop import NodeService
+from services.dpc.soutput import SOutput
+from services.dpc.sunion import SUnion
 
 STABLE = TupleType.STABLE
 
@@ -56,14 +56,15 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
 
     def operators_only() -> None:
         svc = NodeService(spec, node, 0, 0, _settings())
-        entry, drain = svc.entries[0], svc.pipeline.drain
+        entry, drain = svc.scheme.entries[0], svc.pipeline.drain
         for items in batches:
             entry(items)
             drain()
 
     def node_step() -> None:
         svc = NodeService(spec, node, 0, 0, _settings())
-        su, step, queues = svc.sunion, svc._step, list(svc.outq.values())
+        scheme = svc.scheme
+        su, step, queues = scheme.sunion, scheme.after_batch, list(svc.outputs.queues.values())
         push = su.push
         tid = 0
         for items in batches:
@@ -71,10 +72,10 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
                 push(0, STABLE, tid, stime, rec, now)
                 tid += 1
             su.boundary(0, items[-1][1])
-            step(now)
+            step(now, False)
             for q in queues:
-                q.clear()  # what _produce would encode and send
-        assert not svc.failed and svc.stats.tentative == 0, "a failure-free pass went tentative"
+                q.clear()  # what Outputs.flush would encode and send
+        assert not scheme.failed and svc.stats.tentative == 0, "a failure-free pass went tentative"
 
     def sunion_only() -> None:
         su = SUnion(1, spec.dpc.bucket, spec.node_delay_s(node), spec.dpc.failure_policy)
@@ -92,7 +93,7 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
     svc = NodeService(spec, node, 0, 0, _settings())
     produced: list[list] = []
     for items in batches:
-        svc.entries[0](items)
+        svc.scheme.entries[0](items)
         produced.extend(list(v) for v in svc.pipeline.drain().values())
     out_tuples = sum(len(p) for p in produced)
 

@@ -84,14 +84,14 @@ from rich.table import Table
 
 from bench.borealis.common import machine
 from services.core.admin import TopicSpec, delete_topics, ensure_topics
+from services.deploy.local import topic_specs
 from services.core.codec import codec_for
 from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.core.paths import REPO_ROOT
-from services.core.spec import Spec, parse_spec
+from services.spec import Spec, parse_spec
 from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, TupleType
-from services.node.checkpoint import TOPIC_CONFIG as CHECKPOINT_TOPIC_CONFIG
-from services.operators.sunion import STuple, SUnion
+from services.dpc.sunion import STuple, SUnion
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
 PLOT = REPO_ROOT / "docs" / "throughput.png"
@@ -204,9 +204,7 @@ def _topics_of(job: Job, spec: Spec | None) -> list[TopicSpec]:
     dead-letter and checkpoint topics too), all with broker append times."""
     if spec is None:
         return [TopicSpec(t, 1, 1, dict(TOPIC_CONFIG)) for t in (job.in_topic, job.out_topic)]
-    ckpt = {t for t, _ in spec.checkpoint_topics()}
-    return [TopicSpec(t, p, 1, {**TOPIC_CONFIG, **(CHECKPOINT_TOPIC_CONFIG if t in ckpt else {})})
-            for t, p in spec.all_topics()]
+    return topic_specs(spec, 1, TOPIC_CONFIG)
 
 
 def _is_final(headers: list | None) -> bool:
@@ -287,43 +285,42 @@ class PassThroughUnion(SUnion):
 
 
 def _run_node(job: Job, st: Settings) -> dict[str, Any]:
-    """The node under test: the real NodeService.run loop, observed through three thin overrides."""
-    from services.node.service import NodeService
+    """The node under test: the real NodeService.run loop, observed by wrapping three of its calls."""
+    from services.node.loop import NodeService
 
     spec = parse_spec(job.spec_text, source="<bench>")
-
-    class MeteredNode(NodeService):
-        first_at: float | None = None
-        last_at: float | None = None
-        last_report = 0.0
-
-        def _restore(self) -> None:
-            super()._restore()  # clients are up, input assigned: the node is about to poll
-            _report("ready")
-
-        def _ingest(self, msgs: list, now: float) -> None:
-            t = time.time()
-            if self.first_at is None:
-                self.first_at = t
-            super()._ingest(msgs, now)
-            if t - self.last_report > 0.2:
-                _report("progress", consumed=self.stats.consumed)
-                self.last_report = t
-            final = all(b is not None and b >= FINAL_BOUNDARY for b in self.sunion.boundaries)
-            if final or self.stats.consumed >= job.stop_after:
-                # The loop ends after this iteration's SUnion poll, produce and flush; the
-                # final boundary has made every pending bucket stable.
-                self.running = False
-
-        def _produce(self) -> None:
-            busy = any(self.outq.values())
-            super()._produce()
-            if busy:
-                self.last_at = time.time()
-
-    svc = MeteredNode(spec, job.node, 0, 0, st)
+    svc = NodeService(spec, job.node, 0, 0, st)
+    scheme = svc.scheme
     if job.passthrough:
-        svc.sunion = PassThroughUnion(len(svc.ports), spec.dpc.bucket, spec.node_delay_s(job.node))
+        scheme.sunion = PassThroughUnion(len(svc.inputs.ports), spec.dpc.bucket, svc.plan.delay_s)
+    seen: dict[str, float | None] = {"first_at": None, "last_at": None, "report": 0.0}
+    open_inputs, before_batch, flush = svc.inputs.open, scheme.before_batch, svc.outputs.flush
+
+    def metered_open(*args: Any) -> None:
+        open_inputs(*args)  # clients are up, input assigned: the node is about to poll
+        _report("ready")
+
+    def metered_batch(msgs: list, now: float) -> None:
+        t = time.time()
+        if msgs and seen["first_at"] is None:
+            seen["first_at"] = t
+        before_batch(msgs, now)
+        if msgs and t - (seen["report"] or 0.0) > 0.2:
+            _report("progress", consumed=svc.stats.consumed)
+            seen["report"] = t
+        final = all(b is not None and b >= FINAL_BOUNDARY for b in scheme.sunion.boundaries)
+        if final or svc.stats.consumed >= job.stop_after:
+            # The loop ends after this iteration's SUnion poll, produce and flush; the
+            # final boundary has made every pending bucket stable.
+            svc.running = False
+
+    def metered_flush() -> int:
+        n = flush()
+        if n:
+            seen["last_at"] = time.time()
+        return n
+
+    svc.inputs.open, scheme.before_batch, svc.outputs.flush = metered_open, metered_batch, metered_flush  # type: ignore[method-assign]
     prof = cProfile.Profile() if job.profile_out else None
     if prof:
         prof.enable()
@@ -332,8 +329,8 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
         prof.disable()
         prof.dump_stats(job.profile_out)
     return {"consumed": stats.consumed, "produced": stats.produced, "deadlettered": stats.deadlettered,
-            "tentative": stats.tentative, "checkpoints": stats.checkpoints, "pending": len(svc.sunion.pending),
-            "first_at": svc.first_at, "last_at": svc.last_at}
+            "tentative": stats.tentative, "restart_images": stats.restart_images,
+            "pending": len(scheme.sunion.pending), "first_at": seen["first_at"], "last_at": seen["last_at"]}
 
 
 def worker_main(raw: str) -> None:
@@ -588,7 +585,7 @@ class Bench:
         secs = end - res["first_at"]
         return {"tuples_per_s": n / secs, "seconds": secs, "consumed": n, "messages_consumed": res["consumed"],
                 "output": chk.stable, "output_types": chk.types, "cpu_s": res["cpu_s"],
-                "checkpoints": res.get("checkpoints")}
+                "restart_images": res.get("restart_images")}
 
     # -- phase 2: latency at a fixed input rate ------------------------------------
 
@@ -794,7 +791,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rs = runs[p]
             results[p] = {**summarize_runs(rs), "latency": latency.get(p)}
             if p != "bare":
-                results[p]["checkpoints_per_run"] = [r["checkpoints"] for r in rs]
+                results[p]["restart_images_per_run"] = [r["restart_images"] for r in rs]
         base = results["bare"]
         for p, r in results.items():
             r["ratio"] = r["tuples_per_s"] / base["tuples_per_s"]
@@ -817,7 +814,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "batch_size": st.batch_size, "poll_timeout_ms": st.poll_timeout_ms, "linger_ms": st.linger_ms,
                 "input_boundaries": bench.input_boundaries, "final_boundary_stime": FINAL_BOUNDARY,
                 "dpc": {"bucket_ms": dpc.bucket, "boundary_interval_ms": dpc.boundary_interval,
-                        "checkpoint_interval_ms": dpc.checkpoint_interval, "delay_ms": dpc.delay, "alpha": dpc.alpha,
+                        "restart_image_interval_ms": dpc.restart_image_interval, "delay_ms": dpc.delay, "alpha": dpc.alpha,
                         "heartbeat_interval_ms": dpc.heartbeat_interval, "replicas": 1},
             },
             "definitions": {

@@ -64,11 +64,13 @@ from pyspark.sql.avro.functions import from_avro, to_avro
 from pyspark.sql.window import Window
 
 from services.core.codec import load_schema, schema_fields, schema_json
-from services.core.config import ConfigError, Settings
-from services.core.kafka import last_message
+from services.core.errors import ConfigError
+from services.core.config import Settings
+from services.log.tail import last_message
 from services.core.paths import hastream_home
-from services.core.spec import OperatorDef, Spec, SpecError, load_spec
-from services.core.tuples import H_EPOCH, H_ID, H_REPLICA, H_STIME, H_TYPE, HeaderError, TupleType, parse_headers
+from services.spec import OperatorDef, Spec, SpecError, load_spec
+from services.core.tuples import H_EPOCH, H_ID, H_REPLICA, H_STIME, H_TYPE, TupleType, parse_headers
+from services.core.errors import HeaderError
 from spark_jobs.jars import SparkJarsError, ensure_spark_jars
 
 log = logging.getLogger(__name__)

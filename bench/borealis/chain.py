@@ -31,8 +31,10 @@ from typing import Any
 
 from services.client.view import StreamView
 from services.core.admin import delete_topics
-from services.core.control import COORDINATOR, NodeState, ReplicaMonitor
-from services.core.spec import Spec, parse_spec
+from services.control.messages import COORDINATOR
+from services.dpc.states import NodeState
+from services.control.monitor import ReplicaMonitor
+from services.spec import Spec, parse_spec
 from services.core.tuples import TupleType
 from services.deploy.harness import PacedSources, Recorder, Services
 from services.deploy.local import provision
@@ -91,7 +93,7 @@ def chain_spec(cfg: RunConfig, suffix: str) -> str:
         f"name: borealis-{u}",
         "defaults: {partitions: 1, replicas: 2}",
         f"dpc: {{delay: {cfg.x_ms * cfg.k}, alpha: {cfg.alpha}, bucket: {cfg.bucket_ms}, "
-        f"checkpoint_interval: {cfg.checkpoint_ms}, heartbeat_interval: {cfg.heartbeat_ms}, "
+        f"restart_image_interval: {cfg.checkpoint_ms}, heartbeat_interval: {cfg.heartbeat_ms}, "
         f"failure_timeout: {cfg.failure_timeout_ms}, reconciliation: {cfg.reconciliation}, "
         f"failure_policy: {fp}, stabilization_policy: {sp}}}",
         "streams:",

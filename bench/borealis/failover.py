@@ -47,9 +47,11 @@ from bench.borealis.reconcile import Steps
 from services.client.source import SourceWriter
 from services.client.view import StreamView
 from services.core.admin import delete_topics
-from services.core.control import NodeState, ReplicaMonitor, now_ms
-from services.core.replicas import last_stable_id
-from services.core.spec import Spec, parse_spec
+from services.dpc.states import NodeState
+from services.control.monitor import ReplicaMonitor
+from services.control.messages import now_ms
+from services.log.tail import last_stable_id
+from services.spec import Spec, parse_spec
 from services.deploy.harness import END_OF_TIME, Services
 from services.deploy.local import provision
 
@@ -72,7 +74,7 @@ def spec_text(u: str, heartbeat_ms: int, timeout_ms: int) -> str:
     return f"""
 name: failover-{u}
 defaults: {{partitions: 1, replicas: 2}}
-dpc: {{heartbeat_interval: {heartbeat_ms}, failure_timeout: {timeout_ms}, checkpoint_interval: 1000}}
+dpc: {{heartbeat_interval: {heartbeat_ms}, failure_timeout: {timeout_ms}, restart_image_interval: 1000}}
 streams:
   in_{u}: {{schema: reading, key: sensor}}
   out_{u}: {{schema: reading, key: sensor}}

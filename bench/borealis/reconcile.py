@@ -44,8 +44,9 @@ from typing import Any, Callable
 from rich.progress import Progress
 
 from bench.borealis.common import host
-from services.core.spec import Spec, parse_spec
+from services.spec import Spec, parse_spec
 from services.node.pipeline import NodePipeline
+from services.spec.plan import plan_node
 from services.operators.base import Item
 
 NAME = "reconcile"
@@ -143,7 +144,7 @@ class Workload:
         return out
 
     def pipeline(self, undo: bool) -> NodePipeline:
-        return NodePipeline(self.spec, self.node, undo=undo)
+        return NodePipeline(plan_node(self.spec, self.node), undo=undo)
 
 
 def _feed(p: NodePipeline, batches: list[tuple[str, list[Item]]]) -> int:

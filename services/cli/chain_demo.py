@@ -15,9 +15,10 @@ from rich.live import Live
 from rich.table import Table
 
 from services.cli.common import out
-from services.core.control import NodeState, ReplicaMonitor
+from services.dpc.states import NodeState
+from services.control.monitor import ReplicaMonitor
 from services.core.paths import REPO_ROOT
-from services.core.spec import load_spec
+from services.spec import load_spec
 
 CHAIN_SPEC = REPO_ROOT / "examples" / "chain.yaml"
 STATE_STYLE = {NodeState.STABLE: "green", NodeState.UPSTREAM_FAILURE: "yellow",

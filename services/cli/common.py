@@ -8,8 +8,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from services.core.config import ConfigError, Settings
-from services.core.spec import Spec, SpecError, load_spec
+from services.core.errors import ConfigError
+from services.core.config import Settings
+from services.spec import Spec, SpecError, load_spec
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)

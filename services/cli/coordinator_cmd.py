@@ -81,7 +81,7 @@ def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]]]:
     """(source, rows) of every node replica's DPC state: from the coordinator, else the heartbeats topic."""
     from services.coordinator.app import expected_replicas
     from services.coordinator.client import fetch_status, status_url
-    from services.core.spec import load_spec
+    from services.spec import load_spec
 
     spec = load_spec(Path(dep.spec_path))
     url = status_url(coordinator_port(dep))
@@ -96,7 +96,10 @@ def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]]]:
 
 def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
     from services.core.admin import admin_client
-    from services.core.control import COORDINATOR, NodeState, ReplicaMonitor, now_ms, replica_key
+    from services.control.messages import COORDINATOR, now_ms
+    from services.dpc.states import NodeState
+    from services.control.messages import replica_key
+    from services.control.monitor import ReplicaMonitor
 
     if spec.heartbeat_topic not in admin_client(bootstrap).list_topics(timeout=5).topics:
         return []

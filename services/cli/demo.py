@@ -11,7 +11,7 @@ from rich.table import Table
 
 from services.cli.common import fail, out
 from services.core.paths import REPO_ROOT
-from services.core.spec import Spec, load_spec
+from services.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from services.deploy.local import Deployment

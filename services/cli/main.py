@@ -282,7 +282,7 @@ def node_run(
     bootstrap: BootstrapOpt = None,
 ) -> None:
     """Run one node replica partition until SIGTERM."""
-    from services.node.service import NodeService
+    from services.node.loop import NodeService
 
     s = spec_or_exit(spec)
     settings = settings_or_exit(bootstrap)

@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Callable, Iterator, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-from services.core.codec import DecodeError, codec_for
-from services.core.kafka import RDKAFKA_LOG
-from services.core.spec import Spec
-from services.core.tuples import HeaderError, Tuple, parse_headers
+from services.core.errors import DecodeError
+from services.core.codec import codec_for
+from services.core.kafka import plain_consumer
+from services.spec import Spec
+from services.core.errors import HeaderError
+from services.core.tuples import Tuple, parse_headers
 
 
 class StreamReader:
@@ -27,10 +28,7 @@ class StreamReader:
         self.stream, self.topic = stream, topics[replica]
         self.partitions = spec.streams[stream].partitions
         self.codec = codec_for(spec.streams[stream].schema)
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"hastream.reader.{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "enable.partition.eof": False, "logger": RDKAFKA_LOG,
-        })
+        self.consumer = plain_consumer(bootstrap, "reader", unique=True)
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self.consumer.assign([TopicPartition(self.topic, p, start) for p in range(self.partitions)])
 

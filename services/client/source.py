@@ -15,9 +15,10 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from services.core.codec import codec_for
-from services.core.kafka import BatchProducer, next_tuple_id
+from services.core.kafka import BatchProducer
+from services.log.tail import next_tuple_id
 from services.core.partitioner import key_bytes, partition_for
-from services.core.spec import Spec
+from services.spec import Spec
 from services.core.tuples import TupleType, make_headers
 
 

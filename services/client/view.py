@@ -17,25 +17,26 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
 from services.client.reader import follow_polls
+from services.control.monitor import ReplicaMonitor
+from services.control.replicas import choose_replica
 from services.core.codec import codec_for
-from services.core.control import NodeState, ReplicaMonitor
-from services.core.kafka import RDKAFKA_LOG
-from services.core.replicas import choose_replica, offset_after_stable
-from services.core.spec import Spec
-from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, TupleType
+from services.core.errors import HeaderError
+from services.core.kafka import plain_consumer
+from services.core.tuples import TupleType, read_headers
+from services.dpc.states import NodeState
+from services.node.ports import ReplicaReader
+from services.spec import Spec
 
 log = logging.getLogger(__name__)
 
 STABLE, TENTATIVE, UNDO, REC_DONE, BOUNDARY = (
     TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY)
-_TYPE_OF: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
 EVENT_KINDS = ("stable", "tentative", "undo", "rec_done")
 
 
@@ -200,23 +201,22 @@ class StreamView:
             deadline = time.monotonic() + wait
             while time.monotonic() < deadline and not any(st.node == self.node for st in self.monitor.snapshot()):
                 time.sleep(0.02)
-        self.current = [self._choose(p, None) for p in range(self.partitions)]
-        for p, v in enumerate(self.views):
-            v.replica = self.current[p]
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"hastream.view.{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False, "enable.partition.eof": False, "logger": RDKAFKA_LOG,
-            "fetch.wait.max.ms": 50,
-        })
+        self.readers = [ReplicaReader(list(topics), p, self.node) for p in range(self.partitions)]
+        for r, v in zip(self.readers, self.views):  # the monitor has had its start-up wait
+            r.replica = v.replica = self._choose(r.partition, None)
+        self.consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        self.consumer.assign([TopicPartition(self.topics[self.current[p]], p, start) for p in range(self.partitions)])
+        self.consumer.assign([TopicPartition(r.topic, r.partition, start) for r in self.readers])
+
+    @property
+    def current(self) -> list[int]:
+        """The replica each partition is read from."""
+        return [r.replica for r in self.readers]
 
     # -- replica choice -------------------------------------------------------
     def states(self, partition: int) -> list[NodeState]:
         """Each replica's state for ``partition`` (FAILED if silent or never seen)."""
-        if self.monitor is None or self.node is None:
-            return [NodeState.STABLE] * len(self.topics)
-        return [self.monitor.state(self.node, partition, r) for r in range(len(self.topics))]
+        return self.readers[partition].states(self.monitor)
 
     def _choose(self, partition: int, current: int | None) -> int:
         if len(self.topics) == 1:
@@ -227,23 +227,19 @@ class StreamView:
         """Switch every partition whose replica is no longer the best (called by ``poll``)."""
         if len(self.topics) == 1 or self.monitor is None:
             return
-        for p in range(self.partitions):
-            cur = self.current[p]
-            best = self._choose(p, cur)
-            if best != cur:
-                self.switch(p, best)
+        for r in self.readers:
+            best = self._choose(r.partition, r.replica)
+            if best != r.replica:
+                self.switch(r.partition, best)
 
     def switch(self, partition: int, replica: int) -> int:
         """Read ``partition`` from ``replica`` from now on, right after the last stable tuple; returns the offset."""
-        v = self.views[partition]
-        old, new_topic = self.current[partition], self.topics[replica]
-        if v.started or self.from_beginning:
-            offset = offset_after_stable(self.bootstrap, new_topic, partition, v.last_stable)
-        else:
-            offset = OFFSET_END  # nothing read yet and only new tuples wanted
-        self.consumer.incremental_unassign([TopicPartition(self.topics[old], partition)])
-        self.consumer.incremental_assign([TopicPartition(new_topic, partition, offset)])
-        self.current[partition] = replica
+        v, reader = self.views[partition], self.readers[partition]
+        old = reader.replica
+        reader.last_stable = v.last_stable
+        # Nothing read yet and only new tuples wanted: start at the end.
+        offset = reader.move(self.consumer, self.bootstrap, replica,
+                             None if v.started or self.from_beginning else OFFSET_END)
         v.switch(replica, self._pending)
         self.switches.append((partition, old, replica, offset))
         log.info("%s p%d: switched from replica %d to %d at offset %d", self.stream, partition, old, replica, offset)
@@ -257,22 +253,20 @@ class StreamView:
             self._next_check = now + self.check_interval
             self.check_replicas()
         out, self._pending = self._pending, []
-        topics, current, views = self.topics, self.current, self.views
+        readers, views = self.readers, self.views
         for m in self.consumer.consume(max_messages, timeout):
             if m.error() is not None:
                 continue
             p = m.partition()
-            r = current[p]
-            if m.topic() != topics[r]:
+            reader = readers[p]
+            if m.topic() != reader.topic:
                 continue  # fetched from a replica this partition has left
             try:
-                hd = dict(m.headers())  # type: ignore[arg-type]
-                ttype = _TYPE_OF[hd[H_TYPE]]
-                tid, stime = int(hd[H_ID]), int(hd[H_STIME])
-            except (KeyError, TypeError, ValueError):
+                ttype, tid, stime = read_headers(m.headers())
+            except HeaderError:
                 self.bad += 1
                 continue
-            views[p].apply(ttype, tid, stime, m.value(), out, r, m.offset())
+            views[p].apply(ttype, tid, stime, m.value(), out, reader.replica, m.offset())
         if self.stable_only:
             out = [e for e in out if e.kind == "stable"]
         return out

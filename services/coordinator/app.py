@@ -4,7 +4,7 @@ One process per deployment. It follows ``<spec>.heartbeats`` and ``<spec>.contro
 Avro bytes, decoded with the project's codecs), keeps replica states and the reconciliation
 queue in two faust Tables (``replicas``, ``reconciliation``) whose changelog topics let a
 restarted coordinator, even after kill -9, recover where it stopped, marks silent replicas
-FAILED from a timer, answers REQUESTs with GRANTs (``services.coordinator.grants`` decides),
+FAILED from a timer, answers REQUESTs with GRANTs (``services.dpc.consistency`` decides),
 sends its own heartbeat (node ``coordinator``) so nodes can tell it is alive, and serves
 ``GET /status`` (JSON) and ``GET /`` (a live HTML page).
 
@@ -35,11 +35,12 @@ from aiohttp.web import TCPSite
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
 from services.core.admin import TopicSpec, broker_count, ensure_topics
-from services.core.codec import DecodeError
-from services.core.control import (CONTROL, COORDINATOR, HEARTBEAT, NodeState, ReplicaMonitor, control_message,
-                                   now_ms)
-from services.core.spec import Spec
-from services.coordinator.grants import GRANT, LEASE_MS, Coordination, Grant
+from services.core.errors import DecodeError
+from services.control.messages import COORDINATOR, ControlKind, ControlMessage, Heartbeat, now_ms
+from services.dpc.states import NodeState
+from services.control.monitor import ReplicaMonitor
+from services.spec import Spec
+from services.dpc.consistency import LEASE_MS, Coordination, Grant
 from services.coordinator.page import STATUS_HTML
 
 log = logging.getLogger("hastream.coordinator")
@@ -178,32 +179,32 @@ class Coordinator:
         async def on_heartbeats(stream: Any) -> None:
             async for value in stream:
                 try:
-                    hb = HEARTBEAT.decode(value)
-                except DecodeError as e:
-                    log.warning("skipping a heartbeat that is not valid Avro: %s", e)
+                    beat = Heartbeat.decode(value)
+                except (DecodeError, ValueError) as e:
+                    log.warning("skipping a heartbeat that cannot be read: %s", e)
                     continue
-                if hb["node"] == COORDINATOR:
-                    if not self.caught_up and hb["pid"] == os.getpid() and hb["epoch"] == self.started_ms:
+                if beat.node == COORDINATOR:
+                    if not self.caught_up and beat.pid == os.getpid() and beat.epoch == self.started_ms:
                         # Our own first heartbeat came back: everything queued before it is read.
                         self.caught_up = True
                         log.info("coordinator ready: heartbeat backlog read; %d replicas, %d reconciliation "
                                  "entries", len(list(self.replicas.keys())), len(list(self.recon.keys())))
                     continue
-                self.logic.on_heartbeat(hb, now_ms())
+                self.logic.on_heartbeat(beat.as_dict(), now_ms())
 
         @app.agent(self.control, name="control")
         async def on_control(stream: Any) -> None:
             async for value in stream:
                 try:
-                    msg = CONTROL.decode(value)
-                except DecodeError as e:
-                    log.warning("skipping a control message that is not valid Avro: %s", e)
+                    msg = ControlMessage.decode(value)
+                except (DecodeError, ValueError) as e:
+                    log.warning("skipping a control message that cannot be read: %s", e)
                     continue
-                if msg["kind"] == GRANT:
+                if msg.kind is ControlKind.GRANT:
                     continue
-                grants = self.logic.on_control(msg, now_ms())
-                log.info("%s from %s/p%d/r%d (stagger=%s) -> %s", msg["kind"], msg["node"], msg["partition"],
-                         msg["replica"], msg["stagger"], ", ".join(g.key for g in grants) or "no grant")
+                grants = self.logic.on_control(msg.as_dict(), now_ms())
+                log.info("%s from %s/p%d/r%d (stagger=%s) -> %s", msg.kind.value, msg.node, msg.partition,
+                         msg.replica, msg.stagger, ", ".join(g.key for g in grants) or "no grant")
                 await self._send_grants(grants)
 
         @app.timer(interval=self.interval_s, name="tick")
@@ -246,13 +247,12 @@ class Coordinator:
     async def _send_grants(self, grants: list[Grant]) -> None:
         for g in grants:
             log.info("GRANT %s (stagger=%s)", g.key, g.stagger)
-            await self.control.send(key=g.node.encode(),
-                                    value=control_message(GRANT, g.node, g.partition, g.replica, g.stagger))
+            grant = ControlMessage(ControlKind.GRANT, g.node, g.partition, g.replica, g.stagger)
+            await self.control.send(key=g.node.encode(), value=grant.encode())
 
     async def _beat(self, now: int) -> None:
-        rec = {"node": COORDINATOR, "replica": 0, "partition": 0, "state": NodeState.STABLE.value,
-               "epoch": self.started_ms, "sent_ms": now, "pid": os.getpid()}
-        await self.heartbeats.send(key=COORDINATOR.encode(), value=HEARTBEAT.encode(rec))
+        beat = Heartbeat(COORDINATOR, 0, 0, NodeState.STABLE, now, self.started_ms, os.getpid())
+        await self.heartbeats.send(key=COORDINATOR.encode(), value=beat.encode())
 
     def status(self) -> dict[str, Any]:
         now = now_ms()

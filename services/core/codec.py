@@ -14,15 +14,8 @@ from typing import Any
 import fastavro
 from fastavro.types import Schema
 
+from services.core.errors import DecodeError, SchemaNotFound
 from services.core.paths import SCHEMA_DIR
-
-
-class SchemaNotFound(LookupError):
-    """No ``schemas/<name>.avsc`` for a schema name used in a spec."""
-
-
-class DecodeError(ValueError):
-    """A payload that is not valid Avro of the expected schema."""
 
 
 def available_schemas(schema_dir: Path = SCHEMA_DIR) -> list[str]:

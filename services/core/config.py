@@ -8,9 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-
-class ConfigError(ValueError):
-    """A setting that cannot be used; the message says what to fix."""
+from services.core.errors import ConfigError
 
 
 def _int_env(name: str, default: int) -> int:

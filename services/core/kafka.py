@@ -1,13 +1,17 @@
-"""Batched confluent-kafka consumer and producer used on every data path."""
+"""Every Kafka client hastream builds: the batched consumer and producer of the data path, and plain consumers.
+
+One place sets the client configuration (logging through Python, no auto commit, no
+auto-created topics), so every service, client and tool talks to Kafka the same way.
+"""
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Sequence
+import uuid
+from typing import Any, Iterable, Sequence
 
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from services.core.tuples import HeaderError, parse_headers
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines go through Python logging (not raw to stderr), so each
@@ -178,38 +182,14 @@ class BatchProducer:
         return self._p
 
 
-@retry_transient
-def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10) -> Message | None:
-    """The newest message of one partition, or None if it is empty.
+def plain_consumer(bootstrap: str, role: str, unique: bool = False, **overrides: Any) -> Consumer:
+    """A consumer with manual assignment and no commits, for readers outside the data path.
 
-    Services read it at start to continue their dense ``ht.id`` sequence. A partition that
-    has messages but does not deliver the newest in time raises (a retriable timeout),
-    rather than look empty and restart the sequence at 0.
+    ``role`` names its group (``hastream.<role>``); ``unique`` gives it a group of its own,
+    for readers that must never share committed offsets.
     """
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "hastream.peek", "enable.auto.commit": False,
-                  "logger": RDKAFKA_LOG})
-    try:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-        if high <= low:
-            return None
-        c.assign([TopicPartition(topic, partition, high - 1)])
-        deadline = timeout
-        while deadline > 0:
-            m = c.poll(0.5)
-            deadline -= 0.5
-            if m is not None and m.error() is None:
-                return m
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"newest message of {topic}[{partition}] not read in {timeout}s"))
-    finally:
-        c.close()
-
-
-def next_tuple_id(bootstrap: str, topic: str, partition: int) -> int:
-    """The ``ht.id`` that continues a writer's dense sequence in one partition (0 when empty)."""
-    m = last_message(bootstrap, topic, partition)
-    if m is None:
-        return 0
-    try:
-        return parse_headers(m.headers()).id + 1
-    except HeaderError:
-        return m.offset() + 1
+    group = f"hastream.{role}.{uuid.uuid4().hex[:8]}" if unique else f"hastream.{role}"
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                            "enable.partition.eof": False, "logger": RDKAFKA_LOG}
+    conf.update(overrides)
+    return Consumer(conf)

@@ -1,13 +1,17 @@
-"""The tuple model: tuple types and the ``ht.*`` Kafka headers every message carries.
+"""The tuple model and the one header codec: the only code that reads or writes ``ht.*`` headers.
 
 Headers are the contract with outside clients (kcat, any Kafka client), so values are
-plain ASCII: the type name and decimal integers.
+plain ASCII: the type name and decimal integers. The data path reads them with
+``read_headers`` and writes them with a ``HeaderWriter``; both are a few dict and bytes
+operations per tuple, with the constant parts built once.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Iterable, Sequence
+
+from services.core.errors import HeaderError
 
 
 class TupleType(str, Enum):
@@ -35,20 +39,56 @@ TYPE_BYTES: dict[TupleType, bytes] = {t: t.value.encode() for t in TupleType}
 _TYPE_BY_BYTES: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
 
 
-class HeaderError(ValueError):
-    """A message whose ht.* headers are missing or malformed."""
+Headers = list[tuple[str, bytes]]
 
 
-def make_headers(
-    ttype: TupleType, tid: int, stime: int, replica: int = 0, epoch: int = 0
-) -> list[tuple[str, bytes]]:
+class HeaderWriter:
+    """Headers of the tuples one writer (a node replica, a source, a Spark stage) sends.
+
+    The writer's replica and epoch are encoded once; per tuple only its type, id and time.
+    """
+
+    __slots__ = ("_tail",)
+
+    def __init__(self, replica: int = 0, epoch: int = 0) -> None:
+        self._tail = ((H_REPLICA, b"%d" % replica), (H_EPOCH, b"%d" % epoch))
+
+    def __call__(self, ttype: TupleType, tid: int, stime: int) -> Headers:
+        return [(H_TYPE, TYPE_BYTES[ttype]), (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), *self._tail]
+
+
+def make_headers(ttype: TupleType, tid: int, stime: int, replica: int = 0, epoch: int = 0) -> Headers:
     """Headers of one outgoing tuple."""
-    return [
-        (H_TYPE, TYPE_BYTES[ttype]),
-        (H_ID, b"%d" % tid),
-        (H_STIME, b"%d" % stime),
-        (H_REPLICA, b"%d" % replica),
-        (H_EPOCH, b"%d" % epoch),
+    return HeaderWriter(replica, epoch)(ttype, tid, stime)
+
+
+def read_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[TupleType, int, int]:
+    """(type, id, stime) of one incoming tuple, on the hot path; raises HeaderError saying what is wrong."""
+    try:
+        hd = dict(headers)  # type: ignore[arg-type]
+        return _TYPE_BY_BYTES[hd[H_TYPE]], int(hd[H_ID]), int(hd[H_STIME])  # type: ignore[arg-type]
+    except (KeyError, TypeError, ValueError):
+        parse_headers(headers)  # raises with the precise reason
+        raise HeaderError("malformed ht.* headers") from None
+
+
+def peek_type_and_id(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[TupleType | None, int | None]:
+    """Type and id of a message if its headers name them, else None for each: for scans that skip what they cannot use."""
+    hd = dict(headers or ())
+    t = _TYPE_BY_BYTES.get(hd.get(H_TYPE) or b"")
+    try:
+        return t, int(hd.get(H_ID) or b"")
+    except ValueError:
+        return t, None
+
+
+def deadletter_headers(headers: Headers | None, reason: str, topic: str, partition: int, offset: int) -> Headers:
+    """A rejected message's headers plus why it was rejected and where it came from."""
+    return list(headers or []) + [
+        (H_ERROR, reason.encode()[:4000]),
+        (H_SRC_TOPIC, topic.encode()),
+        (H_SRC_PARTITION, b"%d" % partition),
+        (H_SRC_OFFSET, b"%d" % offset),
     ]
 
 

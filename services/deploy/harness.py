@@ -24,7 +24,7 @@ from services.client.source import SourceWriter
 from services.core.codec import codec_for
 from services.core.kafka import RDKAFKA_LOG
 from services.core.paths import REPO_ROOT
-from services.core.spec import Spec
+from services.spec import Spec
 from services.core.tuples import TYPE_BYTES, TupleType
 from services.deploy.local import service_commands, service_env
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.paths import REPO_ROOT, hastream_home
-from services.core.spec import Spec
-from services.node.checkpoint import TOPIC_CONFIG as CHECKPOINT_TOPIC_CONFIG
+from services.spec import Spec
+from services.node.restart import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
 
 
 @dataclass
@@ -113,9 +113,14 @@ def provision(spec: Spec, bootstrap: str) -> list[str]:
     """Create the deployment's topics (replication 3 where the cluster has 3 brokers)."""
     rf = 3 if broker_count(bootstrap) >= 3 else 1
     cfg = {"min.insync.replicas": "2"} if rf == 3 else {}
-    ckpt = {t for t, _ in spec.checkpoint_topics()}
-    return ensure_topics(bootstrap, [TopicSpec(t, p, rf, {**cfg, **(CHECKPOINT_TOPIC_CONFIG if t in ckpt else {})})
-                                     for t, p in spec.all_topics()])
+    return ensure_topics(bootstrap, topic_specs(spec, rf, cfg))
+
+
+def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None = None) -> list[TopicSpec]:
+    """Every topic of a deployment with its settings; restart topics take messages as large as an image."""
+    restart_topics = {t for t, _ in spec.restart_topics()}
+    return [TopicSpec(t, p, replication, {**(config or {}), **(RESTART_TOPIC_CONFIG if t in restart_topics else {})})
+            for t, p in spec.all_topics()]
 
 
 def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int = 1) -> Deployment:

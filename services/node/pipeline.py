@@ -9,26 +9,25 @@ from __future__ import annotations
 import pickle
 from typing import Callable
 
-from services.core.spec import Spec
+from services.spec.plan import NodePlan
 from services.operators.base import Emit, Item, Operator
 from services.operators.build import build_operator
-from services.operators.undo import UndoLog
+from services.dpc.undo import UndoLog
 
 
 class NodePipeline:
     """Feed batches of input tuples per stream; collect output tuples per output stream."""
 
-    def __init__(self, spec: Spec, node: str, undo: bool = False) -> None:
-        self.spec, self.node = spec, node
+    def __init__(self, plan: NodePlan, undo: bool = False) -> None:
         self.operators: list[Operator] = []  # in topological order
-        self.outputs: dict[str, list[Item]] = {s: [] for s in spec.node_outputs(node)}
+        self.outputs: dict[str, list[Item]] = {o.stream: [] for o in plan.outputs}
         self.routes: dict[str, list[Emit]] = {}
         # Undo/redo only: the stateful operators are fed through their logs. Without it the
         # operators are fed directly, so the normal path pays nothing for the feature.
         self.logs: list[UndoLog] | None = [] if undo else None
         self._advance: list[Callable[[int], None]] = []
-        defs = spec.topo_operators(node)
-        ops = {d.name: build_operator(spec, d) for d in defs}
+        defs = plan.operators
+        ops = {d.name: build_operator(d, plan.fields) for d in defs}
         for d in defs:
             op = ops[d.name]
             self.operators.append(op)
@@ -44,7 +43,7 @@ class NodePipeline:
             if d.output in self.outputs:
                 targets.append(self.outputs[d.output].extend)
             ops[d.name].emit = _fanout(targets)
-        self.inputs = spec.node_inputs(node)
+        self.inputs = [i.stream for i in plan.inputs]
 
     def entry(self, stream: str) -> Emit:
         """The function that feeds batches of one input stream's tuples into the node."""

@@ -1,29 +1,39 @@
-"""A node's input ports: which replica of each upstream stream it reads, and what it has from it.
+"""Input ports: which replica of each upstream stream a node reads, and what it has from it.
 
-DPC lets a downstream node read any replica of an upstream node. A port follows one
-replica's topic at a time and switches (monitoring their heartbeats) when another replica
-is in a better state: STABLE over UPSTREAM_FAILURE over STABILIZATION, never a FAILED one.
-Stable tuple ids are the same on every replica, so a switch continues in the new topic
-right after the last stable tuple the port has, and drops the tentative tuples it holds
-(the new replica sends their stable versions, or its own tentative ones).
+DPC lets a downstream node read any replica of an upstream node. A ``ReplicaReader``
+follows one replica's topic of one stream partition at a time and moves (monitoring their
+heartbeats) to another replica in a better state: STABLE over UPSTREAM_FAILURE over
+STABILIZATION, never a FAILED one. Stable tuple ids are the same on every replica, so a
+move continues in the new topic right after the last stable tuple the reader has. Node
+input ports and client views (``services.client.view``) both read through it.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any, Callable
 
-from services.core.control import NodeState, ReplicaMonitor
-from services.core.replicas import choose_replica
-from services.core.spec import Spec
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from services.control.monitor import ReplicaMonitor
+from services.control.replicas import choose_replica
+from services.core.codec import codec_for
+from services.core.kafka import BatchConsumer
+from services.dpc.states import NodeState
+from services.log.tail import offset_after_stable
+from services.spec.plan import InputPlan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
-class InputPort:
-    stream: str
-    index: int  # SUnion input number
-    upstream: str | None  # producing node, None for a source stream
-    replicas: int
-    replica: int  # the replica read now
-    topics: list[str]
+class ReplicaReader:
+    """One partition of a replicated stream as one reader follows it."""
+
+    topics: list[str]  # one per upstream replica
+    partition: int
+    upstream: str | None  # producing node, None for a source stream (one topic, never moves)
+    replica: int = 0  # the replica read now
     last_stable: int = -1  # id of the newest stable tuple received
     switches: int = 0
 
@@ -31,22 +41,80 @@ class InputPort:
     def topic(self) -> str:
         return self.topics[self.replica]
 
-    def better_replica(self, monitor: ReplicaMonitor, partition: int) -> int | None:
-        """The replica to switch to now, or None to stay."""
-        if self.upstream is None or self.replicas < 2:
+    def states(self, monitor: ReplicaMonitor | None) -> list[NodeState]:
+        """Each upstream replica's state (all STABLE when nothing tells otherwise)."""
+        if monitor is None or self.upstream is None:
+            return [NodeState.STABLE] * len(self.topics)
+        return monitor.states(self.upstream, self.partition, len(self.topics))
+
+    def better_replica(self, monitor: ReplicaMonitor | None) -> int | None:
+        """The replica to move to now, or None to stay."""
+        if self.upstream is None or len(self.topics) < 2:
             return None
-        states = [monitor.state(self.upstream, partition, r) for r in range(self.replicas)]
+        states = self.states(monitor)
         if all(s is NodeState.FAILED for s in states):
             return None  # no news (monitor starting, or all down): keep waiting where we are
         r = choose_replica(states, self.replica)
         return r if r != self.replica else None
 
+    def move(self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None) -> int:
+        """Read ``replica`` from now on, right after the last stable tuple (or at ``offset``); returns the offset."""
+        if offset is None:
+            offset = offset_after_stable(bootstrap, self.topics[replica], self.partition, self.last_stable)
+        consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
+        consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
+        self.replica = replica
+        self.switches += 1
+        return offset
 
-def input_ports(spec: Spec, node: str, replica: int) -> list[InputPort]:
-    """One port per input stream; replica k of a node starts on replica k mod R upstream."""
-    ports = []
-    for i, s in enumerate(spec.node_inputs(node)):
-        up = spec.node_producing(s)
-        n = spec.replicas_of_stream(s)
-        ports.append(InputPort(s, i, up.name if up else None, n, replica % n, [spec.topic(s, r) for r in range(n)]))
-    return ports
+
+@dataclass
+class InputPort(ReplicaReader):
+    """A node's input: one stream partition, its SUnion input number and its decoder."""
+
+    stream: str = ""
+    index: int = 0
+    decode: Callable[[bytes], Any] | None = None
+
+
+class Inputs:
+    """Every input port of a node replica partition over one consumer."""
+
+    def __init__(self, plans: tuple[InputPlan, ...], partition: int, replica: int) -> None:
+        # Replica k of a node starts on replica k mod R of each upstream node.
+        self.ports = [InputPort(list(p.topics), partition, p.upstream, replica % p.replicas, stream=p.stream,
+                                index=p.index, decode=codec_for(p.schema).decode) for p in plans]
+        self.partition = partition
+        self.by_topic = {p.topic: p for p in self.ports}
+        self.consumer: BatchConsumer | None = None
+
+    def open(self, consumer: BatchConsumer, offsets: dict[str, int]) -> None:
+        """Start reading every port's topic at ``offsets`` (by topic), else from the beginning."""
+        self.consumer = consumer
+        self.by_topic = {p.topic: p for p in self.ports}
+        consumer.assign_offsets([TopicPartition(p.topic, self.partition, offsets.get(p.topic, OFFSET_BEGINNING))
+                                 for p in self.ports])
+
+    def poll(self, max_messages: int, timeout_s: float) -> list[Message]:
+        assert self.consumer is not None
+        return self.consumer.poll_batch(max_messages, timeout_s)
+
+    def positions(self) -> dict[str, int]:
+        """Next offset to read per input topic."""
+        assert self.consumer is not None
+        return {tp.topic: tp.offset for tp in self.consumer.positions()}
+
+    def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[InputPort]:
+        """Move each port whose upstream replica is no longer the best; returns the ports that moved."""
+        assert self.consumer is not None
+        moved = []
+        for p in self.ports:
+            r = p.better_replica(monitor)
+            if r is None:
+                continue
+            old = p.topic
+            off = p.move(self.consumer.raw, bootstrap, r)
+            self.by_topic = {q.topic: q for q in self.ports}
+            moved.append(p)
+            log.info("input %s p%d now reads %s from offset %d (was %s)", p.stream, self.partition, p.topic, off, old)
+        return moved

@@ -12,7 +12,7 @@ Besides ``push``, the DPC machinery needs from an operator (the defaults suit st
 - ``advance(stime)``: a time promise (SUnion's stable frontier), so windows close and join
   state expires without waiting for the next tuple, and the node can send a BOUNDARY;
 - ``state()``/``set_state()``: checkpoint/redo (the paper's pack/unpack state methods);
-- ``clear()``/``oldest_time(port)``: undo/redo, through ``services.operators.undo.UndoLog``
+- ``clear()``/``oldest_time(port)``: undo/redo, through ``services.dpc.undo.UndoLog``
   (the paper's clear() and findOldestTuple(stream_id)).
 """
 from __future__ import annotations

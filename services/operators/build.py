@@ -1,16 +1,16 @@
 """Operator instances from their spec definitions."""
 from __future__ import annotations
 
-from services.core.codec import schema_fields
-from services.core.spec import OperatorDef, Spec
+from services.spec import OperatorDef
 from services.operators.base import Operator
 from services.operators.join import WindowJoin
 from services.operators.stateless import Filter, Map, Union
 from services.operators.window import WindowAggregate
 
 
-def build_operator(spec: Spec, op: OperatorDef) -> Operator:
-    in_fields = list(schema_fields(spec.streams[op.inputs[0]].schema))
+def build_operator(op: OperatorDef, fields: dict[str, list[str]]) -> Operator:
+    """The operator ``op`` defines; ``fields`` gives the field names of its input streams."""
+    in_fields = fields[op.inputs[0]]
     if op.type == "filter":
         return Filter(op.name, op.where or "True", in_fields)
     if op.type == "map":
@@ -20,6 +20,6 @@ def build_operator(spec: Spec, op: OperatorDef) -> Operator:
     if op.type == "window":
         return WindowAggregate(op.name, op.key or "", op.time, op.size, op.slide, op.aggregates)
     if op.type == "join":
-        right_fields = list(schema_fields(spec.streams[op.inputs[1]].schema))
+        right_fields = fields[op.inputs[1]]
         return WindowJoin(op.name, op.key or "", op.right_key or "", op.time, op.within, op.fields, in_fields, right_fields)
     raise ValueError(f"unknown operator type {op.type!r}")

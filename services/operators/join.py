@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from services.core.expr import compile_expr
+from services.spec.expr import compile_expr
 from services.operators.base import Item, Operator
 
 

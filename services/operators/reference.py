@@ -11,8 +11,8 @@ from collections import defaultdict
 from typing import Any
 
 from services.core.codec import schema_fields
-from services.core.expr import compile_expr
-from services.core.spec import OperatorDef, Spec
+from services.spec.expr import compile_expr
+from services.spec import OperatorDef, Spec
 
 Records = list[dict[str, Any]]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from services.core.expr import compile_expr
+from services.spec.expr import compile_expr
 from services.operators.base import Item, Operator
 
 

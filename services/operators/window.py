@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from services.core.spec import Aggregate
+from services.spec import Aggregate
 from services.operators.base import Item, Operator
 
 

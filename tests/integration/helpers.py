@@ -8,9 +8,9 @@ from pathlib import Path
 from services.client.reader import StreamReader
 from services.core.admin import ensure_topics, TopicSpec
 from services.core.config import Settings
-from services.core.spec import Spec, parse_spec
+from services.spec import Spec, parse_spec
 from services.core.tuples import TupleType
-from services.node.service import NodeService
+from services.node.loop import NodeService
 
 
 def unique_spec(template: str, tmp_path: Path) -> tuple[Spec, Path]:

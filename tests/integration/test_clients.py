@@ -20,7 +20,9 @@ from services.client.source import SourceWriter, pump, readings
 from services.client.view import StreamView
 from services.core.admin import TopicSpec, ensure_topics
 from services.core.codec import codec_for
-from services.core.control import HeartbeatSender, NodeState, ReplicaMonitor
+from services.control.heartbeat import HeartbeatSender
+from services.dpc.states import NodeState
+from services.control.monitor import ReplicaMonitor
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, make_headers, parse_headers

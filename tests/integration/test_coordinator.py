@@ -1,7 +1,7 @@
 """The coordinator against a real broker, run as its own process like a deployment runs it.
 
 Replicas are simulated with the real control-plane pieces nodes use (``HeartbeatSender`` and
-``control_message`` on the spec's topics), so the test checks the coordinator's side of the
+``ControlMessage`` on the spec's topics), so the test checks the coordinator's side of the
 contract: states and failures on ``/status``, one staggered GRANT at a time, and a kill -9
 plus restart that recovers the tables from their changelog topics and goes on granting.
 """
@@ -25,7 +25,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from services.coordinator.app import wait_ready
 from services.coordinator.client import fetch_status, status_url
-from services.core.control import CONTROL, HeartbeatSender, NodeState, control_message
+from services.control.messages import ControlKind, ControlMessage
+from services.control.heartbeat import HeartbeatSender
+from services.dpc.states import NodeState
 from services.core.kafka import BatchProducer
 from services.core.paths import REPO_ROOT
 from tests.integration.helpers import create_topics, unique_spec
@@ -111,7 +113,7 @@ class ControlLog:
             for m in self._c.consume(100, 0.1):
                 if m.error() is None:
                     with self._lock:
-                        self.messages.append(CONTROL.decode(m.value()))
+                        self.messages.append(ControlMessage.decode(m.value()).as_dict())
 
     def grants(self) -> list[int]:
         """Replicas granted, in order."""
@@ -157,7 +159,7 @@ def test_states_grants_failure_and_restart(setup: tuple, kafka: Any) -> None:
     spec, coord, producer, ctl = setup
 
     def send(kind: str, replica: int) -> None:
-        producer.send(spec.control_topic, control_message(kind, "n", 0, replica), b"n", 0)
+        producer.send(spec.control_topic, ControlMessage(ControlKind(kind), "n", 0, replica).encode(), b"n", 0)
         producer.flush(5)
         time.sleep(0.005)  # distinct sent_ms: the queue is ordered by send time
 

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import pytest
 
 from services.client.source import readings
-from services.core.control import NodeState, ReplicaMonitor
+from services.dpc.states import NodeState
+from services.control.monitor import ReplicaMonitor
 from services.core.tuples import TupleType
 from services.deploy.harness import PacedSources, Recorder, Services
 from services.deploy.local import provision
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.integration
 CHAIN = """\
 name: chain-{u}
 defaults: {partitions: 1, replicas: 2}
-dpc: {delay: 3000, bucket: 100, checkpoint_interval: 1000, heartbeat_interval: 100, failure_timeout: 800,
+dpc: {delay: 3000, bucket: 100, restart_image_interval: 1000, heartbeat_interval: 100, failure_timeout: 800,
       reconciliation: RECONCILIATION}
 streams:
   s1_{u}: {schema: reading, key: sensor}
@@ -210,13 +211,13 @@ def check_staggered(run: Run, bootstrap: str) -> None:
     """Replicas of a node reconciled one at a time, each only once the coordinator granted it."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from services.core.control import CONTROL
+    from services.control.messages import ControlMessage
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t-ctl", "enable.auto.commit": False})
     c.assign([TopicPartition(run.spec.control_topic, 0, 0)])
     msgs = []
     while batch := c.consume(500, 2):
-        msgs += [CONTROL.decode(m.value()) for m in batch if m.error() is None]
+        msgs += [ControlMessage.decode(m.value()).as_dict() for m in batch if m.error() is None]
     c.close()
     holder: dict[str, int | None] = {}
     granted: set[tuple[str, int]] = set()

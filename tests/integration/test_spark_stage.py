@@ -26,7 +26,7 @@ from services.core.admin import TopicSpec, ensure_topics
 from services.core.codec import codec_for
 from services.core.partitioner import key_bytes, partition_for
 from services.core.paths import REPO_ROOT
-from services.core.spec import Spec, load_spec
+from services.spec import Spec, load_spec
 from services.core.tuples import Tuple, TupleType, make_headers
 from services.operators.reference import evaluate
 from spark_jobs.window_stage import StageStats, run_stage, spark_session

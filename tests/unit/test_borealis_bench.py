@@ -6,7 +6,7 @@ import math
 from bench.borealis import metrics
 from bench.borealis.chain import RunConfig, chain_spec
 from bench.borealis.common import Progress, md_table
-from services.core.spec import parse_spec
+from services.spec import parse_spec
 
 
 def test_delay_new_is_the_max_over_new_tuples_and_leaves_out_the_cut_off_input() -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from infra.kafka.cluster import KAFKA_VERSION, KafkaCluster, _Node
 from services.core.paths import REPO_ROOT
-from services.core.spec import load_spec
+from services.spec import load_spec
 from services.deploy.local import service_commands, service_env
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.core.spec import load_spec
+from services.spec import load_spec
 from services.deploy.local import service_commands, service_env
 
 REPO = Path(__file__).resolve().parents[2]

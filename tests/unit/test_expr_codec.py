@@ -5,9 +5,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.core.codec import DecodeError, codec_for
-from services.core.expr import ExprError, compile_expr
-from services.core.tuples import HeaderError, TupleType, make_headers, parse_headers
+from services.core.errors import DecodeError
+from services.core.codec import codec_for
+from services.core.errors import ExprError
+from services.spec.expr import compile_expr
+from services.core.errors import HeaderError
+from services.core.tuples import TupleType, make_headers, parse_headers
 
 
 def test_expression_semantics() -> None:

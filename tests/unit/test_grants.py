@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.coordinator.grants import DONE, GRANTED, IDLE, PENDING, REQUEST, STALE_WRITE_MS, Coordination, Grant
+from services.dpc.consistency import DONE, GRANTED, IDLE, PENDING, REQUEST, STALE_WRITE_MS, Coordination, Grant
 
 TIMEOUT = 1000
 LEASE = 30_000

@@ -6,8 +6,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.spec import parse_spec
+from services.spec import parse_spec
 from services.node.pipeline import NodePipeline
+from services.spec.plan import plan_node
 from services.operators.reference import canonical, evaluate
 from services.operators.window import window_starts
 
@@ -51,7 +52,7 @@ def run_pipeline(a: list[dict], b: list[dict], order: list[bool], runs: bool) ->
 
     With ``runs``, consecutive tuples of one input go in as one batch, as the node feeds them.
     """
-    p = NodePipeline(spec, "all")
+    p = NodePipeline(plan_node(spec, "all"))
     feeds = {True: p.entry("a"), False: p.entry("b")}
     pending: list = []
     pending_side = None
@@ -93,8 +94,8 @@ def test_pipeline_equals_reference(a: list[dict], b: list[dict], order: list[boo
 
 @given(in_order_stream())
 def test_filter_and_map_keep_order(a: list[dict]) -> None:
-    p = NodePipeline(parse_spec(SPEC.replace("nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}",
-                                             "nodes:\n  fm: {operators: [keep_hot, scale]}\n  rest: {operators: [merge, tumble, slide, near]}")), "fm")
+    p = NodePipeline(plan_node(parse_spec(SPEC.replace("nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}",
+                                             "nodes:\n  fm: {operators: [keep_hot, scale]}\n  rest: {operators: [merge, tumble, slide, near]}")), "fm"))
     feed = p.entry("a")
     feed([(r, r["ts"]) for r in a])
     got = [r for r, _ in p.drain().get("scaled", [])]
@@ -110,7 +111,7 @@ def test_window_starts_cover_exactly_the_windows_containing_t(t: int, size_slide
 
 
 def test_late_tuple_does_not_change_closed_windows() -> None:
-    p = NodePipeline(spec, "all")
+    p = NodePipeline(plan_node(spec, "all"))
     feed = p.entry("a")
     feed([({"sensor": "k0", "ts": ts, "value": 1.0, "seq": 0}, ts) for ts in (0, 5, 35)])
     closed = [r for r, _ in p.drain()["sliding"]]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.core.tuples import TupleType
-from services.operators.soutput import SOutput
+from services.dpc.soutput import SOutput
 
 S, T, U, R, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.core.spec import SpecError, load_spec, parse_spec
+from services.spec import SpecError, load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.core.tuples import TupleType
-from services.operators.sunion import STuple, SUnion
+from services.dpc.sunion import STuple, SUnion
 
 BUCKET = 10
 END = 10**6  # a final boundary on every input: end of stream

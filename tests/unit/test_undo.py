@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.spec import parse_spec
+from services.spec import parse_spec
 from services.node.pipeline import NodePipeline
+from services.spec.plan import plan_node
 from tests.unit.test_operators import SPEC
 
 # test_operators' operators plus windows over a join's and a window's output, which only
@@ -93,9 +94,9 @@ def set_trim(p: NodePipeline, every: int) -> NodePipeline:
 def test_advance_changes_no_output_and_bounds_later_output(node: tuple, data: Any) -> None:
     """advance() calls anywhere valid leave the output sequence as is; after advance(B) no stime < B."""
     spec, name = node
-    p = NodePipeline(spec, name)
+    p = NodePipeline(plan_node(spec, name))
     steps, _ = data.draw(plans(p.inputs))
-    plain = NodePipeline(spec, name)
+    plain = NodePipeline(plan_node(spec, name))
     want = merged(feed(plain, [x for x in steps if x[0] is not None]), finish(plain))
 
     got: list[dict] = []
@@ -113,7 +114,7 @@ def test_advance_changes_no_output_and_bounds_later_output(node: tuple, data: An
 
 
 def test_window_advance_closes_like_a_tuple() -> None:
-    p = NodePipeline(ORIG, "all")
+    p = NodePipeline(plan_node(ORIG, "all"))
     p.entry("a")([({"sensor": "k0", "ts": t, "value": 1.0, "seq": 0}, t) for t in (1, 5)])
     assert not p.drain()
     p.advance(20)  # closes sliding windows [-20, 10) and [-10, 20), as a tuple at 20 would
@@ -124,7 +125,7 @@ def test_window_advance_closes_like_a_tuple() -> None:
 
 
 def test_join_advance_expires_both_sides() -> None:
-    p = NodePipeline(SPLIT, "pair")
+    p = NodePipeline(plan_node(SPLIT, "pair"))
     join = p.operators[0]
     p.entry("a")([({"sensor": "k0", "ts": 5, "value": 1.0, "seq": 0}, 5)])
     p.entry("b")([({"sensor": "k1", "ts": 6, "value": 1.0, "seq": 0}, 6)])
@@ -140,7 +141,7 @@ def test_join_advance_expires_both_sides() -> None:
 def failures(draw: Any) -> tuple:
     """A node, a stable prefix P, tentative input T after it, the stable suffix S after P, a trim interval."""
     spec, name = draw(st.sampled_from(NODES))
-    streams = NodePipeline(spec, name).inputs
+    streams = NodePipeline(plan_node(spec, name)).inputs
     p, last = draw(plans(streams))
     t, _ = draw(plans(streams, start=last))
     s, _ = draw(plans(streams, start=last))
@@ -152,11 +153,11 @@ def failures(draw: Any) -> tuple:
 def test_reconciled_output_equals_failure_free_output(case: tuple, method: str) -> None:
     """feed P, mark/snapshot, feed T, undo/restore, feed S  ==  feed P, feed S."""
     spec, name, prefix, tentative, suffix, trim = case
-    fresh = NodePipeline(spec, name)
+    fresh = NodePipeline(plan_node(spec, name))
     want_p = feed(fresh, prefix)
     want_s = merged(feed(fresh, suffix), finish(fresh))
 
-    p = set_trim(NodePipeline(spec, name, undo=method != "checkpoint"), trim)
+    p = set_trim(NodePipeline(plan_node(spec, name), undo=method != "checkpoint"), trim)
     assert feed(p, prefix) == want_p
     if method == "undo":
         p.mark()
@@ -177,13 +178,13 @@ def test_undo_after_restart_from_checkpoint(case: tuple, data: Any) -> None:
     """A replica restarted from a checkpoint has no log from before it, yet undoes correctly."""
     spec, name, prefix, tentative, suffix, trim = case
     k = data.draw(st.integers(0, len(prefix)))
-    fresh = NodePipeline(spec, name)
+    fresh = NodePipeline(plan_node(spec, name))
     feed(fresh, prefix)
     want = merged(feed(fresh, suffix), finish(fresh))
 
-    before = set_trim(NodePipeline(spec, name, undo=True), trim)
+    before = set_trim(NodePipeline(plan_node(spec, name), undo=True), trim)
     feed(before, prefix[:k])
-    p = set_trim(NodePipeline(spec, name, undo=True), trim)
+    p = set_trim(NodePipeline(plan_node(spec, name), undo=True), trim)
     p.restore(before.snapshot())
     feed(p, prefix[k:])
     p.mark()
@@ -197,9 +198,9 @@ def test_undo_after_restart_from_checkpoint(case: tuple, data: Any) -> None:
 def test_repeated_failures(data: Any) -> None:
     """Undo works again after a redo; unmark() forgets a mark and the tentative input stays."""
     spec, name = data.draw(st.sampled_from(NODES))
-    streams = NodePipeline(spec, name).inputs
-    fresh = NodePipeline(spec, name)
-    p = set_trim(NodePipeline(spec, name, undo=True), data.draw(st.sampled_from([1, 5, 1024])))
+    streams = NodePipeline(plan_node(spec, name)).inputs
+    fresh = NodePipeline(plan_node(spec, name))
+    p = set_trim(NodePipeline(plan_node(spec, name), undo=True), data.draw(st.sampled_from([1, 5, 1024])))
     last = 0
     want: list[dict] = []
     got: list[dict] = []
@@ -221,7 +222,7 @@ def test_repeated_failures(data: Any) -> None:
 
 
 def test_trimming_bounds_the_log() -> None:
-    p = set_trim(NodePipeline(ALL, "all", undo=True), 50)
+    p = set_trim(NodePipeline(plan_node(ALL, "all"), undo=True), 50)
     a, b = p.entry("a"), p.entry("b")
     for ts in range(0, 20_000, 2):
         rec = {"sensor": f"k{ts % 3}", "ts": ts, "value": 1.0, "seq": ts}
@@ -232,7 +233,7 @@ def test_trimming_bounds_the_log() -> None:
 
 
 def test_stateless_operators_have_nothing_to_save() -> None:
-    p = NodePipeline(SPLIT, "fm", undo=True)
+    p = NodePipeline(plan_node(SPLIT, "fm"), undo=True)
     assert p.logs == [] and all(op.state() is None for op in p.operators)
     p.mark()
     p.undo()
@@ -240,6 +241,6 @@ def test_stateless_operators_have_nothing_to_save() -> None:
 
 def test_undo_needs_undo_pipeline_and_mark() -> None:
     with pytest.raises(RuntimeError):
-        NodePipeline(ALL, "all").mark()
+        NodePipeline(plan_node(ALL, "all")).mark()
     with pytest.raises(RuntimeError):
-        NodePipeline(ALL, "all", undo=True).undo()
+        NodePipeline(plan_node(ALL, "all"), undo=True).undo()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.core.tuples import TupleType
+from services.dpc.policies import FAILURE_POLICIES, Policy
 
 STABLE, TENTATIVE = TupleType.STABLE, TupleType.TENTATIVE
 
@@ -55,6 +56,18 @@ class Bucket:
         return all(t.type is STABLE for t in self.tuples)
 
 
+@dataclass
+class SUnionState:
+    """SUnion's state in a restart image: input promises, buckets not yet emitted, buckets kept for redo."""
+
+    boundaries: list[int | None]
+    pending: dict[int, Bucket]
+    emitted_below: int | None
+    kept: dict[int, Bucket]
+    progress: list[int | None]
+    progressed_at: list[float | None]
+
+
 class SUnion:
     """``policy`` is what happens to new tuples once the node is in failure: "delay" holds
     every bucket up to ``delay_s`` (fewer tentative tuples), "process" emits each bucket as
@@ -63,12 +76,13 @@ class SUnion:
     than that; tentative input is not held again under "process", so a chain adds the
     wait once, not once per node."""
 
-    def __init__(self, inputs: int, bucket_ms: int, delay_s: float, policy: str = "process") -> None:
+    def __init__(self, inputs: int, bucket_ms: int, delay_s: float, policy: str = Policy.PROCESS) -> None:
         if inputs < 1 or bucket_ms < 1 or delay_s < 0:
             raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1 and delay_s >= 0")
-        if policy not in ("process", "delay"):
+        if policy not in FAILURE_POLICIES:
             raise ValueError(f"SUnion policy must be 'process' or 'delay', got {policy!r}")
-        self.inputs, self.bucket_ms, self.delay_s, self.policy = inputs, bucket_ms, delay_s, policy
+        self.inputs, self.bucket_ms, self.delay_s = inputs, bucket_ms, delay_s
+        self.policy = Policy(policy)
         self.boundaries: list[int | None] = [None] * inputs
         self.pending: dict[int, Bucket] = {}  # bucket index -> tuples not yet emitted
         self.emitted_below: int | None = None  # buckets below this index have been emitted or passed
@@ -76,6 +90,20 @@ class SUnion:
         self.rejected: list[STuple] = []  # stime below their input's boundary: dead-letter them
         self.progress: list[int | None] = [None] * inputs  # boundary, or newest tentative stime
         self.progressed_at: list[float | None] = [None] * inputs  # when progress last moved
+
+    # -- restart image ----------------------------------------------------------
+    def state(self) -> "SUnionState":
+        """What a restart needs to serialize the rest of the input exactly as before the crash."""
+        return SUnionState(list(self.boundaries), dict(self.pending), self.emitted_below, dict(self.kept),
+                           list(self.progress), list(self.progressed_at))
+
+    def restore(self, st: "SUnionState") -> None:
+        """Continue from a ``state()`` of a SUnion with the same inputs and buckets."""
+        if len(st.boundaries) != self.inputs:
+            raise ValueError(f"SUnion state has {len(st.boundaries)} inputs, this SUnion {self.inputs}")
+        self.boundaries, self.pending, self.emitted_below = list(st.boundaries), dict(st.pending), st.emitted_below
+        self.kept, self.progress, self.progressed_at = dict(st.kept), list(st.progress), list(st.progressed_at)
+        self.rejected = []
 
     # -- input ----------------------------------------------------------------
     def push(self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float) -> None:
@@ -144,7 +172,7 @@ class SUnion:
         # The last bucket holding a tuple that has waited its full delay: everything up to
         # it must go now, tentatively if not stable.
         due = max((k for k in keys if now - self.pending[k].first_arrival >= self.delay_s), default=None)
-        process = self.policy == "process"
+        process = self.policy is Policy.PROCESS
         for k in keys:
             b = self.pending[k]
             if self._complete(k) and b.clean() and not self.kept:

@@ -1,4 +1,8 @@
-"""The coordinator's decisions as plain code: replica states, failure marking, staggered grants.
+"""The consistency manager: which replica of a node may reconcile when (DPC's staggering rule), as plain code.
+
+Replica states, failure marking and staggered grants are the coordinator's decisions;
+``may_reconcile_alone`` and ``policy_while_partner_reconciles`` are the same rule as a
+replica applies it without the coordinator. This module is the rule's one home.
 
 Kept apart from faust so it is testable without Kafka. ``Coordination`` works on two
 mappings (in the service, faust Tables backed by changelog topics, so a restarted
@@ -25,13 +29,15 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.core.control import COORDINATOR, NodeState, replica_key
+from services.control.messages import COORDINATOR, ControlKind, replica_key
+from services.dpc.policies import Policy
+from services.dpc.states import NodeState
 
 LEASE_MS = 30_000  # a grant whose DONE never comes (lost, or a hung replica) is released after this
 STALE_WRITE_MS = 60_000  # a backlog of unchanged heartbeats updates the table at most once per this much heartbeat time
 
 IDLE, PENDING, GRANTED = "IDLE", "PENDING", "GRANTED"
-REQUEST, GRANT, DONE = "REQUEST", "GRANT", "DONE"
+REQUEST, GRANT, DONE = ControlKind.REQUEST, ControlKind.GRANT, ControlKind.DONE
 
 
 @dataclass(frozen=True)
@@ -231,3 +237,25 @@ class Coordination:
         return {"now_ms": now, "failure_timeout_ms": self.failure_timeout_ms, "lease_ms": self.lease_ms,
                 "replicas": sorted(rows.values(), key=lambda x: (x["node"], x["partition"], x["replica"])),
                 "pending": pending, "grants": grants}
+
+
+# -- the same rule without the coordinator ----------------------------------------------
+
+
+def may_reconcile_alone(replica: int, partners: list[NodeState], stagger: bool) -> bool:
+    """With no coordinator, replicas take turns by replica number: reconcile once every lower-numbered
+    partner is STABLE (or gone) and no partner reconciles. ``partners`` are the other replicas' states,
+    by replica number; without staggering (Suspend) every replica may go at once."""
+    if not stagger:
+        return True
+    if NodeState.STABILIZATION in partners:
+        return False
+    return all(s in (NodeState.STABLE, NodeState.FAILED) for s in partners[:replica])
+
+
+def policy_while_partner_reconciles(partners: list[NodeState], stabilization: Policy, failure: Policy) -> Policy:
+    """While a partner reconciles this replica produces the current results: it delays them under the
+    Delay stabilization policy, and otherwise handles new input by its failure policy."""
+    if NodeState.STABILIZATION in partners and stabilization is Policy.DELAY:
+        return Policy.DELAY
+    return failure

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from typing import Any, Callable, Iterable
 
+from services.core.errors import ExprError
+
 SAFE_FUNCS: dict[str, Callable[..., Any]] = {
     "abs": abs, "min": min, "max": max, "round": round, "int": int, "float": float,
     "str": str, "len": len,
@@ -21,10 +23,6 @@ _ALLOWED = (
     ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn,
     ast.IfExp, ast.Dict, ast.Name, ast.Load, ast.Attribute, ast.Constant, ast.Call, ast.Tuple, ast.List,
 )
-
-
-class ExprError(ValueError):
-    """An expression that is not allowed or names an unknown field."""
 
 
 def _check(src: str, scopes: dict[str, Iterable[str]]) -> ast.Expression:

@@ -1,0 +1,89 @@
+"""The replica monitor: the latest state of every node replica partition, from the heartbeat topic."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_END, TopicPartition
+
+from services.control.messages import Heartbeat, now_ms, replica_key
+from services.core.errors import DecodeError
+from services.core.kafka import plain_consumer, retry_transient
+from services.dpc.states import NodeState
+
+
+@dataclass
+class ReplicaStatus:
+    node: str
+    partition: int
+    replica: int
+    state: NodeState
+    sent_ms: int
+    seen: float  # local monotonic time the last heartbeat arrived
+    pid: int = 0
+
+    def alive(self, timeout_s: float, now: float | None = None) -> bool:
+        return ((now if now is not None else time.monotonic()) - self.seen) <= timeout_s
+
+
+class ReplicaMonitor:
+    """Follows the heartbeat topic in a background thread: the latest status of every replica.
+
+    Starts a little before the end of the topic so a fresh process knows the current
+    states within one heartbeat interval.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, timeout_s: float, history: int = 500) -> None:
+        self.timeout_s = timeout_s
+        self.status: dict[str, ReplicaStatus] = {}
+        self._lock = threading.Lock()
+        self._c = plain_consumer(bootstrap, "monitor", unique=True, **{"fetch.wait.max.ms": 20})
+        low, high = retry_transient(self._c.get_watermark_offsets)(TopicPartition(topic, 0), timeout=10)
+        self._c.assign([TopicPartition(topic, 0, max(low, high - history) if high > 0 else OFFSET_END)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replica-monitor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._c.consume(500, 0.1):
+                if m.error() is not None:
+                    continue
+                try:
+                    hb = Heartbeat.decode(m.value())
+                except (DecodeError, ValueError, KeyError):
+                    continue
+                # A replayed old heartbeat counts from when it was sent, not when we read it.
+                age = max(0.0, (now_ms() - hb.sent_ms) / 1000.0)
+                st = ReplicaStatus(hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms,
+                                   time.monotonic() - age, hb.pid)
+                key = replica_key(hb.node, hb.partition, hb.replica)
+                with self._lock:
+                    cur = self.status.get(key)
+                    if cur is None or cur.sent_ms <= st.sent_ms:
+                        self.status[key] = st
+
+    def get(self, node: str, partition: int, replica: int) -> ReplicaStatus | None:
+        with self._lock:
+            return self.status.get(replica_key(node, partition, replica))
+
+    def state(self, node: str, partition: int, replica: int) -> NodeState:
+        """Current state of one replica: FAILED if never seen or silent past the timeout."""
+        st = self.get(node, partition, replica)
+        if st is None or not st.alive(self.timeout_s):
+            return NodeState.FAILED
+        return st.state
+
+    def states(self, node: str, partition: int, replicas: int) -> list[NodeState]:
+        """Every replica's state for one node partition, by replica number."""
+        return [self.state(node, partition, r) for r in range(replicas)]
+
+    def snapshot(self) -> list[ReplicaStatus]:
+        with self._lock:
+            return list(self.status.values())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self._c.close()

@@ -1,0 +1,51 @@
+"""One exception hierarchy: every error hastream raises on purpose is a ``HastreamError``.
+
+The CLI turns any of them into one readable line; each keeps the builtin base that
+callers caught before (``ValueError`` for bad input, ``LookupError`` for a missing name,
+``RuntimeError`` for a process or tool that failed), so ``except ValueError`` still works.
+"""
+from __future__ import annotations
+
+
+class HastreamError(Exception):
+    """Base of every error hastream raises on purpose; its message says what to fix."""
+
+
+class ConfigError(HastreamError, ValueError):
+    """A setting that cannot be used; the message says what to fix."""
+
+
+class SpecError(HastreamError, ValueError):
+    """Every problem found in a spec, one readable line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class ExprError(HastreamError, ValueError):
+    """An expression that is not allowed or names an unknown field."""
+
+
+class SchemaNotFound(HastreamError, LookupError):
+    """No ``schemas/<name>.avsc`` for a schema name used in a spec."""
+
+
+class DecodeError(HastreamError, ValueError):
+    """A payload that is not valid Avro of the expected schema."""
+
+
+class HeaderError(HastreamError, ValueError):
+    """A message whose ht.* headers are missing or malformed."""
+
+
+class RestartImageError(HastreamError, ValueError):
+    """A restart image that cannot be written or used."""
+
+
+class FaultError(HastreamError, LookupError):
+    """A fault command that names nothing that can take it."""
+
+
+class ProcessError(HastreamError, RuntimeError):
+    """A local process (broker, Maven, a service) that could not be started or stopped."""

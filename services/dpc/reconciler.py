@@ -1,0 +1,60 @@
+"""Reconciliation: back to the state before the failure, so the corrected input can be redone (SIGMOD 2005, 4.4).
+
+Two ways, behind one interface. Checkpoint/redo takes a snapshot of every operator right
+before the first tentative tuple and restores it. Undo/redo marks the operators' input
+logs instead and rebuilds the state at the mark (``services.dpc.undo``): no snapshot, at
+the price of logging input. Either way, SUnion then redoes the stable version of every
+bucket emitted since, and SOutput sends UNDO before the corrections.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from services.dpc.policies import Reconciliation
+
+
+class Reconcilable(Protocol):
+    """What the node's operators offer reconciliation (``services.node.pipeline.NodePipeline``)."""
+
+    def snapshot(self) -> bytes: ...
+    def restore(self, data: bytes) -> None: ...
+    def mark(self) -> None: ...
+    def undo(self) -> None: ...
+
+
+class Reconciler(Protocol):
+    def begin(self) -> None:
+        """Right before the first tentative tuple: remember the state to come back to."""
+
+    def rollback(self) -> None:
+        """Back to the state at ``begin()``; what ran since is forgotten."""
+
+
+class CheckpointRedo:
+    def __init__(self, operators: Reconcilable) -> None:
+        self.operators = operators
+        self.saved: bytes | None = None
+
+    def begin(self) -> None:
+        self.saved = self.operators.snapshot()
+
+    def rollback(self) -> None:
+        if self.saved is None:
+            raise RuntimeError("checkpoint/redo rollback without a snapshot")
+        self.operators.restore(self.saved)
+        self.saved = None
+
+
+class UndoRedo:
+    def __init__(self, operators: Reconcilable) -> None:
+        self.operators = operators
+
+    def begin(self) -> None:
+        self.operators.mark()
+
+    def rollback(self) -> None:
+        self.operators.undo()
+
+
+def reconciler(method: Reconciliation, operators: Reconcilable) -> Reconciler:
+    return CheckpointRedo(operators) if method is Reconciliation.CHECKPOINT else UndoRedo(operators)

@@ -1,0 +1,270 @@
+"""DPC as a node's recovery scheme: SUnion in front of the operators, SOutput behind, the paper's state machine.
+
+Per batch: SUnion takes the input in and serializes it (stable once boundaries pass,
+tentative after the node's delay share when an input is missing or tentative), the
+operators run, SOutput numbers the results. The states are the paper's (``states``):
+
+- STABLE: only stable tuples are processed; a restart image is written periodically.
+- UPSTREAM_FAILURE: SUnion released a tentative bucket. Just before, the reconciler took a
+  snapshot (checkpoint/redo) or set a mark (undo/redo); results are tentative from then on.
+  The node's input ports keep following the best upstream replica.
+- STABILIZATION: every tentative input has its stable version; with the consistency
+  manager's turn (the coordinator's GRANT, or turn-taking without it) the replica sends
+  UNDO, rolls back, redoes the stable inputs, sends REC_DONE and is STABLE again.
+
+The scheme makes no Kafka calls: it works through the node (``NodeRuntime``).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import Message
+
+from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
+from services.core.errors import DecodeError, HeaderError
+from services.core.tuples import TupleType, read_headers
+from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
+from services.dpc.policies import Policy
+from services.dpc.reconciler import reconciler
+from services.dpc.soutput import SOutput
+from services.dpc.states import NodeState, check_transition
+from services.dpc.sunion import STuple, SUnion
+from services.log.tail import last_stable_id
+from services.node import restart
+from services.node.ports import InputPort
+from services.node.scheme import NodeRuntime
+
+log = logging.getLogger(__name__)
+
+STABLE, TENTATIVE, BOUNDARY, UNDO, REC_DONE = (
+    TupleType.STABLE, TupleType.TENTATIVE, TupleType.BOUNDARY, TupleType.UNDO, TupleType.REC_DONE)
+REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
+
+
+class DpcScheme:
+    def __init__(self, node: NodeRuntime) -> None:
+        self.node = node
+        plan = node.plan
+        self.dpc = plan.dpc
+        self.sunion = SUnion(len(plan.inputs), self.dpc.bucket, plan.delay_s, self.dpc.failure_policy)
+        self.soutputs = {o.stream: SOutput() for o in plan.outputs}
+        self.reconciler = reconciler(plan.reconciliation, node.pipeline)
+        self.entries = [node.pipeline.entry(i.stream) for i in plan.inputs]
+        self.restart_topic = plan.restart_topics[node.replica]
+        self.state = NodeState.STABLE
+        self.failed = False  # processed tentative input since the last reconciliation
+        self.requested_at = 0.0
+        self.requested_ms = 0  # wall clock of this round's first REQUEST: older GRANTs are stale
+        self.granted = False
+        self.advanced: int | None = None  # the last frontier the operators were advanced to
+        self.next_image = time.monotonic()
+
+    # -- restart ----------------------------------------------------------------------
+    def on_restart(self) -> dict[str, int]:
+        """Continue from the newest restart image (or from scratch), then resume each output."""
+        node = self.node
+        bootstrap = node.settings.bootstrap
+        image = restart.load(bootstrap, self.restart_topic, node.partition)
+        offsets: dict[str, int] = {}
+        if image is not None:
+            node.pipeline.restore(image.snapshot)
+            self.sunion.restore(image.sunion)
+            for s, (next_id, boundary) in image.outputs.items():
+                if s in self.soutputs:
+                    self.soutputs[s] = SOutput(next_id, boundary)
+            for p in node.inputs.ports:
+                if p.stream in image.ports:
+                    p.replica, p.last_stable = image.ports[p.stream]
+            offsets = image.offsets
+            log.info("restarting from the restart image of %d", image.taken_ms)
+        for s, so in self.soutputs.items():
+            last = last_stable_id(bootstrap, node.outputs.topic(s), node.partition)
+            if last is not None:  # the topic has output of an earlier run
+                node.outputs.queue(s).extend(so.restarted(last))
+        return offsets
+
+    def on_stop(self) -> None:
+        if not self.failed:
+            self._write_image()
+
+    # -- input ------------------------------------------------------------------------
+    def before_batch(self, msgs: list[Message], now: float) -> None:
+        """Hand each message to SUnion by type; malformed ones go to the dead-letter topic."""
+        node = self.node
+        su, by_topic, stats = self.sunion, node.inputs.by_topic, node.stats
+        bounds = su.boundaries
+        for m in msgs:
+            port = by_topic.get(m.topic())  # type: ignore[arg-type]
+            if port is None:
+                continue  # in flight from a replica the port just left
+            try:
+                t, tid, stime = read_headers(m.headers())
+                i = port.index
+                if t is STABLE or t is TENTATIVE:
+                    if t is STABLE and tid <= port.last_stable:
+                        continue  # a duplicate after a restart or a switch
+                    bound = bounds[i]
+                    if bound is not None and stime < bound:
+                        raise ValueError(f"stime {stime} is below the input's boundary {bound}")
+                    rec = port.decode(m.value())  # type: ignore[misc]
+                    su.push(i, t, tid, stime, rec, now)
+                    if t is STABLE:
+                        port.last_stable = tid
+                elif t is BOUNDARY:
+                    su.boundary(i, stime, now)
+                elif t is UNDO:
+                    su.undo(i)
+                    stats.undos_received += 1
+                else:
+                    stats.skipped["REC_DONE"] = stats.skipped.get("REC_DONE", 0) + 1
+            except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
+                node.deadletter(m, _reason(e))
+                stats.deadlettered += 1
+        stats.consumed += len(msgs)
+
+    def on_input_failure(self, port: InputPort, now: float) -> None:
+        """The port reads another upstream replica now, which sends its own version of what followed."""
+        self.sunion.undo(port.index)
+        self.node.stats.switches += 1
+
+    # -- processing --------------------------------------------------------------------
+    def after_batch(self, now: float, idle: bool) -> None:
+        out = self.sunion.poll(now)
+        if out:
+            self._run(out)
+        self._advance()
+        if idle and not self.failed:
+            for s, so in self.soutputs.items():
+                so.rec_done(self.node.outputs.queue(s))  # caught up after a restart
+
+    def _run(self, tuples: list[STuple]) -> None:
+        """Push SUnion's output through the operators, run by run of one input and one label."""
+        i, n, entries = 0, len(tuples), self.entries
+        while i < n:
+            first = tuples[i]
+            label, port = first.type, first.port
+            j = i
+            items = []
+            while j < n and tuples[j].type is label and tuples[j].port == port:
+                t = tuples[j]
+                items.append((t.rec, t.stime))
+                j += 1
+            if label is TENTATIVE and not self.failed:
+                self._enter_failure()
+            entries[port](items)
+            self._collect(label)
+            i = j
+
+    def _advance(self) -> None:
+        """Move operator time to SUnion's stable frontier and tell downstream with a BOUNDARY."""
+        f = self.sunion.frontier()
+        if f is None or self.failed or (self.advanced is not None and f <= self.advanced):
+            return
+        self.advanced = f
+        self.node.pipeline.advance(f)
+        self._collect(STABLE)
+        queue = self.node.outputs.queue
+        for s, so in self.soutputs.items():
+            so.boundary(f, queue(s))
+
+    def _collect(self, label: TupleType) -> None:
+        queue = self.node.outputs.queue
+        for s, items in self.node.pipeline.drain().items():
+            so = self.soutputs[s]
+            if label is STABLE:
+                so.stable(items, queue(s))
+            else:
+                so.tentative(items, queue(s))
+                self.node.stats.tentative += len(items)
+
+    def _enter_failure(self) -> None:
+        """First tentative input: remember the pre-failure state to come back to."""
+        self.reconciler.begin()
+        self.failed = True
+        self._set_state(NodeState.UPSTREAM_FAILURE)
+
+    def _set_state(self, state: NodeState) -> None:
+        self.state = check_transition(self.state, state)
+        self.node.set_state(state)
+        log.info("%s", state.value)
+
+    # -- reconciliation ----------------------------------------------------------------
+    def on_control(self, msg: ControlMessage, now: float) -> None:
+        node = self.node
+        if (msg.kind is ControlKind.GRANT and self.requested_ms and msg.sent_ms >= self.requested_ms
+                and msg.is_for(node.plan.node, node.partition, node.replica)):
+            self.granted = True
+
+    def _partners(self) -> list[NodeState]:
+        node = self.node
+        return [node.monitor.state(node.plan.node, node.partition, r)
+                for r in range(node.plan.replicas) if r != node.replica]
+
+    def on_check(self, now: float) -> None:
+        self._check_reconciliation(now)
+        if not self.failed and now >= self.next_image and not any(so.deduplicating for so in self.soutputs.values()):
+            self.next_image = now + self.dpc.restart_image_interval / 1000
+            self._write_image()
+
+    def _check_reconciliation(self, now: float) -> None:
+        partners = self._partners()
+        pol = self.dpc.stabilization_policy
+        self.sunion.policy = policy_while_partner_reconciles(partners, pol, self.dpc.failure_policy)
+        if not self.failed or not self.sunion.can_reconcile():
+            return
+        node = self.node
+        stagger = pol is not Policy.SUSPEND
+        if not self.granted and node.monitor.state(COORDINATOR, 0, 0) is NodeState.FAILED:
+            self.granted = may_reconcile_alone(node.replica, partners, stagger)
+        if self.granted:
+            self._reconcile()
+        elif now - self.requested_at > REQUEST_EVERY_S:
+            self.requested_at = now
+            self.requested_ms = self.requested_ms or now_ms()
+            node.send_control(ControlMessage(ControlKind.REQUEST, node.plan.node, node.partition, node.replica,
+                                             stagger))
+
+    def _reconcile(self) -> None:
+        """Undo the tentative outputs, restore the pre-failure state, redo the corrected inputs."""
+        node = self.node
+        self._set_state(NodeState.STABILIZATION)
+        t0 = time.monotonic()
+        queue = node.outputs.queue
+        for s, so in self.soutputs.items():
+            so.undo(queue(s))
+        self.reconciler.rollback()
+        self.failed = False
+        redo = self.sunion.redo()
+        self._run(redo)
+        self._advance()
+        for s, so in self.soutputs.items():
+            so.rec_done(queue(s))
+        node.outputs.flush()
+        node.send_control(ControlMessage(ControlKind.DONE, node.plan.node, node.partition, node.replica))
+        self.granted = False
+        self.requested_at, self.requested_ms = 0.0, 0
+        node.stats.reconciliations += 1
+        self._set_state(NodeState.STABLE)
+        log.info("reconciled %d tuples in %.0f ms", len(redo), (time.monotonic() - t0) * 1000)
+
+    # -- restart image -------------------------------------------------------------------
+    def _write_image(self) -> None:
+        """Write a restart image: state consistent with the input positions, outputs already flushed."""
+        node = self.node
+        node.outputs.flush()
+        node.producer.flush()
+        image = restart.RestartImage(
+            node.pipeline.snapshot(), self.sunion.state(), {s: so.state() for s, so in self.soutputs.items()},
+            {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports}, node.inputs.positions(), now_ms(),
+        )
+        restart.save(node.producer, self.restart_topic, node.partition, image)
+        node.producer.flush()
+        node.stats.restart_images += 1
+
+
+def _reason(e: Exception) -> str:
+    """Why a message was rejected, in the words of the strict parsers."""
+    if isinstance(e, (HeaderError, DecodeError)):
+        return str(e)
+    return f"malformed input: {type(e).__name__}: {e}"

@@ -1,0 +1,38 @@
+"""The states of a DPC node replica and the transitions the paper allows (SIGMOD 2005, Fig. 4).
+
+STABLE -> UPSTREAM_FAILURE when the node processes its first tentative input;
+UPSTREAM_FAILURE -> STABILIZATION once every tentative input has its stable version and
+the node may reconcile; STABILIZATION -> STABLE when reconciliation is done (or back to
+UPSTREAM_FAILURE if a new failure started meanwhile). A restarted replica begins STABLE:
+it replays from its restart image before it sends anything new. FAILED is never a state a
+replica is in by itself: observers give it to a replica whose heartbeats stopped.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class NodeState(str, Enum):
+    STABLE = "STABLE"
+    UPSTREAM_FAILURE = "UPSTREAM_FAILURE"
+    STABILIZATION = "STABILIZATION"
+    FAILED = "FAILED"  # no heartbeat within failure_timeout (set by observers, never sent)
+
+
+TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
+    NodeState.STABLE: frozenset({NodeState.UPSTREAM_FAILURE}),
+    NodeState.UPSTREAM_FAILURE: frozenset({NodeState.STABILIZATION}),
+    NodeState.STABILIZATION: frozenset({NodeState.STABLE, NodeState.UPSTREAM_FAILURE}),
+    NodeState.FAILED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A state change the DPC state machine does not allow: a bug, never bad input."""
+
+
+def check_transition(old: NodeState, new: NodeState) -> NodeState:
+    """``new`` if the move from ``old`` is allowed (staying put always is); raises otherwise."""
+    if new is not old and new not in TRANSITIONS[old]:
+        raise IllegalTransition(f"DPC node state cannot go from {old.value} to {new.value}")
+    return new

@@ -1,0 +1,124 @@
+"""One operator-partition replica: poll the inputs, let the recovery scheme act, flush the outputs.
+
+Everything a paper defines lives in the scheme (``services.node.scheme``): the loop reads
+its plan, builds its Kafka clients, and calls the scheme at fixed points. Malformed input
+goes to the dead-letter topic and the service keeps running.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+from confluent_kafka import Message
+
+from services.control.heartbeat import HeartbeatSender
+from services.control.messages import ControlMessage
+from services.control.monitor import ReplicaMonitor
+from services.core.config import Settings
+from services.control.channel import ControlReader
+from services.core.kafka import BatchConsumer, BatchProducer
+from services.dpc.states import NodeState
+from services.node import restart
+from services.node.outputs import Outputs
+from services.node.pipeline import NodePipeline
+from services.node.ports import Inputs
+from services.node.scheme import CHECK_INTERVAL_S, NodeStats, RecoveryScheme
+from services.node.schemes import build_scheme
+from services.spec import Spec
+from services.spec.plan import plan_node
+
+log = logging.getLogger(__name__)
+
+
+class NodeService:
+    """Replica ``replica`` of partition ``partition`` of node ``node``."""
+
+    def __init__(self, spec: Spec, node: str, partition: int, replica: int, settings: Settings) -> None:
+        self.plan = plan = plan_node(spec, node)
+        self.partition, self.replica, self.settings = partition, replica, settings
+        self.stats = NodeStats()
+        self.running = False
+        self.inputs = Inputs(plan.inputs, partition, replica)
+        self.pipeline = NodePipeline(plan, undo=plan.reconciliation == "undo")
+        self.outputs = Outputs(plan.outputs, partition, replica)
+        self.group_id = f"hastream.{plan.spec_name}.{node}.r{replica}.p{partition}"
+        self.scheme: RecoveryScheme = build_scheme(self)
+
+    def run(self, max_idle_s: float | None = None) -> NodeStats:
+        """Process until SIGTERM/SIGINT, or (for tests) ``max_idle_s`` without input once input has started."""
+        self._connect()
+        scheme, st = self.scheme, self.settings
+        self.inputs.open(self.consumer, scheme.on_restart())
+        self.outputs.flush()
+        self.running = True
+        self._install_signals()
+        last_input: float | None = None
+        next_check = time.monotonic()
+        log.info("node %s p%d r%d (%s) reading %s", self.plan.node, self.partition, self.replica,
+                 self.plan.scheme.value, ", ".join(p.topic for p in self.inputs.ports))
+        try:
+            while self.running:
+                msgs = self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
+                now = time.monotonic()
+                if msgs:
+                    last_input = now
+                elif max_idle_s is not None and last_input is not None and now - last_input > max_idle_s:
+                    break
+                scheme.before_batch(msgs, now)
+                scheme.after_batch(now, idle=not msgs)
+                if now >= next_check:
+                    next_check = now + CHECK_INTERVAL_S
+                    for port in self.inputs.follow_best(self.monitor, st.bootstrap):
+                        scheme.on_input_failure(port, now)
+                    for c in self.control.poll():
+                        scheme.on_control(c, now)
+                    scheme.on_check(now)
+                self.outputs.flush()
+        finally:
+            self._close()
+        self.stats.produced = self.outputs.produced
+        return self.stats
+
+    # -- what a scheme may use (``services.node.scheme.NodeRuntime``) -----------------------
+    def set_state(self, state: NodeState) -> None:
+        self.heartbeat.set_state(state)
+
+    def send_control(self, msg: ControlMessage) -> None:
+        self.producer.send(self.plan.control_topic, msg.encode())
+
+    def deadletter(self, msg: Message, reason: str) -> None:
+        self.outputs.deadletter(self.plan.deadletter_topic, msg, reason)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _connect(self) -> None:
+        st, plan = self.settings, self.plan
+        self.consumer = BatchConsumer(st.bootstrap, self.group_id)
+        self.producer = BatchProducer(st.bootstrap, linger_ms=st.linger_ms,
+                                      **{"message.max.bytes": restart.MAX_IMAGE_BYTES})
+        self.outputs.open(self.producer)
+        self.monitor = ReplicaMonitor(st.bootstrap, plan.heartbeat_topic, plan.dpc.failure_timeout / 1000)
+        self.heartbeat = HeartbeatSender(st.bootstrap, plan.heartbeat_topic, plan.node, self.partition,
+                                         self.replica, plan.dpc.heartbeat_interval / 1000).start()
+        self.control = ControlReader(st.bootstrap, plan.control_topic, self.group_id + ".control")
+
+    def _close(self) -> None:
+        try:
+            self.outputs.flush()
+            self.scheme.on_stop()
+            self.producer.flush()
+        finally:
+            self.heartbeat.stop()
+            self.monitor.close()
+            self.control.close()
+            self.consumer.close()
+
+    def stop(self, *_: object) -> None:
+        self.running = False
+
+    def _install_signals(self) -> None:
+        try:
+            signal.signal(signal.SIGTERM, self.stop)
+            signal.signal(signal.SIGINT, self.stop)
+        except ValueError:  # not the main thread (tests run services in threads)
+            pass

@@ -1,0 +1,85 @@
+"""The recovery-scheme slot: the points of the node loop where a scheme (DPC, and later the HA
+algorithms, CEC and Flux) acts, and what of the node it may use.
+
+The loop calls, in this order: ``on_restart`` once, then per iteration ``before_batch``
+(the messages just polled, possibly none) and ``after_batch``; every ``CHECK_INTERVAL_S``
+``on_input_failure`` for each input port that moved to another upstream replica,
+``on_control`` for each control message and ``on_check``; ``on_stop`` on a clean stop. The
+loop flushes the outputs after every iteration. A scheme never polls or produces by
+itself: it works on the node's inputs, operators and output queues.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from confluent_kafka import Message
+
+from services.control.messages import ControlMessage
+from services.control.monitor import ReplicaMonitor
+from services.core.config import Settings
+from services.core.kafka import BatchProducer
+from services.dpc.states import NodeState
+from services.node.outputs import Outputs
+from services.node.pipeline import NodePipeline
+from services.node.ports import InputPort, Inputs
+from services.spec.plan import NodePlan
+
+CHECK_INTERVAL_S = 0.1  # how often upstream replicas and control messages are looked at
+
+
+@dataclass
+class NodeStats:
+    consumed: int = 0
+    produced: int = 0
+    deadlettered: int = 0
+    tentative: int = 0
+    undos_received: int = 0
+    reconciliations: int = 0
+    switches: int = 0
+    restart_images: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+class NodeRuntime(Protocol):
+    """What a scheme may use of the node replica it runs in."""
+
+    plan: NodePlan
+    partition: int
+    replica: int
+    settings: Settings
+    stats: NodeStats
+    inputs: Inputs
+    pipeline: NodePipeline
+    outputs: Outputs
+    producer: BatchProducer
+    monitor: ReplicaMonitor
+
+    def set_state(self, state: NodeState) -> None:
+        """Announce the replica's state (its heartbeats carry it)."""
+
+    def send_control(self, msg: ControlMessage) -> None: ...
+
+    def deadletter(self, msg: Message, reason: str) -> None: ...
+
+
+class RecoveryScheme(Protocol):
+    def on_restart(self) -> dict[str, int]:
+        """Before the first poll: continue from what survived a crash; returns the input offsets to start at."""
+
+    def before_batch(self, msgs: list[Message], now: float) -> None:
+        """Take the polled input messages in (deduplicate, order, dead-letter what is malformed)."""
+
+    def after_batch(self, now: float, idle: bool) -> None:
+        """Run the operators on what is ready and queue the results on the outputs."""
+
+    def on_input_failure(self, port: InputPort, now: float) -> None:
+        """``port``'s upstream replica failed or fell behind; the port now reads another replica."""
+
+    def on_control(self, msg: ControlMessage, now: float) -> None: ...
+
+    def on_check(self, now: float) -> None:
+        """Periodic decisions: reconcile, persist a restart image."""
+
+    def on_stop(self) -> None:
+        """A clean stop: persist what a restart needs, unless the state cannot be trusted."""

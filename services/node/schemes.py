@@ -1,0 +1,12 @@
+"""Which recovery scheme a node runs, by the ``ha:`` of its spec."""
+from __future__ import annotations
+
+from services.dpc.scheme import DpcScheme
+from services.node.scheme import NodeRuntime, RecoveryScheme
+from services.spec.model import Scheme
+
+
+def build_scheme(node: NodeRuntime) -> RecoveryScheme:
+    if node.plan.scheme is Scheme.DPC:
+        return DpcScheme(node)
+    raise ValueError(f"no recovery scheme '{node.plan.scheme.value}'")

@@ -1,0 +1,252 @@
+"""The query network as data: streams, operators, nodes, DPC parameters, and the views derived from them.
+
+``services.spec.parse`` builds a ``Spec`` from YAML and ``services.spec.validate`` checks it;
+``services.spec.plan`` turns one node of it into the plan a node replica runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from services.core.errors import SpecError
+from services.dpc.policies import Policy, Reconciliation
+
+OPERATOR_TYPES = ("filter", "map", "union", "window", "join")
+AGG_FUNCS = ("count", "sum", "avg", "min", "max")
+ENGINES = ("python", "spark")
+
+
+@dataclass(frozen=True)
+class StreamDef:
+    name: str
+    schema: str
+    key: str | None = None
+    partitions: int = 1
+    delay: int | None = None  # X in ms for this output, end to end (None: the spec's dpc.delay)
+
+
+
+
+class Scheme(str, Enum):
+    """How a node survives failures; chosen per node with ``ha:`` (docs/spec.md)."""
+
+    DPC = "dpc"  # Borealis Delay-Process-Correct
+
+
+@dataclass(frozen=True)
+class DpcConfig:
+    """Delay-Process-Correct parameters (docs/dpc.md explains each)."""
+
+    delay: int = 3000  # X: the maximum added delay of any output, ms, end to end
+    alpha: float = 0.9  # share of a node's part of X that SUnion waits before going tentative
+    bucket: int = 100  # SUnion bucket size, ms of tuple time
+    boundary_interval: int = 100  # how often sources and nodes send BOUNDARY tuples, ms
+    reconciliation: Reconciliation = Reconciliation.CHECKPOINT  # default per node
+    failure_policy: Policy = Policy.PROCESS  # during UPSTREAM_FAILURE: process new tuples or delay them
+    stabilization_policy: Policy = Policy.PROCESS  # while a replica reconciles: partner processes, delays, or all suspend
+    restart_image_interval: int = 2000  # how often a STABLE replica writes its restart image, ms
+    heartbeat_interval: int = 200  # ms
+    failure_timeout: int = 1000  # a replica silent this long is failed, ms
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One output column of a window: ``func`` over ``field`` (None for count)."""
+
+    out: str
+    func: str
+    field: str | None
+
+
+@dataclass(frozen=True)
+class OperatorDef:
+    name: str
+    type: str
+    inputs: tuple[str, ...]
+    output: str
+    where: str | None = None
+    fields: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
+    right_key: str | None = None
+    time: str = "ts"
+    size: int = 0
+    slide: int = 0
+    within: int = 0
+    aggregates: tuple[Aggregate, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeDef:
+    name: str
+    operators: tuple[str, ...]
+    replicas: int = 1
+    engine: str = "python"
+    reconciliation: Reconciliation | None = None  # None: the spec's dpc.reconciliation
+    ha: Scheme = Scheme.DPC
+
+
+@dataclass
+class Spec:
+    name: str
+    streams: dict[str, StreamDef]
+    operators: dict[str, OperatorDef]
+    nodes: dict[str, NodeDef]
+    path: Path | None = None
+    dpc: DpcConfig = field(default_factory=DpcConfig)
+
+    # -- derived views -------------------------------------------------------
+    def producer_of(self, stream: str) -> OperatorDef | None:
+        for op in self.operators.values():
+            if op.output == stream:
+                return op
+        return None
+
+    def node_of(self, operator: str) -> NodeDef:
+        for n in self.nodes.values():
+            if operator in n.operators:
+                return n
+        raise KeyError(operator)
+
+    def node_producing(self, stream: str) -> NodeDef | None:
+        op = self.producer_of(stream)
+        return self.node_of(op.name) if op else None
+
+    def sources(self) -> list[str]:
+        """Input streams: produced by clients, not by any operator."""
+        return [s for s in self.streams if self.producer_of(s) is None]
+
+    def consumers_of(self, stream: str) -> list[OperatorDef]:
+        return [op for op in self.operators.values() if stream in op.inputs]
+
+    def node_inputs(self, node: str) -> list[str]:
+        """Streams a node reads from Kafka (produced outside it)."""
+        n = self.nodes[node]
+        produced = {self.operators[o].output for o in n.operators}
+        seen: list[str] = []
+        for o in n.operators:
+            for s in self.operators[o].inputs:
+                if s not in produced and s not in seen:
+                    seen.append(s)
+        return seen
+
+    def node_outputs(self, node: str) -> list[str]:
+        """Streams a node writes to Kafka: read by another node, or read by nobody (sinks)."""
+        n = self.nodes[node]
+        out = []
+        for o in n.operators:
+            s = self.operators[o].output
+            readers = [c for c in self.consumers_of(s)]
+            if not readers or any(c.name not in n.operators for c in readers):
+                out.append(s)
+        return out
+
+    def node_partitions(self, node: str) -> int:
+        return self.streams[self.node_inputs(node)[0]].partitions
+
+    def sinks(self) -> list[str]:
+        return [s for s in self.streams if self.producer_of(s) and not self.consumers_of(s)]
+
+    def replicas_of_stream(self, stream: str) -> int:
+        n = self.node_producing(stream)
+        return n.replicas if n else 1
+
+    def topic(self, stream: str, replica: int = 0) -> str:
+        """Kafka topic of a stream: a source's own name; a node output's per-replica log."""
+        return stream if self.producer_of(stream) is None else f"{stream}.r{replica}"
+
+    def stream_topics(self, stream: str) -> list[str]:
+        if self.producer_of(stream) is None:
+            return [stream]
+        n = self.node_producing(stream)
+        if n is not None and stream not in self.node_outputs(n.name):
+            return []  # internal to its node: never materialized
+        return [self.topic(stream, r) for r in range(self.replicas_of_stream(stream))]
+
+    @property
+    def deadletter_topic(self) -> str:
+        return f"{self.name}.deadletter"
+
+    @property
+    def heartbeat_topic(self) -> str:
+        return f"{self.name}.heartbeats"
+
+    @property
+    def control_topic(self) -> str:
+        return f"{self.name}.control"
+
+    def restart_topic(self, node: str, replica: int) -> str:
+        """Where a node replica keeps its restart image (one message per partition, the newest wins)."""
+        return f"{self.name}.restart.{node}.r{replica}"
+
+    def reconciliation_of(self, node: str) -> Reconciliation:
+        return self.nodes[node].reconciliation or self.dpc.reconciliation
+
+    def path_nodes(self, stream: str) -> int:
+        """Nodes on the longest path from a source to ``stream`` (0 for a source)."""
+        n = self.node_producing(stream)
+        if n is None:
+            return 0
+        return 1 + max((self.path_nodes(s) for s in self.node_inputs(n.name)), default=0)
+
+    def downstream_sinks(self, node: str) -> list[str]:
+        """Output streams read by no node that ``node`` contributes to."""
+        out, todo, seen = [], list(self.node_outputs(node)), set()
+        while todo:
+            s = todo.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            readers = {self.node_of(c.name).name for c in self.consumers_of(s)} - {node}
+            if not readers:
+                out.append(s)
+            for r in readers:
+                todo.extend(self.node_outputs(r))
+        return sorted(out)
+
+    def node_delay_s(self, node: str) -> float:
+        """The delay SUnion of ``node`` may add before processing tentatively: alpha * X / k.
+
+        Each output's X is split evenly across the k nodes of its longest path, as in the
+        paper, and a node serving several outputs takes the smallest share.
+        """
+        shares = [(self.streams[s].delay or self.dpc.delay) / self.path_nodes(s) for s in self.downstream_sinks(node)]
+        return self.dpc.alpha * min(shares, default=self.dpc.delay) / 1000.0
+
+    def all_topics(self) -> list[tuple[str, int]]:
+        """Every topic of the deployment with its partition count."""
+        out = [(t, s.partitions) for s in self.streams.values() for t in self.stream_topics(s.name)]
+        out.append((self.deadletter_topic, 1))
+        out.append((self.heartbeat_topic, 1))
+        out.append((self.control_topic, 1))
+        out.extend(self.restart_topics())
+        return out
+
+    def restart_topics(self) -> list[tuple[str, int]]:
+        return [(self.restart_topic(n, r), self.node_partitions(n))
+                for n, nd in self.nodes.items() if nd.engine == "python" for r in range(nd.replicas)]
+
+    def topo_nodes(self) -> list[str]:
+        """Nodes in dataflow order (upstream first)."""
+        order: list[str] = []
+        deps = {n: {self.node_producing(s).name for s in self.node_inputs(n) if self.node_producing(s)} for n in self.nodes}
+        while len(order) < len(deps):
+            ready = [n for n in deps if n not in order and deps[n] <= set(order)]
+            if not ready:
+                raise SpecError(["nodes form a cycle"])
+            order.extend(sorted(ready))
+        return order
+
+    def topo_operators(self, node: str) -> list[OperatorDef]:
+        """A node's operators, each after the operators feeding it."""
+        ops = [self.operators[o] for o in self.nodes[node].operators]
+        done: set[str] = set(self.node_inputs(node))
+        out: list[OperatorDef] = []
+        while len(out) < len(ops):
+            ready = [o for o in ops if o not in out and set(o.inputs) <= done]
+            if not ready:
+                raise SpecError([f"operators of node '{node}' form a cycle"])
+            for o in ready:
+                out.append(o)
+                done.add(o.output)
+        return out

@@ -1,0 +1,170 @@
+"""Reading a spec from YAML: every mistake reported with its ``file:line:col``, all at once.
+
+``load_spec`` returns a validated ``Spec`` or raises ``SpecError`` listing every mistake
+as ``file:line:col: path: message``, one per line, so a user can fix them all at once.
+"""
+from __future__ import annotations
+
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from services.core.codec import schema_fields
+from services.core.errors import SchemaNotFound, SpecError
+from services.dpc.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reconciliation
+from services.spec import validate
+from services.spec.model import ENGINES, DpcConfig, NodeDef, OperatorDef, Scheme, Spec, StreamDef
+from services.spec.problems import Problems, to_python
+
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+_STREAM_KEYS = {"schema", "key", "partitions", "delay"}
+_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha"}
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Parse and validate a spec file."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError([f"{p}: no such file"])
+    return parse_spec(p.read_text(), source=str(p), path=p)
+
+
+def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> Spec:
+    marks: dict[tuple, yaml.Mark] = {}
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        loc = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise SpecError([f"{loc}: not valid YAML: {getattr(e, 'problem', e)}"]) from None
+    doc = to_python(root, (), marks) if root is not None else None
+    ck = Problems(source, marks)
+    top = ck.mapping(doc, (), "the spec")
+    if doc is not None and not isinstance(doc, dict):
+        raise SpecError(ck.problems)
+    ck.unknown_keys(top, {"name", "defaults", "dpc", "streams", "operators", "nodes"}, ())
+    name = top.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        ck.err(("name",), f"'name' must be a name of letters, digits, '-' or '_', got {name!r}")
+        name = "hastream"
+    defaults = ck.mapping(top.get("defaults"), ("defaults",), "defaults")
+    ck.unknown_keys(defaults, {"partitions", "replicas"}, ("defaults",))
+    d_parts = ck.pos_int(defaults, "partitions", ("defaults",), 1)
+    d_repl = ck.pos_int(defaults, "replicas", ("defaults",), 1)
+
+    streams = _parse_streams(ck, top, d_parts)
+    operators = validate.operators(ck, top, streams)
+    declared = set(ck.mapping(top.get("operators"), ("operators",), "operators"))
+    nodes = _parse_nodes(ck, top, operators, declared, d_repl)
+    dpc = _parse_dpc(ck, top)
+    spec = Spec(name, streams, operators, nodes, path, dpc)
+    if not ck.problems:
+        validate.graph(ck, spec)
+    if ck.problems:
+        raise SpecError(ck.problems)
+    return spec
+
+
+def _parse_dpc(ck: Problems, top: dict) -> DpcConfig:
+    raw = ck.mapping(top.get("dpc"), ("dpc",), "dpc")
+    d = DpcConfig()
+    ints = ("delay", "bucket", "boundary_interval", "restart_image_interval", "heartbeat_interval", "failure_timeout")
+    choices: dict[str, tuple[Enum, ...]] = {"reconciliation": tuple(Reconciliation),
+                                            "failure_policy": FAILURE_POLICIES,
+                                            "stabilization_policy": STABILIZATION_POLICIES}
+    if "checkpoint_interval" in raw:
+        ck.err(("dpc", "checkpoint_interval"), "'checkpoint_interval' is now 'restart_image_interval'")
+        raw = {k: v for k, v in raw.items() if k != "checkpoint_interval"}
+    ck.unknown_keys(raw, set(ints) | set(choices) | {"alpha"}, ("dpc",))
+    vals: dict[str, Any] = {k: ck.pos_int(raw, k, ("dpc",), getattr(d, k)) for k in ints}
+    for k, allowed in choices.items():
+        vals[k] = _choice(ck, raw, k, ("dpc",), allowed, getattr(d, k))
+    alpha = raw.get("alpha", d.alpha)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 < alpha <= 1:
+        ck.err(("dpc", "alpha"), f"'alpha' must be a number in (0, 1], got {alpha!r}")
+        alpha = d.alpha
+    return DpcConfig(alpha=float(alpha), **vals)
+
+
+def _parse_streams(ck: Problems, top: dict, d_parts: int) -> dict[str, StreamDef]:
+    raw = ck.mapping(top.get("streams"), ("streams",), "streams")
+    if not raw:
+        ck.err(("streams",), "at least one stream is required")
+    out: dict[str, StreamDef] = {}
+    for sname, sdef in raw.items():
+        path = ("streams", sname)
+        if not isinstance(sname, str) or not _NAME_RE.match(sname):
+            ck.err(path, f"stream name {sname!r} must be letters, digits, '-' or '_'")
+            continue
+        sdef = ck.mapping(sdef, path, f"stream '{sname}'")
+        ck.unknown_keys(sdef, _STREAM_KEYS, path)
+        schema = sdef.get("schema")
+        if not isinstance(schema, str):
+            ck.err(path, "'schema' is required (a file stem in schemas/)")
+            continue
+        try:
+            fields = schema_fields(schema)
+        except SchemaNotFound as e:
+            ck.err(path + ("schema",), str(e))
+            continue
+        key = sdef.get("key")
+        if key is not None and key not in fields:
+            ck.err(path + ("key",), f"key field '{key}' is not in schema '{schema}' (fields: {', '.join(fields)})")
+        delay = ck.pos_int(sdef, "delay", path, 0) if "delay" in sdef else None
+        out[sname] = StreamDef(sname, schema, key, ck.pos_int(sdef, "partitions", path, d_parts), delay)
+    return out
+
+
+def _choice(ck: Problems, obj: dict, key: str, path: tuple, allowed: tuple[Any, ...], default: Any) -> Any:
+    """``obj[key]`` as a member of the enum ``allowed`` is from, or ``default`` (with a problem if it is none)."""
+    v = obj.get(key)
+    if v is None:
+        return default
+    for a in allowed:
+        if v == a.value:
+            return a
+    ck.err(path + (key,), f"'{key}' must be one of {', '.join(a.value for a in allowed)}, got {v!r}")
+    return default
+
+
+def _parse_nodes(
+    ck: Problems, top: dict, operators: dict[str, OperatorDef], declared: set[str], d_repl: int
+) -> dict[str, NodeDef]:
+    raw = ck.mapping(top.get("nodes"), ("nodes",), "nodes")
+    if not raw:
+        ck.err(("nodes",), "at least one node is required")
+    out: dict[str, NodeDef] = {}
+    owner: dict[str, str] = {}
+    for nname, ndef in raw.items():
+        path = ("nodes", nname)
+        if not isinstance(nname, str) or not _NAME_RE.match(nname):
+            ck.err(path, f"node name {nname!r} must be letters, digits, '-' or '_'")
+            continue
+        ndef = ck.mapping(ndef, path, f"node '{nname}'")
+        ck.unknown_keys(ndef, _NODE_KEYS, path)
+        ops = ck.name_list(ndef.get("operators"), path + ("operators",), "'operators'")
+        for i, o in enumerate(ops):
+            if o not in declared:
+                ck.err(path + ("operators", i), f"unknown operator '{o}' (operators: {', '.join(sorted(declared))})")
+            elif o in owner:
+                ck.err(path + ("operators", i), f"operator '{o}' already runs in node '{owner[o]}'")
+            else:
+                owner[o] = nname
+        engine = ndef.get("engine", "python")
+        if engine not in ENGINES:
+            ck.err(path + ("engine",), f"'engine' must be one of {', '.join(ENGINES)}, got {engine!r}")
+        elif engine == "spark" and (len(ops) != 1 or (ops[0] in operators and operators[ops[0]].type != "window")):
+            ck.err(path + ("operators",), "a spark node runs exactly one window operator")
+        rec = _choice(ck, ndef, "reconciliation", path, tuple(Reconciliation), None)
+        ha = _choice(ck, ndef, "ha", path, tuple(Scheme), Scheme.DPC)
+        out[nname] = NodeDef(nname, tuple(ops), ck.pos_int(ndef, "replicas", path, d_repl), engine, rec, ha)
+    for o in declared:
+        if o not in owner:
+            ck.err(("operators", o), f"operator '{o}' is not placed in any node")
+    return out
+

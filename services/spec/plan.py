@@ -1,0 +1,89 @@
+"""The plan of one node: everything a replica of it needs from the spec, worked out once at start.
+
+A node replica reads its plan, never the spec: inputs (which upstream node and replica
+topics feed each), outputs (topic per replica, schema, key), its operators in dataflow
+order, its delay share of X, its recovery scheme and the control-plane topics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.core.codec import schema_fields
+from services.dpc.policies import Reconciliation
+from services.spec.model import DpcConfig, OperatorDef, Scheme, Spec
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    """One stream a node reads from Kafka; ``index`` is its SUnion input number."""
+
+    stream: str
+    index: int
+    schema: str
+    upstream: str | None  # producing node, None for a source stream
+    topics: tuple[str, ...]  # one per upstream replica
+
+    @property
+    def replicas(self) -> int:
+        return len(self.topics)
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """One stream a node writes to Kafka (every replica its own topic)."""
+
+    stream: str
+    schema: str
+    key: str | None
+    key_type: Any  # the key field's Avro type
+    topics: tuple[str, ...]  # one per replica of this node
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    spec_name: str
+    node: str
+    replicas: int
+    partitions: int
+    scheme: Scheme
+    reconciliation: Reconciliation
+    inputs: tuple[InputPlan, ...]
+    outputs: tuple[OutputPlan, ...]
+    operators: tuple[OperatorDef, ...]  # each after the operators feeding it
+    fields: dict[str, list[str]]  # stream -> field names, for every stream the operators touch
+    delay_s: float  # SUnion's wait before going tentative: alpha * X / k
+    dpc: DpcConfig
+    heartbeat_topic: str
+    control_topic: str
+    deadletter_topic: str
+    restart_topics: tuple[str, ...]  # one per replica
+
+    def output(self, stream: str) -> OutputPlan:
+        return next(o for o in self.outputs if o.stream == stream)
+
+
+def plan_node(spec: Spec, node: str) -> NodePlan:
+    """The plan of ``node``; raises ValueError naming the nodes if there is no such node."""
+    if node not in spec.nodes:
+        raise ValueError(f"no node '{node}' in spec (nodes: {', '.join(spec.nodes)})")
+    nd = spec.nodes[node]
+    inputs = []
+    for i, s in enumerate(spec.node_inputs(node)):
+        up = spec.node_producing(s)
+        n = spec.replicas_of_stream(s)
+        inputs.append(InputPlan(s, i, spec.streams[s].schema, up.name if up else None,
+                                tuple(spec.topic(s, r) for r in range(n))))
+    outputs = []
+    for s in spec.node_outputs(node):
+        sd = spec.streams[s]
+        outputs.append(OutputPlan(s, sd.schema, sd.key, schema_fields(sd.schema).get(sd.key) if sd.key else None,
+                                  tuple(spec.topic(s, r) for r in range(nd.replicas))))
+    ops = tuple(spec.topo_operators(node))
+    touched = {s for o in ops for s in (*o.inputs, o.output)}
+    return NodePlan(
+        spec.name, node, nd.replicas, spec.node_partitions(node), nd.ha, spec.reconciliation_of(node),
+        tuple(inputs), tuple(outputs), ops, {s: list(schema_fields(spec.streams[s].schema)) for s in sorted(touched)},
+        spec.node_delay_s(node), spec.dpc, spec.heartbeat_topic, spec.control_topic, spec.deadletter_topic,
+        tuple(spec.restart_topic(node, r) for r in range(nd.replicas)),
+    )
