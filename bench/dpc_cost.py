@@ -19,24 +19,25 @@ boundaries keep up. Figures are CPU µs per input tuple, the best of ``repeat`` 
 Header parsing in ``_ingest`` and header building in ``_produce`` are not included (the
 Kafka benchmark's per-tuple CPU covers them).
 """
+
 from __future__ import annotations
 
 import argparse
 import time
 from typing import Any, Callable
 
-from services.spec import Spec, parse_spec
 from services.core.tuples import TupleType
-from services.node.loop import NodeService
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import SUnion
+from services.node.loop import NodeService
+from services.spec import Spec, parse_spec
 
 STABLE = TupleType.STABLE
 
 
 def _batches(records: list[dict[str, Any]], batch: int) -> list[list[tuple[dict[str, Any], int]]]:
     items = [(r, r["ts"]) for r in records]
-    return [items[i:i + batch] for i in range(0, len(items), batch)]
+    return [items[i : i + batch] for i in range(0, len(items), batch)]
 
 
 def _cpu(fn: Callable[[], None], repeat: int) -> float:
@@ -110,9 +111,15 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
     so = _cpu(soutput_only, repeat)
     us = 1e6 / n
     return {
-        "tuples": n, "batch": batch, "output_tuples": out_tuples, "bucket_ms": spec.dpc.bucket,
-        "operators_us": ops * us, "node_step_us": full * us, "dpc_overhead_us": (full - ops) * us,
-        "sunion_us": su * us, "soutput_us": so * us,
+        "tuples": n,
+        "batch": batch,
+        "output_tuples": out_tuples,
+        "bucket_ms": spec.dpc.bucket,
+        "operators_us": ops * us,
+        "node_step_us": full * us,
+        "dpc_overhead_us": (full - ops) * us,
+        "sunion_us": su * us,
+        "soutput_us": so * us,
     }
 
 
@@ -132,8 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, text in (("filter+map", _filter_map_spec("dpcfm", "dpc_in")), ("window", _window_spec("dpcw", "dpc_in"))):
         spec = parse_spec(text, source=f"<dpc cost {name}>")
         r = measure(spec, next(iter(spec.nodes)), records)
-        print(f"{name:<11} operators {r['operators_us']:.2f} µs/tuple, node step {r['node_step_us']:.2f}, "
-              f"DPC overhead {r['dpc_overhead_us']:.2f} (SUnion {r['sunion_us']:.2f}, SOutput {r['soutput_us']:.2f})")
+        print(
+            f"{name:<11} operators {r['operators_us']:.2f} µs/tuple, node step {r['node_step_us']:.2f}, "
+            f"DPC overhead {r['dpc_overhead_us']:.2f} (SUnion {r['sunion_us']:.2f}, SOutput {r['soutput_us']:.2f})"
+        )
 
 
 if __name__ == "__main__":

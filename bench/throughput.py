@@ -53,6 +53,7 @@ Definitions (also written to the JSON file):
 
 Results go to ``bench/results/throughput.json`` (figures plus machine info).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,14 +85,14 @@ from rich.table import Table
 
 from bench.borealis.common import machine
 from services.core.admin import TopicSpec, delete_topics, ensure_topics
-from services.deploy.local import topic_specs
 from services.core.codec import codec_for
 from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.core.paths import REPO_ROOT
-from services.spec import Spec, parse_spec
 from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, TupleType
+from services.deploy.local import topic_specs
 from services.dpc.sunion import STuple, SUnion
+from services.spec import Spec, parse_spec
 
 RESULTS = REPO_ROOT / "bench" / "results" / "throughput.json"
 PLOT = REPO_ROOT / "docs" / "throughput.png"
@@ -112,6 +113,7 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # th
 
 
 # ---------------------------------------------------------------------------- specs
+
 
 def _dpc_section(bucket_ms: int | None) -> str:
     """A spec's dpc section with SUnion buckets and boundaries every ``bucket_ms`` (the paper's
@@ -179,8 +181,16 @@ class Job:
     passthrough: bool = False  # replace SUnion with a union that does not serialize (PassThroughUnion)
 
 
-def _job(processor: str, tag: str, source: str, bootstrap: str, stop_after: int, idle_s: float,
-         bucket_ms: int | None = None, passthrough: bool = False) -> tuple[Job, Spec | None]:
+def _job(
+    processor: str,
+    tag: str,
+    source: str,
+    bootstrap: str,
+    stop_after: int,
+    idle_s: float,
+    bucket_ms: int | None = None,
+    passthrough: bool = False,
+) -> tuple[Job, Spec | None]:
     """A job for ``processor`` reading topic ``source``, with names unique to ``tag``; a node's
     SUnion buckets and boundary interval are ``bucket_ms`` if given, and ``passthrough`` takes
     SUnion's serialization out."""
@@ -216,6 +226,7 @@ def _is_final(headers: list | None) -> bool:
 
 
 # ---------------------------------------------------------------------------- worker side
+
 
 def _report(kind: str, **data: Any) -> None:
     print(json.dumps({"ev": kind, **data}), flush=True)
@@ -328,9 +339,16 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
     if prof:
         prof.disable()
         prof.dump_stats(job.profile_out)
-    return {"consumed": stats.consumed, "produced": stats.produced, "deadlettered": stats.deadlettered,
-            "tentative": stats.tentative, "restart_images": stats.restart_images,
-            "pending": len(scheme.sunion.pending), "first_at": seen["first_at"], "last_at": seen["last_at"]}
+    return {
+        "consumed": stats.consumed,
+        "produced": stats.produced,
+        "deadlettered": stats.deadlettered,
+        "tentative": stats.tentative,
+        "restart_images": stats.restart_images,
+        "pending": len(scheme.sunion.pending),
+        "first_at": seen["first_at"],
+        "last_at": seen["last_at"],
+    }
 
 
 def worker_main(raw: str) -> None:
@@ -344,6 +362,7 @@ def worker_main(raw: str) -> None:
 
 # ---------------------------------------------------------------------------- harness side
 
+
 class Worker:
     """A processor in its own Python process, reporting JSON lines on stdout."""
 
@@ -353,7 +372,11 @@ class Worker:
         self._err = open(self.stderr_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.throughput", "--worker", json.dumps(asdict(job))],
-            stdout=subprocess.PIPE, stderr=self._err, text=True, cwd=REPO_ROOT, env=env,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+            cwd=REPO_ROOT,
+            env=env,
         )
         self.ready = threading.Event()
         self.consumed = 0
@@ -395,7 +418,9 @@ class Worker:
         on_tick()
         if self.result is None:
             tail = self.stderr_path.read_text(errors="replace").strip().splitlines()[-5:]
-            raise RuntimeError(f"worker for {self.stderr_path.stem} failed (exit {self.proc.returncode}): " + " | ".join(tail))
+            raise RuntimeError(
+                f"worker for {self.stderr_path.stem} failed (exit {self.proc.returncode}): " + " | ".join(tail)
+            )
         return self.result
 
     def wait_ready(self, timeout: float = 60) -> None:
@@ -417,8 +442,14 @@ class OutMsg:
 
 def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
     """Every message of partition 0 of ``topic``, in log order, with its broker append time and type."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench.read.{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "enable.partition.eof": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench.read.{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out: list[OutMsg] = []
@@ -435,8 +466,11 @@ def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
                 if ttype != TIMESTAMP_LOG_APPEND_TIME:
                     raise RuntimeError(f"{topic} has timestamp type {ttype}, expected LogAppendTime")
                 h = dict(m.headers() or ())
-                out.append(OutMsg(ts, (h.get(H_TYPE) or b"?").decode(), int(h.get(H_ID, -1)),
-                                  int(h.get(H_STIME, -1)), m.value()))
+                out.append(
+                    OutMsg(
+                        ts, (h.get(H_TYPE) or b"?").decode(), int(h.get(H_ID, -1)), int(h.get(H_STIME, -1)), m.value()
+                    )
+                )
                 last = m.offset()
         if last < high - 1:
             raise RuntimeError(f"read {topic} only up to offset {last} of {high - 1}")
@@ -477,8 +511,9 @@ def _check_output(label: str, msgs: list[OutMsg], deadlettered: int = 0) -> Outp
     if deadlettered:
         problems.append(f"{deadlettered} input messages dead-lettered")
     if problems:
-        raise RuntimeError(f"{label}: output not failure-free ({'; '.join(problems)}): "
-                           "were the input's boundaries missing?")
+        raise RuntimeError(
+            f"{label}: output not failure-free ({'; '.join(problems)}): were the input's boundaries missing?"
+        )
     return chk
 
 
@@ -517,9 +552,12 @@ def summarize_runs(rs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "tuples_per_s": statistics.median(r["tuples_per_s"] for r in rs),
         "runs_tuples_per_s": [round(r["tuples_per_s"]) for r in rs],
-        "consumed": rs[0]["consumed"], "messages_consumed": rs[0]["messages_consumed"],
-        "output": rs[0]["output"], "output_types": rs[0]["output_types"],
-        "cpu_s_per_mtuple": statistics.median(cpu), "runs_cpu_s_per_mtuple": [round(c, 1) for c in cpu],
+        "consumed": rs[0]["consumed"],
+        "messages_consumed": rs[0]["messages_consumed"],
+        "output": rs[0]["output"],
+        "output_types": rs[0]["output_types"],
+        "cpu_s_per_mtuple": statistics.median(cpu),
+        "runs_cpu_s_per_mtuple": [round(c, 1) for c in cpu],
     }
 
 
@@ -566,8 +604,17 @@ class Bench:
         progress.update(task, completed=n)
         return source, n + self.input_boundaries
 
-    def throughput_run(self, processor: str, source: str, messages: int, i: int, progress: Progress,
-                       profile_out: str = "", bucket_ms: int | None = None, passthrough: bool = False) -> dict[str, Any]:
+    def throughput_run(
+        self,
+        processor: str,
+        source: str,
+        messages: int,
+        i: int,
+        progress: Progress,
+        profile_out: str = "",
+        bucket_ms: int | None = None,
+        passthrough: bool = False,
+    ) -> dict[str, Any]:
         n = self.args.tuples
         variant = _variant(bucket_ms, passthrough)
         tag = f"{self.tag}_{processor.replace('+', '')}{variant}{i}"
@@ -583,14 +630,22 @@ class Bench:
         chk = _check_output(label, _read_topic(self.bootstrap, job.out_topic), res.get("deadlettered", 0))
         end = max(res["last_at"], (chk.last_append_ms or 0) / 1000)
         secs = end - res["first_at"]
-        return {"tuples_per_s": n / secs, "seconds": secs, "consumed": n, "messages_consumed": res["consumed"],
-                "output": chk.stable, "output_types": chk.types, "cpu_s": res["cpu_s"],
-                "restart_images": res.get("restart_images")}
+        return {
+            "tuples_per_s": n / secs,
+            "seconds": secs,
+            "consumed": n,
+            "messages_consumed": res["consumed"],
+            "output": chk.stable,
+            "output_types": chk.types,
+            "cpu_s": res["cpu_s"],
+            "restart_images": res.get("restart_images"),
+        }
 
     # -- phase 2: latency at a fixed input rate ------------------------------------
 
-    def paced_run(self, processor: str, progress: Progress, bucket_ms: int | None = None,
-                  passthrough: bool = False) -> dict[str, Any]:
+    def paced_run(
+        self, processor: str, progress: Progress, bucket_ms: int | None = None, passthrough: bool = False
+    ) -> dict[str, Any]:
         from services.client.source import SourceWriter
 
         rate, secs = self.args.rate, self.args.paced_seconds
@@ -665,10 +720,16 @@ class Bench:
                 if t_in is not None and counted(t_in):
                     lat.append(m.append_ms - t_in.append_ms)
         lat.sort()
-        return {"p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "max_ms": lat[-1] if lat else float("nan"),
-                "mean_ms": statistics.fmean(lat) if lat else float("nan"),
-                "samples": len(lat), "input": len(ins), "input_boundaries": len(ins_all) - len(ins),
-                "output": len(outs)}
+        return {
+            "p50_ms": _pct(lat, 50),
+            "p99_ms": _pct(lat, 99),
+            "max_ms": lat[-1] if lat else float("nan"),
+            "mean_ms": statistics.fmean(lat) if lat else float("nan"),
+            "samples": len(lat),
+            "input": len(ins),
+            "input_boundaries": len(ins_all) - len(ins),
+            "output": len(outs),
+        }
 
     # -- phase 3: CPU cost of SUnion and SOutput, in process ------------------------
 
@@ -693,8 +754,12 @@ class Bench:
 def _machine(bootstrap_external: bool) -> dict[str, Any]:
     from infra.kafka.cluster import KAFKA_VERSION
 
-    return machine({"kafka": "external broker (version not probed)" if bootstrap_external else KAFKA_VERSION,
-                    "broker": "external (--bootstrap)" if bootstrap_external else "embedded 1-broker KRaft"})
+    return machine(
+        {
+            "kafka": "external broker (version not probed)" if bootstrap_external else KAFKA_VERSION,
+            "broker": "external (--bootstrap)" if bootstrap_external else "embedded 1-broker KRaft",
+        }
+    )
 
 
 def _table(results: dict[str, dict[str, Any]], goal_met: bool) -> Table:
@@ -713,29 +778,48 @@ def _table(results: dict[str, dict[str, Any]], goal_met: bool) -> Table:
             ratio_s = f"[{'green' if ratio >= GOAL_RATIO else 'red'}]{ratio_s}[/]"
         lat = r.get("latency") or {}
         t.add_row(
-            name, f"{r['tuples_per_s']:,.0f}", ratio_s, f"{r['output'] / max(1, r['consumed']):.2f}",
-            f"{r['cpu_s_per_mtuple']:.1f}", ms(lat.get("p50_ms")), ms(lat.get("p99_ms")),
+            name,
+            f"{r['tuples_per_s']:,.0f}",
+            ratio_s,
+            f"{r['output'] / max(1, r['consumed']):.2f}",
+            f"{r['cpu_s_per_mtuple']:.1f}",
+            ms(lat.get("p50_ms")),
+            ms(lat.get("p99_ms")),
             f"{lat['p50_ratio']:.2f}" if "p50_ratio" in lat else "–",
         )
     fm = results["filter+map"]
-    t.caption = (f"goal: filter+map >= {GOAL_RATIO:.0%} of bare: " + ("[green]met[/]" if goal_met else "[red]not met[/]")
-                 + f" ({fm['ratio']:.2f}). out/in counts STABLE data tuples; no node output held a TENTATIVE, "
-                 "UNDO or REC_DONE tuple (checked per run)")
+    t.caption = (
+        f"goal: filter+map >= {GOAL_RATIO:.0%} of bare: "
+        + ("[green]met[/]" if goal_met else "[red]not met[/]")
+        + f" ({fm['ratio']:.2f}). out/in counts STABLE data tuples; no node output held a TENTATIVE, "
+        "UNDO or REC_DONE tuple (checked per run)"
+    )
     return t
 
 
 def _dpc_table(cost: dict[str, dict[str, Any]], results: dict[str, dict[str, Any]]) -> Table:
-    t = Table(title="DPC in the failure-free case: CPU per input tuple, in process (bench/dpc_cost.py)",
-              caption_justify="left")
+    t = Table(
+        title="DPC in the failure-free case: CPU per input tuple, in process (bench/dpc_cost.py)",
+        caption_justify="left",
+    )
     t.add_column("node", no_wrap=True)
     for col in ("operators µs", "SUnion µs", "SOutput µs", "node step µs", "DPC overhead µs", "of node CPU"):
         t.add_column(col, justify="right", no_wrap=True)
     for name, c in cost.items():
         node_cpu = results[name]["cpu_s_per_mtuple"]
-        t.add_row(name, f"{c['operators_us']:.2f}", f"{c['sunion_us']:.2f}", f"{c['soutput_us']:.2f}",
-                  f"{c['node_step_us']:.2f}", f"{c['dpc_overhead_us']:.2f}", f"{c['dpc_overhead_us'] / node_cpu:.0%}")
-    t.caption = ("node step = SUnion push/boundary/poll + operators + SOutput + advance, as NodeService runs them; "
-                 "DPC overhead = node step - operators; 'of node CPU' relates it to the Kafka run's CPU µs/tuple")
+        t.add_row(
+            name,
+            f"{c['operators_us']:.2f}",
+            f"{c['sunion_us']:.2f}",
+            f"{c['soutput_us']:.2f}",
+            f"{c['node_step_us']:.2f}",
+            f"{c['dpc_overhead_us']:.2f}",
+            f"{c['dpc_overhead_us'] / node_cpu:.0%}",
+        )
+    t.caption = (
+        "node step = SUnion push/boundary/poll + operators + SOutput + advance, as NodeService runs them; "
+        "DPC overhead = node step - operators; 'of node CPU' relates it to the Kafka run's CPU µs/tuple"
+    )
     return t
 
 
@@ -770,7 +854,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bench = Bench(args, bootstrap, tmp)
         runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PROCESSORS}
         latency: dict[str, dict[str, Any]] = {}
-        cols = (SpinnerColumn(), TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        cols = (
+            SpinnerColumn(),
+            TextColumn("{task.description:<26}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
         try:
             with Progress(*cols, console=console) as progress:
                 source, messages = bench.preload(progress)
@@ -781,7 +871,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     latency[p] = bench.paced_run(p, progress)
                 if args.profile:
                     PROFILE_OUT.parent.mkdir(parents=True, exist_ok=True)
-                    bench.throughput_run("filter+map", source, messages, args.repeat, progress, profile_out=str(PROFILE_OUT))
+                    bench.throughput_run(
+                        "filter+map", source, messages, args.repeat, progress, profile_out=str(PROFILE_OUT)
+                    )
                 dpc_cost = bench.dpc_cost(progress)
         finally:
             if cluster is None:
@@ -805,32 +897,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         st = bench.settings
         dpc = _job("filter+map", "cfg", "cfg_in", bootstrap, 0, 0)[1].dpc  # type: ignore[union-attr]
         doc = {
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": _machine(bool(args.bootstrap)),
             "config": {
-                "tuples": args.tuples, "repeat": args.repeat, "quick": args.quick, "paced_rate": args.rate,
-                "paced_seconds": args.paced_seconds, "warmup_s": WARMUP_S, "partitions": 1, "sensors": SENSORS,
+                "tuples": args.tuples,
+                "repeat": args.repeat,
+                "quick": args.quick,
+                "paced_rate": args.rate,
+                "paced_seconds": args.paced_seconds,
+                "warmup_s": WARMUP_S,
+                "partitions": 1,
+                "sensors": SENSORS,
                 "window": {"size_ms": WINDOW_SIZE_MS, "slide_ms": WINDOW_SLIDE_MS},
-                "batch_size": st.batch_size, "poll_timeout_ms": st.poll_timeout_ms, "linger_ms": st.linger_ms,
-                "input_boundaries": bench.input_boundaries, "final_boundary_stime": FINAL_BOUNDARY,
-                "dpc": {"bucket_ms": dpc.bucket, "boundary_interval_ms": dpc.boundary_interval,
-                        "restart_image_interval_ms": dpc.restart_image_interval, "delay_ms": dpc.delay, "alpha": dpc.alpha,
-                        "heartbeat_interval_ms": dpc.heartbeat_interval, "replicas": 1},
+                "batch_size": st.batch_size,
+                "poll_timeout_ms": st.poll_timeout_ms,
+                "linger_ms": st.linger_ms,
+                "input_boundaries": bench.input_boundaries,
+                "final_boundary_stime": FINAL_BOUNDARY,
+                "dpc": {
+                    "bucket_ms": dpc.bucket,
+                    "boundary_interval_ms": dpc.boundary_interval,
+                    "restart_image_interval_ms": dpc.restart_image_interval,
+                    "delay_ms": dpc.delay,
+                    "alpha": dpc.alpha,
+                    "heartbeat_interval_ms": dpc.heartbeat_interval,
+                    "replicas": 1,
+                },
             },
             "definitions": {
                 "timestamps": "broker LogAppendTime on every topic",
                 "tuples_per_s": "input data tuples / (end of last batch - receipt of first batch); median of runs",
                 "output": "STABLE data tuples in the output topic (ids checked dense); a TENTATIVE, UNDO or REC_DONE "
-                          "tuple fails the benchmark; BOUNDARY tuples are control, counted in output_types only",
+                "tuple fails the benchmark; BOUNDARY tuples are control, counted in output_types only",
                 "cpu_s_per_mtuple": "worker process CPU time (all threads) per input data tuple, in µs; median of runs",
                 "latency": "output append time - append time of the input it came from (window: the input that "
-                           "closed the window); paced phase, first second and inputs released by the final "
-                           "boundary excluded",
+                "closed the window); paced phase, first second and inputs released by the final "
+                "boundary excluded",
                 "dpc_cost": "in-process CPU µs per input tuple: operators alone vs SUnion -> operators -> SOutput "
-                            "as NodeService runs them (bench/dpc_cost.py); best of 3",
+                "as NodeService runs them (bench/dpc_cost.py); best of 3",
             },
-            "goal": {"filter_map_min_ratio": GOAL_RATIO, "met": goal_met,
-                     "filter_map_ratio": results["filter+map"]["ratio"]},
+            "goal": {
+                "filter_map_min_ratio": GOAL_RATIO,
+                "met": goal_met,
+                "filter_map_ratio": results["filter+map"]["ratio"],
+            },
             "results": results,
             "dpc_cost": dpc_cost,
         }
@@ -847,13 +957,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tuples", type=int, default=None, help="pre-loaded input tuples per throughput run (default 300000, --quick 100000)")
+    ap.add_argument(
+        "--tuples",
+        type=int,
+        default=None,
+        help="pre-loaded input tuples per throughput run (default 300000, --quick 100000)",
+    )
     ap.add_argument("--quick", action="store_true", help="small run (about a minute including broker start)")
-    ap.add_argument("--repeat", type=int, default=None, help="throughput runs per processor; the median counts (default 3, --quick 1)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="throughput runs per processor; the median counts (default 3, --quick 1)",
+    )
     ap.add_argument("--rate", type=float, default=1000, help="input tuples/s of the latency phase")
-    ap.add_argument("--paced-seconds", type=float, default=None, help="length of each latency run (default 15, --quick 6)")
+    ap.add_argument(
+        "--paced-seconds", type=float, default=None, help="length of each latency run (default 15, --quick 6)"
+    )
     ap.add_argument("--bootstrap", help="use this broker instead of starting one")
-    ap.add_argument("--profile", action="store_true", help=f"also profile one filter+map run (cProfile, {PROFILE_OUT.name})")
+    ap.add_argument(
+        "--profile", action="store_true", help=f"also profile one filter+map run (cProfile, {PROFILE_OUT.name})"
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     a.tuples = a.tuples or (100_000 if a.quick else 300_000)
@@ -876,8 +1000,13 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     tps = [res[n]["tuples_per_s"] / 1000 for n in names]
     bars = a.bar(names, tps, color=colours)
     for bar, n in zip(bars, names):
-        a.annotate(f"{res[n]['tuples_per_s'] / 1000:.1f}k\n{res[n]['ratio']:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                   ha="center", va="bottom", fontsize=9)
+        a.annotate(
+            f"{res[n]['tuples_per_s'] / 1000:.1f}k\n{res[n]['ratio']:.2f}x",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=9,
+        )
     a.set_ylabel("input tuples/s (thousands)")
     a.set_title("throughput, pre-loaded input")
     a.set_ylim(0, max(tps) * 1.25)
@@ -886,7 +1015,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     for off, q, colour in ((-0.2, "p50", "#2a7ab9"), (0.2, "p99", "#e08a2c")):
         vals = [res[n]["latency"][f"{q}_ms"] for n in lat]
         for bar, v in zip(b.bar([i + off for i in x], vals, width=0.4, label=q, color=colour), vals):
-            b.annotate(f"{v:.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+            b.annotate(
+                f"{v:.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
+            )
     b.set_xticks(list(x), lat)
     b.set_ylabel("end-to-end latency (ms)")
     b.set_title(f"latency at {doc['config']['paced_rate']:,} tuples/s")
@@ -894,10 +1025,13 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     b.legend(loc="upper left", ncols=2)
     m, c = doc["machine"], doc["config"]
     d = c.get("dpc", {})
-    fig.suptitle(f"hastream node (DPC, failure-free: bucket {d.get('bucket_ms')} ms, boundaries every "
-                 f"{d.get('boundary_interval_ms')} ms) vs bare confluent-kafka loop\n"
-                 f"{c['tuples']:,} reading tuples, 1 partition, batch {c['batch_size']}; "
-                 f"{m['cores']} cores, Python {m['python']}, Kafka {m['kafka']} ({m['broker']})", fontsize=9)
+    fig.suptitle(
+        f"hastream node (DPC, failure-free: bucket {d.get('bucket_ms')} ms, boundaries every "
+        f"{d.get('boundary_interval_ms')} ms) vs bare confluent-kafka loop\n"
+        f"{c['tuples']:,} reading tuples, 1 partition, batch {c['batch_size']}; "
+        f"{m['cores']} cores, Python {m['python']}, Kafka {m['kafka']} ({m['broker']})",
+        fontsize=9,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -4,6 +4,7 @@ The copy lands in a staging folder renamed into place under a file lock, so conc
 workers or stages never see a half-filled classpath; a marker holding the pom's hash makes a
 version bump refetch.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -82,8 +83,17 @@ def fetch_jars(pom: Path, target: Path, what: str, required: Sequence[str], time
             raise MavenError(f"Maven ('mvn') is not on PATH; it is needed once to fetch the {what}")
         staging = target.parent / f".{target.name}-staging-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
-        cmd = [mvn, "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
-               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
+        cmd = [
+            mvn,
+            "-q",
+            "-B",
+            "-Dstyle.color=never",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -93,7 +103,11 @@ def fetch_jars(pom: Path, target: Path, what: str, required: Sequence[str], time
         (staging / MARKER_FILE).write_text(_marker(pom))
         if proc.returncode != 0 or _complete(staging, pom, required) is None:
             shutil.rmtree(staging, ignore_errors=True)
-            detail = first_error_line(proc.stdout + "\n" + proc.stderr) if proc.returncode else "required jars missing after copy"
+            detail = (
+                first_error_line(proc.stdout + "\n" + proc.stderr)
+                if proc.returncode
+                else "required jars missing after copy"
+            )
             raise MavenError(f"mvn could not fetch the {what}: {detail}")
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)

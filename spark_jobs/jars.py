@@ -5,6 +5,7 @@ with ``--packages`` would need Ivy at every session start (and network access); 
 ``infra/spark/pom.xml`` lists exactly the missing jars, Maven copies them once into
 ``jars_dir("spark")``, and sessions get them through ``spark.jars``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +15,13 @@ from services.core.paths import REPO_ROOT, jars_dir
 
 POM_PATH = REPO_ROOT / "infra" / "spark" / "pom.xml"
 # Jars whose absence means the copy is unusable (checked after Maven ran and on every call).
-REQUIRED_PREFIXES = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients-", "commons-pool2-", "spark-avro_")
+REQUIRED_PREFIXES = (
+    "spark-sql-kafka-0-10_",
+    "spark-token-provider-kafka-0-10_",
+    "kafka-clients-",
+    "commons-pool2-",
+    "spark-avro_",
+)
 
 
 class SparkJarsError(RuntimeError):

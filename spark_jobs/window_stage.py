@@ -44,6 +44,7 @@ in an output partition are skipped, so a restart never duplicates output.
 Run ``python -m spark_jobs.window_stage SPEC NODE --replica R --checkpoint DIR [--bootstrap B]``;
 SIGTERM or Ctrl-C stops the query and then the session.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,13 +65,12 @@ from pyspark.sql.avro.functions import from_avro, to_avro
 from pyspark.sql.window import Window
 
 from services.core.codec import load_schema, schema_fields, schema_json
-from services.core.errors import ConfigError
 from services.core.config import Settings
-from services.log.tail import last_message
+from services.core.errors import ConfigError, HeaderError
 from services.core.paths import hastream_home
-from services.spec import OperatorDef, Spec, SpecError, load_spec
 from services.core.tuples import H_EPOCH, H_ID, H_REPLICA, H_STIME, H_TYPE, TupleType, parse_headers
-from services.core.errors import HeaderError
+from services.log.tail import last_message
+from services.spec import OperatorDef, Spec, SpecError, load_spec
 from spark_jobs.jars import SparkJarsError, ensure_spark_jars
 
 log = logging.getLogger(__name__)
@@ -80,12 +80,20 @@ DEFAULT_TRIGGER_MS = 1000
 # Read Kafka through the DSv1 source: Spark 4.1.1's DSv2 Kafka stream fails with a
 # NullPointerException in its progress metrics (SPARK-55271) whenever a restarted query
 # re-runs a batch that was planned but not committed, i.e. on every recovery after a crash.
-_DISABLE_V2_KAFKA = ("spark.sql.streaming.disabledV2MicroBatchReaders", "org.apache.spark.sql.kafka010.KafkaSourceProvider")
+_DISABLE_V2_KAFKA = (
+    "spark.sql.streaming.disabledV2MicroBatchReaders",
+    "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+)
 
 # Avro primitive type -> the Spark SQL type to_avro needs for it.
 _SPARK_TYPES = {
-    "string": "string", "long": "bigint", "int": "int", "double": "double",
-    "float": "float", "boolean": "boolean", "bytes": "binary",
+    "string": "string",
+    "long": "bigint",
+    "int": "int",
+    "double": "double",
+    "float": "float",
+    "boolean": "boolean",
+    "bytes": "binary",
 }
 
 _LOG4J2 = """\
@@ -173,7 +181,10 @@ def default_checkpoint(plan: StagePlan) -> Path:
 
 # -- session -----------------------------------------------------------------------------
 
-def spark_session(app_name: str = "hastream-window-stage", shuffle_partitions: int = 2, master: str = "local[2]") -> SparkSession:
+
+def spark_session(
+    app_name: str = "hastream-window-stage", shuffle_partitions: int = 2, master: str = "local[2]"
+) -> SparkSession:
     """A local session with the connector jars on its classpath (no Ivy, no UI, quiet logs).
 
     ``spark.jars`` only takes effect when the JVM starts, so an already running session
@@ -212,8 +223,10 @@ def spark_session(app_name: str = "hastream-window-stage", shuffle_partitions: i
         .config("spark.kafka.producer.cache.evictorThreadRunInterval", "10s")
         # Window state of many keys lives off-heap in RocksDB instead of in the driver's 1 GB
         # heap. The provider is recorded in the checkpoint: a checkpoint is only usable with it.
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
     )
     try:
         spark = builder.getOrCreate()
@@ -223,12 +236,15 @@ def spark_session(app_name: str = "hastream-window-stage", shuffle_partitions: i
     loaded = spark.sparkContext.getConf().get("spark.jars", "")
     missing = [j.name for j in jars if j.name not in loaded]
     if missing:
-        raise StageError(f"the running Spark session was started without the connector jars ({', '.join(missing)}); "
-                         "create it with spark_jobs.window_stage.spark_session()")
+        raise StageError(
+            f"the running Spark session was started without the connector jars ({', '.join(missing)}); "
+            "create it with spark_jobs.window_stage.spark_session()"
+        )
     return spark
 
 
 # -- the query ---------------------------------------------------------------------------
+
 
 def _avro_type(t: Any) -> str:
     """Spark type of an Avro field type (for unions, the non-null branch)."""
@@ -248,8 +264,9 @@ def _aggregate(func: str, fld: str | None) -> Column:
     return {"sum": F.sum, "avg": F.avg, "min": F.min, "max": F.max}[func](col)
 
 
-def build_windows(spark: SparkSession, plan: StagePlan, bootstrap: str, lateness_ms: int,
-                  max_offsets_per_trigger: int | None = None) -> DataFrame:
+def build_windows(
+    spark: SparkSession, plan: StagePlan, bootstrap: str, lateness_ms: int, max_offsets_per_trigger: int | None = None
+) -> DataFrame:
     """The streaming frame of closed windows: __k (original key), window_start/end (ms), aggregates."""
     op = plan.op
     reader = (
@@ -262,10 +279,18 @@ def build_windows(spark: SparkSession, plan: StagePlan, bootstrap: str, lateness
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
     raw = reader.load()
-    stable = raw.where(F.exists("headers", lambda h: (h["key"] == H_TYPE) & (h["value"].cast("string") == TupleType.STABLE.value)))
+    stable = raw.where(
+        F.exists("headers", lambda h: (h["key"] == H_TYPE) & (h["value"].cast("string") == TupleType.STABLE.value))
+    )
     decoded = stable.select(from_avro("value", schema_json(plan.in_schema), {"mode": "PERMISSIVE"}).alias("r"))
-    recs = decoded.where(F.col("r").isNotNull()).select("r.*").where(F.col(op.key).isNotNull() & F.col(op.time).isNotNull())
-    timed = recs.withColumn("__et", F.timestamp_millis(F.col(op.time))).withWatermark("__et", f"{lateness_ms} milliseconds")
+    recs = (
+        decoded.where(F.col("r").isNotNull())
+        .select("r.*")
+        .where(F.col(op.key).isNotNull() & F.col(op.time).isNotNull())
+    )
+    timed = recs.withColumn("__et", F.timestamp_millis(F.col(op.time))).withWatermark(
+        "__et", f"{lateness_ms} milliseconds"
+    )
     grouped = timed.groupBy(
         F.window("__et", f"{op.size} milliseconds", f"{op.slide} milliseconds").alias("__w"),
         F.col(op.key).alias("__k"),
@@ -347,8 +372,11 @@ class _BatchWriter:
         conds = []
         for p, r in self.resume.items():
             last_key = F.lit(r.key).cast(self.key_type)
-            conds.append((F.col("__p") != p) | (F.col("window_end") > r.window_end)
-                         | ((F.col("window_end") == r.window_end) & (F.col("__k") > last_key)))
+            conds.append(
+                (F.col("__p") != p)
+                | (F.col("window_end") > r.window_end)
+                | ((F.col("window_end") == r.window_end) & (F.col("__k") > last_key))
+            )
         if not conds:
             return None
         cond = conds[0]
@@ -363,7 +391,9 @@ class _BatchWriter:
         df = df.withColumn("__p", (F.crc32(F.col("key").cast("binary")) % F.lit(parts)).cast("int"))
         cond = self._not_written_yet()
         df = df.withColumn("__new", cond if cond is not None else F.lit(True))
-        base = F.element_at(F.create_map(*[x for p in range(parts) for x in (F.lit(p), F.lit(self.next_id[p]))]), F.col("__p"))
+        base = F.element_at(
+            F.create_map(*[x for p in range(parts) for x in (F.lit(p), F.lit(self.next_id[p]))]), F.col("__p")
+        )
         order = Window.partitionBy("__p", "__new").orderBy("window_end", "__k")
         df = df.withColumn("__id", (F.row_number().over(order) - 1 + base).cast("bigint")).persist()
         try:
@@ -491,6 +521,7 @@ def _one_line(e: BaseException) -> str:
 
 # -- CLI ---------------------------------------------------------------------------------
 
+
 class _Parser(argparse.ArgumentParser):
     """Argument errors as one line instead of usage plus message."""
 
@@ -499,8 +530,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    p = _Parser(prog="python -m spark_jobs.window_stage",
-                description="Run one replica of a spark node (one window operator) as a Spark Structured Streaming query.")
+    p = _Parser(
+        prog="python -m spark_jobs.window_stage",
+        description="Run one replica of a spark node (one window operator) as a Spark Structured Streaming query.",
+    )
     p.add_argument("spec", help="query spec YAML")
     p.add_argument("node", help="name of a node with engine: spark")
     p.add_argument("--replica", type=int, default=0, help="replica index (default 0)")
@@ -538,9 +571,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        run_stage(spec, args.node, bootstrap, replica=args.replica, checkpoint_dir=args.checkpoint,
-                  trigger_ms=args.trigger_ms, lateness_ms=args.lateness_ms, stop_event=stop,
-                  max_offsets_per_trigger=args.max_offsets_per_trigger)
+        run_stage(
+            spec,
+            args.node,
+            bootstrap,
+            replica=args.replica,
+            checkpoint_dir=args.checkpoint,
+            trigger_ms=args.trigger_ms,
+            lateness_ms=args.lateness_ms,
+            stop_event=stop,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+        )
     except StageError as e:
         print(f"{parser.prog}: {e}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ Where the broker comes from (first match wins):
   Docker engine exists; image from ``HASTREAM_TEST_KAFKA_IMAGE``);
 * otherwise an embedded 1-broker KRaft cluster from the Maven jars, in a temp dir.
 """
+
 from __future__ import annotations
 
 import os
@@ -90,3 +91,6 @@ def topic_name(request: pytest.FixtureRequest) -> Callable[..., str]:
         return f"{base}-{uuid.uuid4().hex[:10]}"
 
     return make
+
+
+from tests.dpc_chain import failure_free  # noqa: E402,F401  (the DPC fault tests' shared reference run)

@@ -8,6 +8,7 @@ Results go to ``bench/results/borealis.json``, one entry per experiment (``--onl
 those entries), figures to ``docs/``, and ``docs/experiments.md`` is regenerated from the
 experiments' ``section()`` texts and the JSON, so the page always shows the numbers on file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
 
 from bench.borealis.common import DOCS, RESULTS, Progress, broker, machine
 from services.core.paths import REPO_ROOT
@@ -74,7 +76,13 @@ def module(name: str) -> Any | None:
 
 def run_experiments(names: list[str], quick: bool, doc: dict[str, Any]) -> None:
     """Run ``names`` on one broker, saving the results file after each so a crash loses one experiment at most."""
-    cols = (SpinnerColumn(), TextColumn("{task.description:<44}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    cols = (
+        SpinnerColumn(),
+        TextColumn("{task.description:<44}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with broker(console.print) as facts:
         m = machine(facts)
         doc["machine"] = m
@@ -93,8 +101,11 @@ def run_experiments(names: list[str], quick: bool, doc: dict[str, Any]) -> None:
                     bar.console.print(f"[red]{name} failed:[/] {type(e).__name__}: {e}")
                     result = {"error": f"{type(e).__name__}: {e}"}
                 result.setdefault("quick", quick)
-                result.update(machine=m, date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                              elapsed_s=round(time.monotonic() - t0, 1))
+                result.update(
+                    machine=m,
+                    date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                    elapsed_s=round(time.monotonic() - t0, 1),
+                )
                 doc["experiments"][name] = result
                 save_results(doc)
                 draw([name], doc)
@@ -174,9 +185,11 @@ failure, chains of 1 to 4 nodes with two replicas each, X = 3 s per node).
 
 
 def machine_line(m: dict[str, Any]) -> str:
-    return (f"{m.get('cores')} cores, {m.get('cpu')}; {m.get('platform')}; Python {m.get('python')}, "
-            f"confluent-kafka {m.get('confluent_kafka')} (librdkafka {m.get('librdkafka')}); "
-            f"Kafka {m.get('kafka')}, {m.get('broker')}.")
+    return (
+        f"{m.get('cores')} cores, {m.get('cpu')}; {m.get('platform')}; Python {m.get('python')}, "
+        f"confluent-kafka {m.get('confluent_kafka')} (librdkafka {m.get('librdkafka')}); "
+        f"Kafka {m.get('kafka')}, {m.get('broker')}."
+    )
 
 
 def write_docs(doc: dict[str, Any]) -> Path:
@@ -185,8 +198,11 @@ def write_docs(doc: dict[str, Any]) -> Path:
     rate = next((r["config"]["rate"] for e in exps.values() for r in e.get("runs", []) if "config" in r), 100)
     machines = {name: machine_line(e.get("machine") or doc.get("machine", {})) for name, e in exps.items()}
     several = len(set(machines.values())) > 1
-    intro_machine = ("The sections ran on different machines of the same size; each states its own."
-                     if several else next(iter(machines.values()), machine_line(doc.get("machine", {}))))
+    intro_machine = (
+        "The sections ran on different machines of the same size; each states its own."
+        if several
+        else next(iter(machines.values()), machine_line(doc.get("machine", {})))
+    )
     parts = [INTRO.format(rate=rate, agg=3 * rate, machine=intro_machine)]
     for name in EXPERIMENTS:
         result, mod = exps.get(name), module(name)
@@ -204,7 +220,9 @@ def write_docs(doc: dict[str, Any]) -> Path:
                 text = f"{title}\n\n*Machine: {machines[name]}*\n{rest}"
             parts.append(head + text + "\n")
         except Exception as e:  # noqa: BLE001
-            parts.append(head + f"## {name}\n\nThe experiment's section could not be written: {type(e).__name__}: {e}\n")
+            parts.append(
+                head + f"## {name}\n\nThe experiment's section could not be written: {type(e).__name__}: {e}\n"
+            )
     parts.append(MORE + "\n")
     path = DOCS / "experiments.md"
     path.write_text("\n".join(parts))
@@ -224,13 +242,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.names:
         r = doc["experiments"].get(name)
         if r is not None:
-            bad = [x.get("label", "?") for k in ("runs", "alpha_x_runs", "duration_runs") for x in r.get(k, [])
-                   if not x.get("consistent", True)]
+            bad = [
+                x.get("label", "?")
+                for k in ("runs", "alpha_x_runs", "duration_runs")
+                for x in r.get(k, [])
+                if not x.get("consistent", True)
+            ]
             if bad:
                 console.print(f"[red]{name}: not eventually consistent:[/] {', '.join(bad)}")
-    console.print(f"results: {RESULTS.relative_to(REPO_ROOT)}; page: {page.relative_to(REPO_ROOT)}"
-                  + (f"; {len(figures)} figures redrawn" if figures else "")
-                  + ("" if args.replot else f"; {time.monotonic() - t0:.0f} s in all"))
+    console.print(
+        f"results: {RESULTS.relative_to(REPO_ROOT)}; page: {page.relative_to(REPO_ROOT)}"
+        + (f"; {len(figures)} figures redrawn" if figures else "")
+        + ("" if args.replot else f"; {time.monotonic() - t0:.0f} s in all")
+    )
     return doc
 
 

@@ -16,6 +16,7 @@ the last node's output, as an application would), send the paced workload, injec
 wait until every replica and the client hold the complete stable output, then compute the
 metrics (``metrics.py``) and check eventual consistency against the expected output.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,17 +30,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.borealis import metrics
 from services.client.view import StreamView
-from services.core.admin import delete_topics
 from services.control.messages import COORDINATOR
-from services.dpc.states import NodeState
 from services.control.monitor import ReplicaMonitor
-from services.spec import Spec, parse_spec
+from services.core.admin import delete_topics
 from services.core.tuples import TupleType
 from services.deploy.harness import PacedSources, Recorder, Services
 from services.deploy.local import provision
-
-from bench.borealis import metrics
+from services.dpc.states import NodeState
+from services.spec import Spec, parse_spec
 
 INPUTS = 3
 BASE_TS = 1_700_000_000_000
@@ -102,9 +102,12 @@ def chain_spec(cfg: RunConfig, suffix: str) -> str:
         *[f"  out{j}_{u}: {{schema: reading, key: sensor}}" for j in range(1, cfg.k + 1)],
         "operators:",
         f"  merge: {{type: union, inputs: [{', '.join(f's{i}_{u}' for i in range(1, INPUTS + 1))}], output: all_{u}}}",
-        f"  pass1: {{type: filter, input: all_{u}, output: out1_{u}, where: \"value > -1\"}}",
-        *[f"  step{j}: {{type: map, input: out{j - 1}_{u}, output: out{j}_{u}, "
-          f"fields: {{sensor: sensor, ts: ts, value: \"value + 1\", seq: seq}}}}" for j in range(2, cfg.k + 1)],
+        f'  pass1: {{type: filter, input: all_{u}, output: out1_{u}, where: "value > -1"}}',
+        *[
+            f"  step{j}: {{type: map, input: out{j - 1}_{u}, output: out{j}_{u}, "
+            f'fields: {{sensor: sensor, ts: ts, value: "value + 1", seq: seq}}}}'
+            for j in range(2, cfg.k + 1)
+        ],
         "nodes:",
         "  n1: {operators: [merge, pass1]}",
         *[f"  n{j}: {{operators: [step{j}]}}" for j in range(2, cfg.k + 1)],
@@ -116,8 +119,10 @@ def workload(cfg: RunConfig, names: list[str]) -> dict[str, list[dict[str, Any]]
     """Input i's record j: sensor ``in<i>``, event time ``BASE_TS + j * step``, seq j (all inputs in step)."""
     step = 1000 // cfg.rate
     ticks = int(cfg.seconds * cfg.rate)
-    return {s: [{"sensor": f"in{i}", "ts": BASE_TS + j * step, "value": float(j % 50), "seq": j} for j in range(ticks)]
-            for i, s in enumerate(names, 1)}
+    return {
+        s: [{"sensor": f"in{i}", "ts": BASE_TS + j * step, "value": float(j % 50), "seq": j} for j in range(ticks)]
+        for i, s in enumerate(names, 1)
+    }
 
 
 class Client(threading.Thread):
@@ -160,8 +165,10 @@ def _wait_ready(spec: Spec, mon: ReplicaMonitor, timeout: float = 90) -> None:
         if all(mon.state(n, 0, r) is NodeState.STABLE for n, r in want):
             return
         time.sleep(0.2)
-    raise TimeoutError("services did not all become STABLE within 90 s: " +
-                       ", ".join(f"{n}.r{r}={mon.state(n, 0, r).value}" for n, r in want))
+    raise TimeoutError(
+        "services did not all become STABLE within 90 s: "
+        + ", ".join(f"{n}.r{r}={mon.state(n, 0, r).value}" for n, r in want)
+    )
 
 
 def victim(cfg: RunConfig, client_replica: int, log_dir: Path, suffix: str) -> str:
@@ -225,7 +232,8 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
 
         def complete() -> bool:
             return len(client.stable()) >= total and all(
-                len(recorder.replica(s, r).final_stable()) >= total for s in outputs for r in range(2))
+                len(recorder.replica(s, r).final_stable()) >= total for s in outputs for r in range(2)
+            )
 
         settled = recorder.wait_for(complete, 120)
         settle_s = time.monotonic() - t_sent
@@ -252,13 +260,27 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _result(cfg: RunConfig, spec: Spec, sources: PacedSources, recorder: Recorder, client: Client,
-            outputs: list[str], outage: metrics.Outage | None, t0: float, settled: bool,
-            startup_s: float, settle_s: float) -> dict[str, Any]:
+def _result(
+    cfg: RunConfig,
+    spec: Spec,
+    sources: PacedSources,
+    recorder: Recorder,
+    client: Client,
+    outputs: list[str],
+    outage: metrics.Outage | None,
+    t0: float,
+    settled: bool,
+    startup_s: float,
+    settle_s: float,
+) -> dict[str, Any]:
     step = 1000 // cfg.rate
     ticks = int(cfg.seconds * cfg.rate)
-    generated = {(f"in{i}", j): sources.sent_at[BASE_TS + j * step]
-                 for i in range(1, INPUTS + 1) for j in range(ticks) if BASE_TS + j * step in sources.sent_at}
+    generated = {
+        (f"in{i}", j): sources.sent_at[BASE_TS + j * step]
+        for i in range(1, INPUTS + 1)
+        for j in range(ticks)
+        if BASE_TS + j * step in sources.sent_at
+    }
     d = metrics.delays(client.first_seen, generated, outage, since=t0 + WARMUP_S)
     summ = metrics.summary(d)
     consistency: dict[str, Any] = {}
@@ -271,8 +293,12 @@ def _result(cfg: RunConfig, spec: Spec, sources: PacedSources, recorder: Recorde
     undone = [m for s in outputs for r in range(2) for m in recorder.replica(s, r).undid_stable()]
     sink = [recorder.replica(outputs[-1], r) for r in range(2)]
     return {
-        "config": {**asdict(cfg), "alpha_x_s": cfg.alpha_x_s, "delay_ms": cfg.x_ms * cfg.k,
-                   "node_delay_s": spec.node_delay_s("n1")},
+        "config": {
+            **asdict(cfg),
+            "alpha_x_s": cfg.alpha_x_s,
+            "delay_ms": cfg.x_ms * cfg.k,
+            "node_delay_s": spec.node_delay_s("n1"),
+        },
         **summ,
         "n_tentative": client.kinds["tentative"],
         "tentative_unique": len(client.tentative_keys),
@@ -282,9 +308,11 @@ def _result(cfg: RunConfig, spec: Spec, sources: PacedSources, recorder: Recorde
         "sink_tentative_per_replica": [o.count(TupleType.TENTATIVE) for o in sink],
         "sink_undo_per_replica": [o.count(TupleType.UNDO) for o in sink],
         "timeline": metrics.timeline(d, generated, t0),
-        "late_tuples": [[key[0], key[1], round(generated[key] - t0, 2), round(v, 2)]  # input, seq, generated at, delay
-                        for key, v in sorted(d.items(), key=lambda kv: -kv[1])[:10]
-                        if v > summ["p99_s"] + cfg.alpha_x_s],
+        "late_tuples": [
+            [key[0], key[1], round(generated[key] - t0, 2), round(v, 2)]  # input, seq, generated at, delay
+            for key, v in sorted(d.items(), key=lambda kv: -kv[1])[:10]
+            if v > summ["p99_s"] + cfg.alpha_x_s
+        ],
         "consistent": settled and all(c["ok"] for c in consistency.values()) and not undone,
         "settled": settled,
         "consistency": consistency,
@@ -312,8 +340,10 @@ def run_series(name: str, runs: list[tuple[str, RunConfig]], progress: Any) -> l
         if "error" in r:
             progress.note(f"{name} {label}: [red]error[/] {r['error']}")
         else:
-            progress.note(f"{name} {label}: Delay_new {r['delay_new_s']:.2f}s, N_tentative {r['n_tentative']}, "
-                          f"{'consistent' if r['consistent'] else '[red]INCONSISTENT[/]'} ({r['wall_s']:.0f}s)")
+            progress.note(
+                f"{name} {label}: Delay_new {r['delay_new_s']:.2f}s, N_tentative {r['n_tentative']}, "
+                f"{'consistent' if r['consistent'] else '[red]INCONSISTENT[/]'} ({r['wall_s']:.0f}s)"
+            )
         progress.advance()
     return out
 
@@ -322,7 +352,11 @@ def verdict(r: dict[str, Any]) -> str:
     """Eventual consistency of one run, for tables: every replica and the client hold the expected output."""
     if "error" in r:
         return f"**error** ({r['error'][:60]})"
-    return "yes" if r["consistent"] else f"**NO** ({', '.join(k for k, c in r['consistency'].items() if not c['ok']) or 'unsettled'})"
+    return (
+        "yes"
+        if r["consistent"]
+        else f"**NO** ({', '.join(k for k, c in r['consistency'].items() if not c['ok']) or 'unsettled'})"
+    )
 
 
 def outliers(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -335,11 +369,19 @@ def outlier_note(runs: list[dict[str, Any]]) -> str:
     bad = outliers(runs)
     if not bad:
         return ""
-    which = "; ".join(f"{r['label']}: Delay_new {r['delay_new_s']:.1f} s against a p99 of {r['p99_s']:.1f} s" for r in bad)
-    where = "the run's timeline and `late_tuples` in the JSON" if all(r.get("late_tuples") for r in bad) else "the run's timeline"
-    return (f"- *Single late tuples.* {which}. The maximum comes from a few tuples of inputs that stayed up, "
-            f"delivered far later than the rest ({where}). SUnion waits for every live input before it "
-            f"releases a bucket during a failure, so this is not expected; the run is kept as measured.\n")
+    which = "; ".join(
+        f"{r['label']}: Delay_new {r['delay_new_s']:.1f} s against a p99 of {r['p99_s']:.1f} s" for r in bad
+    )
+    where = (
+        "the run's timeline and `late_tuples` in the JSON"
+        if all(r.get("late_tuples") for r in bad)
+        else "the run's timeline"
+    )
+    return (
+        f"- *Single late tuples.* {which}. The maximum comes from a few tuples of inputs that stayed up, "
+        f"delivered far later than the rest ({where}). SUnion waits for every live input before it "
+        f"releases a bucket during a failure, so this is not expected; the run is kept as measured.\n"
+    )
 
 
 def repeat_note(runs: list[dict[str, Any]]) -> str:
@@ -348,10 +390,12 @@ def repeat_note(runs: list[dict[str, Any]]) -> str:
     if not rep:
         return ""
     which = "; ".join(f"{r['label']}: {r['n_tentative']} received, {r['tentative_unique']} distinct" for r in rep)
-    return (f"- *Tentative tuples received twice.* {which}. In these runs the client switched replica while both "
-            f"were tentative (one had gone into STABILIZATION to reconcile) and read the partner's tentative output "
-            f"again from its last stable tuple on: hastream switches without the paper's t_max timestamp "
-            f"(docs/dpc.md). N_tentative counts every receipt, as the paper counts them at the client.\n")
+    return (
+        f"- *Tentative tuples received twice.* {which}. In these runs the client switched replica while both "
+        f"were tentative (one had gone into STABILIZATION to reconcile) and read the partner's tentative output "
+        f"again from its last stable tuple on: hastream switches without the paper's t_max timestamp "
+        f"(docs/dpc.md). N_tentative counts every receipt, as the paper counts them at the client.\n"
+    )
 
 
 def peak_before_heal(r: dict[str, Any]) -> float | None:
@@ -365,19 +409,40 @@ def peak_before_heal(r: dict[str, Any]) -> float | None:
 
 def over_x_note(runs: list[dict[str, Any]]) -> str:
     """A sentence on the runs whose Delay_new broke k·X after a client switch (empty if none)."""
-    bad = [r for r in runs if "error" not in r and r["delay_new_s"] > r["config"]["k"] * r["config"]["x_ms"] / 1000
-           and r.get("client_switches", 0) > 0]
+    bad = [
+        r
+        for r in runs
+        if "error" not in r
+        and r["delay_new_s"] > r["config"]["k"] * r["config"]["x_ms"] / 1000
+        and r.get("client_switches", 0) > 0
+    ]
     if not bad:
         return ""
-    which = "; ".join(f"{r['label']}: {r['delay_new_s']:.2f} s, peak on tuples generated "
-                      f"{peak_before_heal(r) or 0:.1f} s before the heal, {r['client_switches']} switch(es)" for r in bad)
-    kept = [r for r in runs if "error" not in r and r["config"]["policy"] == "Delay & Delay" and not r.get("client_switches")]
-    within = (" Delay & Delay runs without a switch stayed within k·X (" + ", ".join(
-        f"{r['label']}: {r['delay_new_s']:.2f} s" for r in kept) + ").") if kept else ""
-    return (f"- *Over X after a switch.* {which}. The late tuples are the ones generated about k·αX before the "
-            f"failure healed: they are due just as the replica the client reads goes into STABILIZATION to "
-            f"reconcile. The client then switches to the partner, which under Delay still holds them for its αX, "
-            f"and the switch itself costs time: the state change is seen through heartbeats, and the partner is "
-            f"read from its last stable tuple on, which means looking back over its tentative output and reading "
-            f"it again. That part grows with the failure, as these runs' excess does; the paper's t_max switch "
-            f"would avoid it.{within}\n")
+    which = "; ".join(
+        f"{r['label']}: {r['delay_new_s']:.2f} s, peak on tuples generated "
+        f"{peak_before_heal(r) or 0:.1f} s before the heal, {r['client_switches']} switch(es)"
+        for r in bad
+    )
+    kept = [
+        r
+        for r in runs
+        if "error" not in r and r["config"]["policy"] == "Delay & Delay" and not r.get("client_switches")
+    ]
+    within = (
+        (
+            " Delay & Delay runs without a switch stayed within k·X ("
+            + ", ".join(f"{r['label']}: {r['delay_new_s']:.2f} s" for r in kept)
+            + ")."
+        )
+        if kept
+        else ""
+    )
+    return (
+        f"- *Over X after a switch.* {which}. The late tuples are the ones generated about k·αX before the "
+        f"failure healed: they are due just as the replica the client reads goes into STABILIZATION to "
+        f"reconcile. The client then switches to the partner, which under Delay still holds them for its αX, "
+        f"and the switch itself costs time: the state change is seen through heartbeats, and the partner is "
+        f"read from its last stable tuple on, which means looking back over its tentative output and reading "
+        f"it again. That part grows with the failure, as these runs' excess does; the paper's t_max switch "
+        f"would avoid it.{within}\n"
+    )

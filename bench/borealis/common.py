@@ -9,6 +9,7 @@ The broker: while experiments run, ``HASTREAM_BOOTSTRAP`` names it (the orchestr
 after starting an embedded one), so an experiment calls ``bootstrap()`` and never starts its
 own.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -95,12 +96,19 @@ def host() -> dict[str, Any]:
     results on 32."""
     cpu = ""
     try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                   if ln.startswith("model name"))
+        cpu = next(
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
-    return {"cores": os.cpu_count(), "cpu": cpu or platform.processor() or "unknown",
-            "platform": platform.platform(), "python": platform.python_version()}
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu or platform.processor() or "unknown",
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def machine(broker_facts: dict[str, Any]) -> dict[str, Any]:
@@ -109,16 +117,20 @@ def machine(broker_facts: dict[str, Any]) -> dict[str, Any]:
 
     v = confluent_kafka.version()  # a (str, int) tuple in older releases, a str in newer ones
     return {
-        **host(), "confluent_kafka": v[0] if isinstance(v, tuple) else str(v),
-        "librdkafka": confluent_kafka.libversion()[0], "kafka": broker_facts.get("kafka"),
+        **host(),
+        "confluent_kafka": v[0] if isinstance(v, tuple) else str(v),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "kafka": broker_facts.get("kafka"),
         "broker": broker_facts.get("broker"),
     }
 
 
 def footer(m: dict[str, Any], processes: str = "every node replica and the coordinator a separate process") -> str:
     """One line of hardware for a figure."""
-    return (f"{m.get('cores')} cores ({m.get('cpu')}), Python {m.get('python')}, Kafka {m.get('kafka')} "
-            f"({m.get('broker')}), {processes}")
+    return (
+        f"{m.get('cores')} cores ({m.get('cpu')}), Python {m.get('python')}, Kafka {m.get('kafka')} "
+        f"({m.get('broker')}), {processes}"
+    )
 
 
 def pyplot() -> Any:
@@ -140,8 +152,15 @@ def save_figure(fig: Any, path: Path, title: str) -> Path:
     return path
 
 
-def standalone(name: str, doc: str | None, quick_help: str, run: Callable, plot: Callable, section: Callable,
-               argv: list[str] | None = None) -> None:
+def standalone(
+    name: str,
+    doc: str | None,
+    quick_help: str,
+    run: Callable,
+    plot: Callable,
+    section: Callable,
+    argv: list[str] | None = None,
+) -> None:
     """``python -m bench.borealis.<name> [--quick]``: run one experiment alone, write its JSON and figures."""
     import argparse
     import json

@@ -15,6 +15,7 @@ source (``sensor`` = ``in<i>``) and ``seq``, so both are keyed by ``(sensor, seq
 * **Eventual consistency**: the final stable output equals the expected sequence, element
   by element.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,9 @@ class Outage:
         return key[0] == self.sensor and self.start <= generated < self.end
 
 
-def delays(first_seen: dict[Key, float], generated: dict[Key, float], outage: Outage | None = None,
-           since: float | None = None) -> dict[Key, float]:
+def delays(
+    first_seen: dict[Key, float], generated: dict[Key, float], outage: Outage | None = None, since: float | None = None
+) -> dict[Key, float]:
     """Per new input tuple that reached the client: seconds from generation to the first version received.
 
     Tuples generated before ``since`` (the warm-up: consumers' first fetches) are left out.
@@ -68,8 +70,12 @@ def percentile(sorted_vals: list[float], q: float) -> float:
 def summary(d: dict[Key, float]) -> dict[str, Any]:
     """Delay_new (the max) and, for context, the median and p99 of the new tuples' delays."""
     vals = sorted(d.values())
-    return {"delay_new_s": vals[-1] if vals else math.nan, "p50_s": percentile(vals, 50),
-            "p99_s": percentile(vals, 99), "tuples": len(vals)}
+    return {
+        "delay_new_s": vals[-1] if vals else math.nan,
+        "p50_s": percentile(vals, 50),
+        "p99_s": percentile(vals, 99),
+        "tuples": len(vals),
+    }
 
 
 def timeline(d: dict[Key, float], generated: dict[Key, float], t0: float, bin_s: float = 0.5) -> list[list[float]]:
@@ -88,8 +94,11 @@ def chain_output(ticks: int, inputs: int, node: int) -> list[dict[str, Any]]:
     the tick; ``chain.py`` maps it to event time). SUnion orders by (tuple time, input port,
     id), every record passes the first node's filter, and each later node adds 1 to ``value``.
     """
-    return [{"sensor": f"in{i}", "ts": j, "value": float(j % 50 + node - 1), "seq": j}
-            for j in range(ticks) for i in range(1, inputs + 1)]
+    return [
+        {"sensor": f"in{i}", "ts": j, "value": float(j % 50 + node - 1), "seq": j}
+        for j in range(ticks)
+        for i in range(1, inputs + 1)
+    ]
 
 
 def compare(got: list[Any], want: list[Any]) -> dict[str, Any]:

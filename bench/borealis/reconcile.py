@@ -31,6 +31,7 @@ Times are ``time.perf_counter`` medians over repeats, after a ``gc.collect()``; 
 GC stays on, as in a node. Not included (the same for both methods): ``SUnion.redo()``
 sorting the kept buckets, SOutput numbering the redo output, and producing it to Kafka.
 """
+
 from __future__ import annotations
 
 import gc
@@ -44,10 +45,10 @@ from typing import Any, Callable
 from rich.progress import Progress
 
 from bench.borealis.common import host
-from services.spec import Spec, parse_spec
 from services.node.pipeline import NodePipeline
-from services.spec.plan import plan_node
 from services.operators.base import Item
+from services.spec import Spec, parse_spec
+from services.spec.plan import plan_node
 
 NAME = "reconcile"
 RUN = 50  # tuples per run of one input
@@ -56,18 +57,31 @@ REF_RATE = 10_000  # tuples/s for the per-tuple overhead figures (a 10 s window 
 REF_STATE = 100_000
 FEED_RUN = 5_000  # tuples per timed run when measuring the failure-free feed cost
 
-QUICK = {"sizes": [1_000, 10_000, 100_000], "redo_state": 1_000, "redo": [1_000, 10_000, 50_000],
-         "failure_tuples": 1_000, "repeat": 3, "feed_pairs": 20, "dpc_cost_tuples": 20_000}
-FULL = {"sizes": [1_000, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000], "redo_state": 1_000,
-        "redo": [1_000, 3_000, 10_000, 30_000, 100_000], "failure_tuples": 1_000, "repeat": 5,
-        "feed_pairs": 40, "dpc_cost_tuples": 200_000}
+QUICK = {
+    "sizes": [1_000, 10_000, 100_000],
+    "redo_state": 1_000,
+    "redo": [1_000, 10_000, 50_000],
+    "failure_tuples": 1_000,
+    "repeat": 3,
+    "feed_pairs": 20,
+    "dpc_cost_tuples": 20_000,
+}
+FULL = {
+    "sizes": [1_000, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000],
+    "redo_state": 1_000,
+    "redo": [1_000, 3_000, 10_000, 30_000, 100_000],
+    "failure_tuples": 1_000,
+    "repeat": 5,
+    "feed_pairs": 40,
+    "dpc_cost_tuples": 200_000,
+}
 
 # The paper's setup and findings (SIGMOD 2005, sections 6 and 6.3). The repository's copy of the
 # paper (shared/papers/borealis-dpc-sigmod05.txt) lost its digits in extraction, so only what
 # survives without them is quoted here.
 PAPER = {
     "setup": "one Borealis node on a Pentium IV (single-node experiments), query network = SUnion, "
-             "a join, SOutput; reconciliation after a failure of duration D at aggregate rate λ",
+    "a join, SOutput; reconciliation after a failure of duration D at aggregate rate λ",
     "model_checkpoint": "Delay_new = P + S·p_copy + (D + L/2)·λ·p_proc",
     "model_undo": "Delay_new = P + S·(p_comp + p_proc) + (D + L/2)·λ·(p_comp + p_proc)",
     "findings": [
@@ -140,7 +154,7 @@ class Workload:
         out = []
         for j in range(0, n, RUN):
             i = start + j
-            out.append((self.inputs[(i // RUN) % len(self.inputs)], [(r, r["ts"]) for r in recs[j:j + RUN]]))
+            out.append((self.inputs[(i // RUN) % len(self.inputs)], [(r, r["ts"]) for r in recs[j : j + RUN]]))
         return out
 
     def pipeline(self, undo: bool) -> NodePipeline:
@@ -207,15 +221,19 @@ def _feed_costs(cursors: dict[str, Cursor], pairs: int, n: int = FEED_RUN) -> di
     t: dict[str, list[float]] = {m: [] for m in cursors}
     order = list(cursors.items())
     for i in range(pairs):
-        for m, c in (order if i % 2 else order[::-1]):
+        for m, c in order if i % 2 else order[::-1]:
             b = c.take(n)
             t0 = time.perf_counter()
             _feed(c.p, b)
             t[m].append((time.perf_counter() - t0) * 1e6 / n)
     diff = [u - k for u, k in zip(t["undo"], t["checkpoint"])]
     q = statistics.quantiles(diff, n=4)
-    return {"feed_us_checkpoint": statistics.median(t["checkpoint"]), "feed_us_undo": statistics.median(t["undo"]),
-            "undo_log_us": statistics.median(diff), "undo_log_iqr_us": q[2] - q[0]}
+    return {
+        "feed_us_checkpoint": statistics.median(t["checkpoint"]),
+        "feed_us_undo": statistics.median(t["undo"]),
+        "undo_log_us": statistics.median(diff),
+        "undo_log_iqr_us": q[2] - q[0],
+    }
 
 
 def _no_gc(fn: Callable[[], Any]) -> float:
@@ -248,9 +266,14 @@ def reconcile_checkpoint(c: Cursor, fail: int, repeat: int) -> dict[str, float]:
             break
         restore.append(_timed(lambda: c.p.restore(saved[0])))
         redo.append(_timed(lambda: _feed(c.p, b)))
-    return {"snapshot_ms": statistics.median(snap) * 1e3, "snapshot_bytes": size,
-            "revert_ms": statistics.median(restore) * 1e3, "redo_ms": statistics.median(redo) * 1e3,
-            "total_ms": statistics.median(r + d for r, d in zip(restore, redo)) * 1e3, "revert_nogc_ms": nogc * 1e3}
+    return {
+        "snapshot_ms": statistics.median(snap) * 1e3,
+        "snapshot_bytes": size,
+        "revert_ms": statistics.median(restore) * 1e3,
+        "redo_ms": statistics.median(redo) * 1e3,
+        "total_ms": statistics.median(r + d for r, d in zip(restore, redo)) * 1e3,
+        "revert_nogc_ms": nogc * 1e3,
+    }
 
 
 def reconcile_undo(c: Cursor, fail: int, repeat: int) -> dict[str, float]:
@@ -270,9 +293,14 @@ def reconcile_undo(c: Cursor, fail: int, repeat: int) -> dict[str, float]:
             break
         undo.append(_timed(c.p.undo))
         redo.append(_timed(lambda: _feed(c.p, b)))
-    return {"mark_ms": statistics.median(mark) * 1e3, "log_tuples": logged,
-            "revert_ms": statistics.median(undo) * 1e3, "redo_ms": statistics.median(redo) * 1e3,
-            "total_ms": statistics.median(u + d for u, d in zip(undo, redo)) * 1e3, "revert_nogc_ms": nogc * 1e3}
+    return {
+        "mark_ms": statistics.median(mark) * 1e3,
+        "log_tuples": logged,
+        "revert_ms": statistics.median(undo) * 1e3,
+        "redo_ms": statistics.median(redo) * 1e3,
+        "total_ms": statistics.median(u + d for u, d in zip(undo, redo)) * 1e3,
+        "revert_nogc_ms": nogc * 1e3,
+    }
 
 
 def measure_point(kind: str, state: int, fail: int, repeat: int, feed_pairs: int | None) -> dict[str, Any]:
@@ -281,10 +309,18 @@ def measure_point(kind: str, state: int, fail: int, repeat: int, feed_pairs: int
     Each method has its own pipeline (the node builds ``undo=True`` only for undo/redo) fed
     the same input sequence.
     """
-    cursors = {"checkpoint": Cursor(Workload(kind, state), undo=False), "undo": Cursor(Workload(kind, state), undo=True)}
+    cursors = {
+        "checkpoint": Cursor(Workload(kind, state), undo=False),
+        "undo": Cursor(Workload(kind, state), undo=True),
+    }
     for c in cursors.values():
         c.warm_up()
-    out: dict[str, Any] = {"kind": kind, "state": state, "failure_tuples": fail, **_state_shape(cursors["checkpoint"].p)}
+    out: dict[str, Any] = {
+        "kind": kind,
+        "state": state,
+        "failure_tuples": fail,
+        **_state_shape(cursors["checkpoint"].p),
+    }
     if feed_pairs:
         out.update(_feed_costs(cursors, feed_pairs))
     out["checkpoint"] = reconcile_checkpoint(cursors["checkpoint"], fail, repeat)
@@ -301,11 +337,15 @@ def measure_point(kind: str, state: int, fail: int, repeat: int, feed_pairs: int
 def dpc_costs(n: int, progress_step: Callable[[], None]) -> dict[str, Any]:
     """SUnion and SOutput beside the operators, by ``bench.dpc_cost.measure`` (one input only)."""
     from bench.dpc_cost import measure
-    from bench.throughput import _filter_map_spec, _reading_records, _window_spec as tp_window_spec
+    from bench.throughput import _filter_map_spec, _reading_records
+    from bench.throughput import _window_spec as tp_window_spec
 
     out: dict[str, Any] = {}
     records = list(_reading_records(n))
-    for name, text in (("filter+map", _filter_map_spec("dpcfm", "dpc_in")), ("window (throughput bench)", tp_window_spec("dpcw", "dpc_in"))):
+    for name, text in (
+        ("filter+map", _filter_map_spec("dpcfm", "dpc_in")),
+        ("window (throughput bench)", tp_window_spec("dpcw", "dpc_in")),
+    ):
         spec = parse_spec(text, source=f"<dpc cost {name}>")
         out[name] = measure(spec, next(iter(spec.nodes)), records)
         progress_step()
@@ -352,12 +392,25 @@ def run(quick: bool, progress: Progress | None) -> dict[str, Any]:
     cfg = QUICK if quick else FULL
     t0 = time.monotonic()
     kinds = ("join", "window")
-    steps = Steps(progress, "reconcile: checkpoint/redo vs undo/redo",
-                  len(kinds) * (len(cfg["sizes"]) + len(cfg["redo"])) + 3)
-    result: dict[str, Any] = {"name": NAME, "quick": quick, "machine": host(), "paper": PAPER,
-                              "settings": {**cfg, "run": RUN, "checkpoint_interval_ms": CHECKPOINT_INTERVAL_MS,
-                                           "ref_rate": REF_RATE, "ref_state": REF_STATE, "tuple_step_ms": 1},
-                              "state_sweep": {}, "redo_sweep": {}}
+    steps = Steps(
+        progress, "reconcile: checkpoint/redo vs undo/redo", len(kinds) * (len(cfg["sizes"]) + len(cfg["redo"])) + 3
+    )
+    result: dict[str, Any] = {
+        "name": NAME,
+        "quick": quick,
+        "machine": host(),
+        "paper": PAPER,
+        "settings": {
+            **cfg,
+            "run": RUN,
+            "checkpoint_interval_ms": CHECKPOINT_INTERVAL_MS,
+            "ref_rate": REF_RATE,
+            "ref_state": REF_STATE,
+            "tuple_step_ms": 1,
+        },
+        "state_sweep": {},
+        "redo_sweep": {},
+    }
     for kind in kinds:
         rows = []
         for s in cfg["sizes"]:
@@ -378,10 +431,12 @@ def run(quick: bool, progress: Progress | None) -> dict[str, Any]:
 # -- report ----------------------------------------------------------------------------------------
 def _footnote(result: dict[str, Any]) -> str:
     m, s = result["machine"], result["settings"]
-    return (f"In process, no Kafka; input time +1 ms per tuple, runs of {s['run']}; {s['failure_tuples']:,} tuples "
-            f"to redo in the state sweep; median of {s['repeat']}. Overheads at {s['ref_rate']:,} tuples/s, "
-            f"checkpoint every {s['checkpoint_interval_ms']} ms.  Hardware: {m['cores']} × {m['cpu']}, Python {m['python']}"
-            f"{' (quick run)' if result['quick'] else ''}")
+    return (
+        f"In process, no Kafka; input time +1 ms per tuple, runs of {s['run']}; {s['failure_tuples']:,} tuples "
+        f"to redo in the state sweep; median of {s['repeat']}. Overheads at {s['ref_rate']:,} tuples/s, "
+        f"checkpoint every {s['checkpoint_interval_ms']} ms.  Hardware: {m['cores']} × {m['cpu']}, Python {m['python']}"
+        f"{' (quick run)' if result['quick'] else ''}"
+    )
 
 
 def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
@@ -396,31 +451,55 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     for kind, rows in result["state_sweep"].items():
         xs = [r["held_tuples"] for r in rows]
         for m in ("checkpoint", "undo"):
-            a.plot(xs, [r[m]["total_ms"] for r in rows], styles[kind], marker="o", color=colours[m],
-                   label=f"{m}/redo, {kind}")
-    a.set(xscale="log", yscale="log", xlabel="state size S (input tuples in the state)", ylabel="reconciliation time (ms)",
-          title=f"vs state size ({result['settings']['failure_tuples']:,} tuples to redo)")
+            a.plot(
+                xs,
+                [r[m]["total_ms"] for r in rows],
+                styles[kind],
+                marker="o",
+                color=colours[m],
+                label=f"{m}/redo, {kind}",
+            )
+    a.set(
+        xscale="log",
+        yscale="log",
+        xlabel="state size S (input tuples in the state)",
+        ylabel="reconciliation time (ms)",
+        title=f"vs state size ({result['settings']['failure_tuples']:,} tuples to redo)",
+    )
     a.grid(True, which="both", alpha=0.3)
     a.legend(fontsize=8)
     for kind, rows in result["redo_sweep"].items():
         xs = [r["failure_tuples"] for r in rows]
         for m in ("checkpoint", "undo"):
-            b.plot(xs, [r[m]["total_ms"] for r in rows], styles[kind], marker="o", color=colours[m],
-                   label=f"{m}/redo, {kind}")
-    b.set(xscale="log", yscale="log", xlabel="tuples to redo (D·λ)", ylabel="reconciliation time (ms)",
-          title=f"vs tuples to redo (S = {result['settings']['redo_state']:,})")
+            b.plot(
+                xs,
+                [r[m]["total_ms"] for r in rows],
+                styles[kind],
+                marker="o",
+                color=colours[m],
+                label=f"{m}/redo, {kind}",
+            )
+    b.set(
+        xscale="log",
+        yscale="log",
+        xlabel="tuples to redo (D·λ)",
+        ylabel="reconciliation time (ms)",
+        title=f"vs tuples to redo (S = {result['settings']['redo_state']:,})",
+    )
     b.grid(True, which="both", alpha=0.3)
     b.legend(fontsize=8)
     # Failure-free CPU per input tuple at the reference state, window and join.
-    ref = {k: next((r for r in rows if r["state"] == REF_STATE and "undo_log_us" in r), None)
-           for k, rows in result["state_sweep"].items()}
+    ref = {
+        k: next((r for r in rows if r["state"] == REF_STATE and "undo_log_us" in r), None)
+        for k, rows in result["state_sweep"].items()
+    }
     dc = result["dpc_cost"].get(f"window S={REF_STATE:,}")
     labels, parts = [], []
     for kind, r in ref.items():
         if r is None:
             continue
         labels.append(kind)
-        sunion = (dc["dpc_overhead_us"] if dc and kind == "window" else float("nan"))
+        sunion = dc["dpc_overhead_us"] if dc and kind == "window" else float("nan")
         parts.append((r["feed_us_checkpoint"], sunion, r["undo_log_us"], r["checkpoint_us"]))
     x = range(len(labels))
     names = ("operators alone", "+ SUnion & SOutput", "undo/redo: input log", "checkpoint/redo: snapshot every 2 s")
@@ -430,8 +509,13 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         vals = [p[j] for p in parts]
         bars = c.bar([i + (j - 1.5) * width for i in x], [0 if v != v else v for v in vals], width, label=nm, color=col)
         for bar, v in zip(bars, vals):
-            c.annotate("n/a" if v != v else f"{v:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                       ha="center", va="bottom", fontsize=8)
+            c.annotate(
+                "n/a" if v != v else f"{v:.2f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     c.set_xticks(list(x), labels)
     c.set(ylabel="CPU µs per input tuple", title=f"failure-free cost, S = {REF_STATE:,} tuples")
     top = max((v for p in parts for v in p if v == v), default=1.0)
@@ -492,36 +576,55 @@ def section(result: dict[str, Any]) -> str:
     for kind, rows in result["state_sweep"].items():
         for r in rows:
             ck, un = r["checkpoint"], r["undo"]
-            lines.append(f"| {kind} | {r['held_tuples']:,} | {_ms(ck['revert_ms'])} + {_ms(ck['redo_ms'])} = "
-                         f"**{_ms(ck['total_ms'])}** | {_ms(un['revert_ms'])} + {_ms(un['redo_ms'])} = "
-                         f"**{_ms(un['total_ms'])}** | {_ratio(un['total_ms'], ck['total_ms'])} | "
-                         f"{_ms(ck['revert_nogc_ms'])} / {_ms(un['revert_nogc_ms'])} |")
-    lines += ["", f"**Reconciliation time vs tuples to redo** (S = {s['redo_state']:,}), ms:", "",
-              "| workload | tuples to redo | checkpoint/redo | undo/redo | undo/redo is |", "|---|---:|---:|---:|---|"]
+            lines.append(
+                f"| {kind} | {r['held_tuples']:,} | {_ms(ck['revert_ms'])} + {_ms(ck['redo_ms'])} = "
+                f"**{_ms(ck['total_ms'])}** | {_ms(un['revert_ms'])} + {_ms(un['redo_ms'])} = "
+                f"**{_ms(un['total_ms'])}** | {_ratio(un['total_ms'], ck['total_ms'])} | "
+                f"{_ms(ck['revert_nogc_ms'])} / {_ms(un['revert_nogc_ms'])} |"
+            )
+    lines += [
+        "",
+        f"**Reconciliation time vs tuples to redo** (S = {s['redo_state']:,}), ms:",
+        "",
+        "| workload | tuples to redo | checkpoint/redo | undo/redo | undo/redo is |",
+        "|---|---:|---:|---:|---|",
+    ]
     for kind, rows in result["redo_sweep"].items():
         for r in rows:
             ck, un = r["checkpoint"]["total_ms"], r["undo"]["total_ms"]
             lines.append(f"| {kind} | {r['failure_tuples']:,} | {_ms(ck)} | {_ms(un)} | {_ratio(un, ck)} |")
-    lines += ["", "**Failure-free cost** per input tuple, in CPU µs. The input log is the median paired difference "
-              f"between `undo=True` and `undo=False` pipelines over {s['feed_pairs']} alternating runs of "
-              f"{FEED_RUN:,} tuples (± half the interquartile range). The checkpoint is one `snapshot()` per "
-              f"{s['checkpoint_interval_ms']} ms at {s['ref_rate']:,} tuples/s:", "",
-              "| workload | S | operators alone | undo/redo: input log | checkpoint/redo: snapshot | one snapshot (ms / bytes) |",
-              "|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "**Failure-free cost** per input tuple, in CPU µs. The input log is the median paired difference "
+        f"between `undo=True` and `undo=False` pipelines over {s['feed_pairs']} alternating runs of "
+        f"{FEED_RUN:,} tuples (± half the interquartile range). The checkpoint is one `snapshot()` per "
+        f"{s['checkpoint_interval_ms']} ms at {s['ref_rate']:,} tuples/s:",
+        "",
+        "| workload | S | operators alone | undo/redo: input log | checkpoint/redo: snapshot | one snapshot (ms / bytes) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for kind, rows in result["state_sweep"].items():
         for r in rows:
             if "undo_log_us" in r:
                 ck = r["checkpoint"]
-                lines.append(f"| {kind} | {r['held_tuples']:,} | {r['feed_us_checkpoint']:.2f} | {r['undo_log_us']:+.2f} "
-                             f"± {r['undo_log_iqr_us'] / 2:.2f} | +{r['checkpoint_us']:.2f} | {_ms(ck['snapshot_ms'])} / "
-                             f"{ck['snapshot_bytes']:,} |")
-    lines += ["", "**SUnion and SOutput** beside the operators. These figures come from `bench/dpc_cost.py`, in CPU µs per "
-              "input tuple, failure-free:", "",
-              "| node | operators | node step (SUnion + operators + SOutput) | DPC overhead | SUnion | SOutput |",
-              "|---|---:|---:|---:|---:|---:|"]
+                lines.append(
+                    f"| {kind} | {r['held_tuples']:,} | {r['feed_us_checkpoint']:.2f} | {r['undo_log_us']:+.2f} "
+                    f"± {r['undo_log_iqr_us'] / 2:.2f} | +{r['checkpoint_us']:.2f} | {_ms(ck['snapshot_ms'])} / "
+                    f"{ck['snapshot_bytes']:,} |"
+                )
+    lines += [
+        "",
+        "**SUnion and SOutput** beside the operators. These figures come from `bench/dpc_cost.py`, in CPU µs per "
+        "input tuple, failure-free:",
+        "",
+        "| node | operators | node step (SUnion + operators + SOutput) | DPC overhead | SUnion | SOutput |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, r in result["dpc_cost"].items():
-        lines.append(f"| {name} | {r['operators_us']:.2f} | {r['node_step_us']:.2f} | {r['dpc_overhead_us']:.2f} | "
-                     f"{r['sunion_us']:.2f} | {r['soutput_us']:.2f} |")
+        lines.append(
+            f"| {name} | {r['operators_us']:.2f} | {r['node_step_us']:.2f} | {r['dpc_overhead_us']:.2f} | "
+            f"{r['sunion_us']:.2f} | {r['soutput_us']:.2f} |"
+        )
     lines += ["", *_comparison(result), "", "![checkpoint/redo vs undo/redo](borealis_reconcile.png)", ""]
     return "\n".join(lines)
 
@@ -551,8 +654,8 @@ def _comparison(result: dict[str, Any]) -> list[str]:
         "- checkpoint/redo: `S·p_copy + (D + L/2)·λ·p_proc`",
         "- undo/redo: `S·(p_comp + p_proc) + (D + L/2)·λ·(p_comp + p_proc)`",
         "",
-        "It finds that both grow linearly with S and with Dλ. Undo/redo is slower \"primarily because it must rebuild "
-        "the state of the query network (S·p_proc) rather than recopy it (S·p_copy)\", and checkpoint/redo still wins "
+        'It finds that both grow linearly with S and with Dλ. Undo/redo is slower "primarily because it must rebuild '
+        'the state of the query network (S·p_proc) rather than recopy it (S·p_copy)", and checkpoint/redo still wins '
         "at a small state. (The repository's copy of the paper lost its digits, so its absolute figures are not "
         "quoted here. The comparison is of shapes and ratios.)",
         "",
@@ -561,11 +664,13 @@ def _comparison(result: dict[str, Any]) -> list[str]:
         f"S = {jl['held_tuples']:,}. Rebuilding (p_proc, replaying through the join) costs {_per(j[0], 'undo'):.2f} "
         f"and {_per(jl, 'undo'):.2f} µs. At the largest state, undo/redo is "
         f"{_ratio(jl['undo']['total_ms'], jl['checkpoint']['total_ms'], True)} checkpoint/redo. "
-        + ("The paper's premise is that copying a tuple is much cheaper than processing it, and in CPython it is "
-           "not. Unpickling a join tuple rebuilds a dict, a tuple and a deque entry one object at a time, which "
-           "costs nearly as much as running the join's Python code on it. "
-           if jl["undo"]["total_ms"] < 1.5 * jl["checkpoint"]["total_ms"] else
-           "This matches the paper: copying a tuple back is cheaper than processing it again. ")
+        + (
+            "The paper's premise is that copying a tuple is much cheaper than processing it, and in CPython it is "
+            "not. Unpickling a join tuple rebuilds a dict, a tuple and a deque entry one object at a time, which "
+            "costs nearly as much as running the join's Python code on it. "
+            if jl["undo"]["total_ms"] < 1.5 * jl["checkpoint"]["total_ms"]
+            else "This matches the paper: copying a tuple back is cheaper than processing it again. "
+        )
         + "Both reverts build many fresh objects, and those feed the cyclic garbage collector. With the collector "
         f"off, the restore takes {_ms(jl['checkpoint']['revert_nogc_ms'])} ms instead of "
         f"{_ms(jl['checkpoint']['revert_ms'])} ms, and the undo {_ms(jl['undo']['revert_nogc_ms'])} ms instead of "
@@ -576,7 +681,7 @@ def _comparison(result: dict[str, Any]) -> list[str]:
         f"{_per(w[0], 'undo'):.2f} → {_per(wl, 'undo'):.2f} µs, from the smallest to the largest state. The "
         "checkpoint holds aggregates (S/5 accumulators), while undo must replay every input tuple of the oldest "
         "open window, and each tuple updates 4 overlapping windows. This is the paper's result, made stronger by "
-        "aggregation. The paper's single \"state size\" becomes two numbers here.",
+        'aggregation. The paper\'s single "state size" becomes two numbers here.',
         "- **Shape.** The paper reports that reconciliation time increases linearly with S. Here the cost per "
         "state tuple grows with S, so reconciliation time grows somewhat faster than S. The garbage collector "
         "accounts for part of that, because it walks a larger heap (see the GC-off column). The rest is "
@@ -604,7 +709,8 @@ def _comparison(result: dict[str, Any]) -> list[str]:
             "paper's L = 0 variant, hastream takes the reconciliation checkpoint only when a failure starts. "
             "Unlike the paper, it also persists a checkpoint every `checkpoint_interval`, for restarts after "
             "kill -9 (the paper leaves crash recovery to convergent operators). Writing that checkpoint to Kafka "
-            "is not counted here.")
+            "is not counted here."
+        )
     if dc:
         fm = dc.get("filter+map")
         if fm:
@@ -614,10 +720,12 @@ def _comparison(result: dict[str, Any]) -> list[str]:
                 "it is SUnion, which buffers each tuple in a bucket and sorts it. The paper reports SUnion's cost "
                 "as latency: serialization waits for a bucket's boundary, so the delay grows with the boundary "
                 "interval (its Table 3). It calls the other overheads (checking tuple types, SOutput remembering "
-                "the last stable tuple) negligible, which SOutput's figure here confirms.")
+                "the last stable tuple) negligible, which SOutput's figure here confirms."
+            )
     out.append(
         "- **Absolute times** are not comparable with a 2005 C++ engine on a Pentium IV. Here the copy and the "
-        "replay both run in CPython, on a 2-core VM shared with other work.")
+        "replay both run in CPython, on a 2-core VM shared with other work."
+    )
     return out
 
 

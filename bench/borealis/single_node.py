@@ -1,6 +1,7 @@
 """The paper's single-node experiments (section 7.1): one node (two replicas), one of three
 inputs cut off, (a) varying alpha·X against a fixed failure, Process vs Delay during the
 failure, and (b) varying the failure duration with X fixed, for the policy combinations."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,24 +18,54 @@ COLOURS = {"Process & Process": "#2a7ab9", "Delay & Delay": "#e08a2c", "Process 
 
 def settings(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"alpha_x": [1.0, 4.0], "alpha_x_policies": ["Process & Process"], "alpha_x_failure_s": 6.0,
-                "durations": [2.0, 8.0], "duration_policies": ["Process & Process"], "x_ms": 3000}
-    return {"alpha_x": [0.5, 1.0, 2.0, 4.0, 8.0], "alpha_x_policies": ["Process & Process", "Delay & Delay"],
-            "alpha_x_failure_s": 6.0, "durations": [2.0, 4.0, 8.0, 15.0, 30.0], "duration_policies": list(POLICIES),
-            "x_ms": 3000}
+        return {
+            "alpha_x": [1.0, 4.0],
+            "alpha_x_policies": ["Process & Process"],
+            "alpha_x_failure_s": 6.0,
+            "durations": [2.0, 8.0],
+            "duration_policies": ["Process & Process"],
+            "x_ms": 3000,
+        }
+    return {
+        "alpha_x": [0.5, 1.0, 2.0, 4.0, 8.0],
+        "alpha_x_policies": ["Process & Process", "Delay & Delay"],
+        "alpha_x_failure_s": 6.0,
+        "durations": [2.0, 4.0, 8.0, 15.0, 30.0],
+        "duration_policies": list(POLICIES),
+        "x_ms": 3000,
+    }
 
 
 def run(quick: bool, progress: Any) -> dict[str, Any]:
     s = settings(quick)
-    a_runs = [(f"αX={ax:g}s {p}", RunConfig(k=1, policy=p, alpha=ALPHA, x_ms=round(ax / ALPHA * 1000),
-                                           fault_at=4.0, fault_s=s["alpha_x_failure_s"], tail_s=8.0))
-              for p in s["alpha_x_policies"] for ax in s["alpha_x"]]
-    d_runs = [(f"D={d:g}s {p}", RunConfig(k=1, policy=p, alpha=ALPHA, x_ms=s["x_ms"], fault_at=4.0, fault_s=d,
-                                         tail_s=8.0))
-              for p in s["duration_policies"] for d in s["durations"]]
+    a_runs = [
+        (
+            f"αX={ax:g}s {p}",
+            RunConfig(
+                k=1,
+                policy=p,
+                alpha=ALPHA,
+                x_ms=round(ax / ALPHA * 1000),
+                fault_at=4.0,
+                fault_s=s["alpha_x_failure_s"],
+                tail_s=8.0,
+            ),
+        )
+        for p in s["alpha_x_policies"]
+        for ax in s["alpha_x"]
+    ]
+    d_runs = [
+        (f"D={d:g}s {p}", RunConfig(k=1, policy=p, alpha=ALPHA, x_ms=s["x_ms"], fault_at=4.0, fault_s=d, tail_s=8.0))
+        for p in s["duration_policies"]
+        for d in s["durations"]
+    ]
     progress.plan(len(a_runs) + len(d_runs))
-    return {"quick": quick, "settings": s, "alpha_x_runs": run_series("single αX", a_runs, progress),
-            "duration_runs": run_series("single D", d_runs, progress)}
+    return {
+        "quick": quick,
+        "settings": s,
+        "alpha_x_runs": run_series("single αX", a_runs, progress),
+        "duration_runs": run_series("single D", d_runs, progress),
+    }
 
 
 def _curves(ax_delay: Any, ax_tent: Any, runs: list[dict[str, Any]], x_of: Any) -> None:
@@ -58,8 +89,15 @@ def _clip_outliers(ax: Any, runs: list[dict[str, Any]], cap: float, x_of: Any) -
         return
     ax.set_ylim(0, cap)
     for r in high:
-        ax.annotate(f"{r['delay_new_s']:.1f} s ↑ ({r['config']['policy']})", (x_of(r), cap), xytext=(0, -14),
-                    textcoords="offset points", ha="right", fontsize=7, color="red")
+        ax.annotate(
+            f"{r['delay_new_s']:.1f} s ↑ ({r['config']['policy']})",
+            (x_of(r), cap),
+            xytext=(0, -14),
+            textcoords="offset points",
+            ha="right",
+            fontsize=7,
+            color="red",
+        )
 
 
 def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
@@ -87,8 +125,12 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         ax.set_xlabel("failure duration (s)")
     for ax, runs in ((a1, result["alpha_x_runs"]), (b1, result["duration_runs"])):
         ax.set_ylabel("Delay_new at the client (s)")
-        _clip_outliers(ax, [r for r in runs if "error" not in r], cap=2.5 * max(x_s, max(s["alpha_x"]) if ax is a1 else x_s),
-                       x_of=ax_of if ax is a1 else d_of)
+        _clip_outliers(
+            ax,
+            [r for r in runs if "error" not in r],
+            cap=2.5 * max(x_s, max(s["alpha_x"]) if ax is a1 else x_s),
+            x_of=ax_of if ax is a1 else d_of,
+        )
     for ax, runs in ((a2, result["alpha_x_runs"]), (b2, result["duration_runs"])):
         ax.set_ylabel("tentative tuples received by the client")
         ax.set_ylim(0, 1.15 * max([r["n_tentative"] for r in runs if "error" not in r] + [1]))
@@ -96,39 +138,61 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         ax.legend(fontsize=7)
     runs = result["alpha_x_runs"] + result["duration_runs"]
     rate = runs[0]["config"]["rate"] if runs else "?"
-    title = (f"One node (union + filter), 2 replicas, 1 of 3 inputs cut off, {rate} tuples/s per input, "
-             f"checkpoint/redo{' (quick run)' if result['quick'] else ''}; red x = eventual consistency failed\n"
-             f"{footer(result.get('machine', {}))}")
+    title = (
+        f"One node (union + filter), 2 replicas, 1 of 3 inputs cut off, {rate} tuples/s per input, "
+        f"checkpoint/redo{' (quick run)' if result['quick'] else ''}; red x = eventual consistency failed\n"
+        f"{footer(result.get('machine', {}))}"
+    )
     return [save_figure(fig, docs_dir / FIGURE, title)]
 
 
 def _rows(runs: list[dict[str, Any]], x: str) -> list[list[Any]]:
-    return [[r["config"]["policy"], f"{r['config'][x]:.2g}", seconds(r.get("delay_new_s")), r.get("n_tentative", "–"),
-             verdict(r)] for r in runs]
+    return [
+        [
+            r["config"]["policy"],
+            f"{r['config'][x]:.2g}",
+            seconds(r.get("delay_new_s")),
+            r.get("n_tentative", "–"),
+            verdict(r),
+        ]
+        for r in runs
+    ]
 
 
 def section(result: dict[str, Any]) -> str:
     s = result["settings"]
-    ta = md_table(["policy", "αX (s)", "Delay_new (s)", "N_tentative", "eventually consistent"],
-                  _rows(result["alpha_x_runs"], "alpha_x_s"))
+    ta = md_table(
+        ["policy", "αX (s)", "Delay_new (s)", "N_tentative", "eventually consistent"],
+        _rows(result["alpha_x_runs"], "alpha_x_s"),
+    )
     ok = lambda rs: [r for r in rs if "error" not in r]  # noqa: E731
     a_runs, d_runs = ok(result["alpha_x_runs"]), ok(result["duration_runs"])
-    ax_line = "; ".join(f"{p}: " + ", ".join(f"{r['delay_new_s']:.1f} s at {r['config']['alpha_x_s']:.2g}" for r in a_runs
-                                            if r["config"]["policy"] == p) for p in s["alpha_x_policies"])
-    d_line = ", ".join(f"{r['n_tentative']} after {r['config']['fault_s']:g} s" for r in d_runs
-                       if r["config"]["policy"] == "Process & Process")
+    ax_line = "; ".join(
+        f"{p}: "
+        + ", ".join(
+            f"{r['delay_new_s']:.1f} s at {r['config']['alpha_x_s']:.2g}" for r in a_runs if r["config"]["policy"] == p
+        )
+        for p in s["alpha_x_policies"]
+    )
+    d_line = ", ".join(
+        f"{r['n_tentative']} after {r['config']['fault_s']:g} s"
+        for r in d_runs
+        if r["config"]["policy"] == "Process & Process"
+    )
     rate = a_runs[0]["config"]["rate"] if a_runs else 100
     n_expect = f"{s['alpha_x_failure_s']:g} s × 2 × {rate} = {round(s['alpha_x_failure_s'] * 2 * rate)} in (a)"
-    tb = md_table(["policy", "failure (s)", "Delay_new (s)", "N_tentative", "eventually consistent"],
-                  _rows(result["duration_runs"], "fault_s"))
+    tb = md_table(
+        ["policy", "failure (s)", "Delay_new (s)", "N_tentative", "eventually consistent"],
+        _rows(result["duration_runs"], "fault_s"),
+    )
     return f"""## {TITLE}
 
 ![single node]({FIGURE})
 
 **Setup.** A chain of one node (SUnion over s1, s2, s3, then a filter), two replicas, the client
-following the best one. (a) s2 is cut off for {s['alpha_x_failure_s']:.0f} s while αX takes
-{', '.join(f'{v:g}' for v in s['alpha_x'])} s (α = {ALPHA}, X = αX / α); (b) X = {s['x_ms'] / 1000:.0f} s and
-the failure lasts {', '.join(f'{v:g}' for v in s['durations'])} s. One run per point{' (quick mode)' if result['quick'] else ''}.
+following the best one. (a) s2 is cut off for {s["alpha_x_failure_s"]:.0f} s while αX takes
+{", ".join(f"{v:g}" for v in s["alpha_x"])} s (α = {ALPHA}, X = αX / α); (b) X = {s["x_ms"] / 1000:.0f} s and
+the failure lasts {", ".join(f"{v:g}" for v in s["durations"])} s. One run per point{" (quick mode)" if result["quick"] else ""}.
 
 (a) varying αX
 
@@ -157,7 +221,7 @@ reconciliation lasts longer than X.
   failure × 2 live inputs × rate = {n_expect} tentative tuples, flat in αX: the tuples a node
   blocked for αX go out tentatively when it stops blocking, so only the failure's length
   counts. N_tentative grows linearly with the failure duration ({d_line}).
-- {_delay_reading(a_runs, s['alpha_x_failure_s'])}
+- {_delay_reading(a_runs, s["alpha_x_failure_s"])}
 - *Process & Suspend keeps Delay_new near αX.* Reconciling this node re-runs a few thousand
   buffered tuples in tens of milliseconds, so suspending new tuples meanwhile never comes
   close to X even after a 30 s failure. The paper's node re-ran a join at 2005 speed and a
@@ -168,19 +232,27 @@ reconciliation lasts longer than X.
 def _delay_reading(runs: list[dict[str, Any]], failure_s: float) -> str:
     """Does Delay save tentative tuples against Process at the same αX, as the paper found?"""
     by = {(r["config"]["policy"], r["config"]["alpha_x_s"]): r for r in runs}
-    pairs = [(ax, by[("Process & Process", ax)]["n_tentative"], r["n_tentative"], r["config"]["rate"])
-             for (p, ax), r in sorted(by.items()) if p == "Delay & Delay" and ax < failure_s
-             and ("Process & Process", ax) in by]
+    pairs = [
+        (ax, by[("Process & Process", ax)]["n_tentative"], r["n_tentative"], r["config"]["rate"])
+        for (p, ax), r in sorted(by.items())
+        if p == "Delay & Delay" and ax < failure_s and ("Process & Process", ax) in by
+    ]
     if not pairs:
         return "*Delay* was not run against Process in this mode."
-    cells = ", ".join(f"{d} vs {pr} at αX = {ax:.2g} s (≈ {max(0, round((failure_s - ax) * 2 * rate))} expected)"
-                      for ax, pr, d, rate in pairs)
+    cells = ", ".join(
+        f"{d} vs {pr} at αX = {ax:.2g} s (≈ {max(0, round((failure_s - ax) * 2 * rate))} expected)"
+        for ax, pr, d, rate in pairs
+    )
     saves = all(d < pr for _, pr, d, _ in pairs)
     if saves:
-        return (f"*Delay saves tentative tuples in proportion to αX, as in the paper* (Delay vs Process: {cells}). "
-                "The client sees tentative results only αX after the failure starts, about (failure − αX) × 2 × "
-                "rate of them, and the buckets the node still holds when the failure heals leave STABLE once it "
-                "has reconciled. The price is Delay_new, which stays at αX for every new tuple of the failure.")
-    return (f"*Delay does not always save tentative tuples here* (Delay vs Process: {cells}). Where it does not, "
-            "the held buckets went out tentatively before the node's turn to reconcile came: staggered "
-            "reconciliation made the node wait longer than αX.")
+        return (
+            f"*Delay saves tentative tuples in proportion to αX, as in the paper* (Delay vs Process: {cells}). "
+            "The client sees tentative results only αX after the failure starts, about (failure − αX) × 2 × "
+            "rate of them, and the buckets the node still holds when the failure heals leave STABLE once it "
+            "has reconciled. The price is Delay_new, which stays at αX for every new tuple of the failure."
+        )
+    return (
+        f"*Delay does not always save tentative tuples here* (Delay vs Process: {cells}). Where it does not, "
+        "the held buckets went out tentatively before the node's turn to reconcile came: staggered "
+        "reconciliation made the node wait longer than αX."
+    )

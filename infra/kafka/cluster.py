@@ -10,6 +10,7 @@ of them, and so an interrupted test run does not forward Ctrl-C to the brokers b
 teardown has stopped them cleanly. A ``cluster.json`` state file in the data dir lets another
 process (the CLI) report on or stop a cluster it did not start.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -39,7 +40,7 @@ from tenacity import (
 )
 
 from infra.maven import MavenError, fetch_jars, pom_properties
-from services.core.paths import REPO_ROOT, hastream_home, jars_dir
+from services.core.paths import hastream_home, jars_dir
 
 __all__ = [
     "KAFKA_VERSION",
@@ -89,7 +90,7 @@ def _java_error_line(output: str) -> str:
         line = re.sub(r'^Exception in thread "[^"]*"\s*', "", line)
         match = re.search(r"\b[\w.$]*(?:Exception|Error)\b:?\s*(.*)$", line)
         if match and not line.startswith("Caused by"):
-            return line[match.start():]
+            return line[match.start() :]
     return lines[-1] if lines else "no output"
 
 
@@ -329,9 +330,7 @@ class KafkaCluster:
             raise KafkaClusterError(f"unreadable Kafka cluster state {path}: {exc}") from None
         cluster = cls(brokers=int(state["brokers"]), data_dir=data_dir, host=state["host"])
         cluster.cluster_id = state.get("cluster_id")
-        cluster._nodes = [
-            _Node(n["node_id"], n["port"], n["controller_port"], Path(n["dir"])) for n in state["nodes"]
-        ]
+        cluster._nodes = [_Node(n["node_id"], n["port"], n["controller_port"], Path(n["dir"])) for n in state["nodes"]]
         cluster._pids = list(state["pids"])
         return cluster
 

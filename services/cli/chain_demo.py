@@ -6,6 +6,7 @@ every replica's state, tentative results while an input is down, UNDO and correc
 afterwards. At the end the demo checks that both replicas of the output hold the same
 stable sequence.
 """
+
 from __future__ import annotations
 
 import threading
@@ -15,28 +16,36 @@ from rich.live import Live
 from rich.table import Table
 
 from services.cli.common import out
-from services.dpc.states import NodeState
 from services.control.monitor import ReplicaMonitor
 from services.core.paths import REPO_ROOT
+from services.dpc.states import NodeState
 from services.spec import load_spec
 
 CHAIN_SPEC = REPO_ROOT / "examples" / "chain.yaml"
-STATE_STYLE = {NodeState.STABLE: "green", NodeState.UPSTREAM_FAILURE: "yellow",
-               NodeState.STABILIZATION: "cyan", NodeState.FAILED: "red"}
+STATE_STYLE = {
+    NodeState.STABLE: "green",
+    NodeState.UPSTREAM_FAILURE: "yellow",
+    NodeState.STABILIZATION: "cyan",
+    NodeState.FAILED: "red",
+}
 
 
 def schedule(seconds: float) -> list[tuple[float, str, str]]:
     """(at, action, target): a replica killed and restarted, then a source stopped for 6 s."""
     s = seconds / 30
-    return [(6 * s, "kill", "n2.r0.p0"), (11 * s, "restart", "n2.r0.p0"),
-            (14 * s, "stop-source", "s2"), (20 * s, "resume-source", "s2")]
+    return [
+        (6 * s, "kill", "n2.r0.p0"),
+        (11 * s, "restart", "n2.r0.p0"),
+        (14 * s, "stop-source", "s2"),
+        (20 * s, "resume-source", "s2"),
+    ]
 
 
 def run_chain_demo(seconds: float, rate: float) -> None:
+    from services.cli.demo import deploy
     from services.client.source import SourceWriter, pump, readings
     from services.client.view import StreamView
     from services.deploy import faults
-    from services.cli.demo import deploy
     from services.deploy.local import down
 
     spec = load_spec(CHAIN_SPEC)
@@ -44,7 +53,8 @@ def run_chain_demo(seconds: float, rate: float) -> None:
     monitor = ReplicaMonitor(dep.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not all(
-            monitor.state(n, 0, r) is NodeState.STABLE for n in spec.nodes for r in range(spec.nodes[n].replicas)):
+        monitor.state(n, 0, r) is NodeState.STABLE for n in spec.nodes for r in range(spec.nodes[n].replicas)
+    ):
         time.sleep(0.2)
     writers = {s: SourceWriter(spec, s, dep.bootstrap, wall_clock=True) for s in spec.sources()}
     stop = threading.Event()
@@ -60,8 +70,10 @@ def run_chain_demo(seconds: float, rate: float) -> None:
 
     def table() -> Table:
         el = time.monotonic() - t0
-        t = Table(title=f"hastream DPC demo, {el:.0f}s: stats = {counts['stable']} stable, "
-                        f"{counts['tentative']} tentative, {counts['undo']} undo, {counts['rec_done']} rec_done")
+        t = Table(
+            title=f"hastream DPC demo, {el:.0f}s: stats = {counts['stable']} stable, "
+            f"{counts['tentative']} tentative, {counts['undo']} undo, {counts['rec_done']} rec_done"
+        )
         t.add_column("node")
         for r in range(2):
             t.add_column(f"replica {r}")
@@ -105,11 +117,16 @@ def run_chain_demo(seconds: float, rate: float) -> None:
         down(dep, stop_kafka=True)
     if not out.is_terminal:
         out.print()
-    out.print(f"[green]done[/]: {counts['stable']} stable window results, {counts['tentative']} tentative ones "
-              f"while an input was down, {counts['undo']} UNDO and {counts['rec_done']} REC_DONE.")
+    out.print(
+        f"[green]done[/]: {counts['stable']} stable window results, {counts['tentative']} tentative ones "
+        f"while an input was down, {counts['undo']} UNDO and {counts['rec_done']} REC_DONE."
+    )
     if agree is not None:
-        out.print("both replicas of 'stats' hold the same stable sequence" if agree
-                  else "[red]the replicas of 'stats' disagree[/]: see the logs under .hastream/deployments/chain/logs")
+        out.print(
+            "both replicas of 'stats' hold the same stable sequence"
+            if agree
+            else "[red]the replicas of 'stats' disagree[/]: see the logs under .hastream/deployments/chain/logs"
+        )
 
 
 def replicas_agree(spec, bootstrap: str, timeout: float = 30) -> bool:

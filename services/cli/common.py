@@ -1,4 +1,5 @@
 """What every CLI command shares: consoles, one-line errors, spec and settings loading."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from services.core.errors import ConfigError
 from services.core.config import Settings
+from services.core.errors import ConfigError
 from services.spec import Spec, SpecError, load_spec
 
 out = Console(soft_wrap=True, highlight=False)
@@ -48,4 +49,6 @@ def bootstrap_for(spec: Spec, bootstrap: str | None) -> str:
     try:
         return Deployment.load(spec.name).bootstrap
     except LookupError:
-        raise fail(f"no broker for '{spec.name}': deploy it with 'hastream up', or pass --bootstrap / set HASTREAM_BOOTSTRAP")
+        raise fail(
+            f"no broker for '{spec.name}': deploy it with 'hastream up', or pass --bootstrap / set HASTREAM_BOOTSTRAP"
+        )

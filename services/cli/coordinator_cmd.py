@@ -4,13 +4,14 @@ The coordinator's code is in ``services.coordinator``; this module only parses o
 prints. ``replica_states`` asks the coordinator's ``/status`` and, when it is not reachable,
 reads the heartbeats topic itself, so ``status`` shows node states even with no coordinator.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -22,9 +23,25 @@ STATE_STYLE = {"STABLE": "green", "UPSTREAM_FAILURE": "yellow", "STABILIZATION":
 
 def coordinator(
     spec: Annotated[Path, typer.Argument(help="Query network spec (YAML).")],
-    port: Annotated[Optional[int], typer.Option("--port", "-p", help="Port of the status page and JSON API (default: $HASTREAM_COORDINATOR_PORT, else 6066, or a free port while 6066 is taken).")] = None,
-    bootstrap: Annotated[Optional[str], typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: $HASTREAM_BOOTSTRAP).")] = None,
-    data_dir: Annotated[Optional[Path], typer.Option("--data-dir", help="faust's local data dir (default: the deployment's dir, <home>/deployments/<spec name>/coordinator).", file_okay=False)] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            "-p",
+            help="Port of the status page and JSON API (default: $HASTREAM_COORDINATOR_PORT, else 6066, or a free port while 6066 is taken).",
+        ),
+    ] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: $HASTREAM_BOOTSTRAP).")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="faust's local data dir (default: the deployment's dir, <home>/deployments/<spec name>/coordinator).",
+            file_okay=False,
+        ),
+    ] = None,
     lease: Annotated[float, typer.Option(help="Seconds a grant is held at most when its DONE never comes.")] = 30.0,
     log_level: Annotated[str, typer.Option("--log-level", help="faust / coordinator log level.")] = "info",
 ) -> None:
@@ -44,8 +61,13 @@ def coordinator(
         raise fail(str(e))
     if port is not None and not (0 < port < 65536 and port_free(port)):
         raise fail(f"port {port} is in use or not a port (1..65535): pick another with --port or ${PORT_ENV}")
-    coord = Coordinator(s, settings.bootstrap, port=port, lease_ms=int(lease * 1000),
-                        data_dir=data_dir or Deployment.dir_for(s.name) / "coordinator")
+    coord = Coordinator(
+        s,
+        settings.bootstrap,
+        port=port,
+        lease_ms=int(lease * 1000),
+        data_dir=data_dir or Deployment.dir_for(s.name) / "coordinator",
+    )
     try:
         coord.run(loglevel=log_level)
     except AnotherCoordinator as e:
@@ -91,15 +113,16 @@ def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]]]:
             return f"coordinator {url.rsplit('/', 1)[0]}", st["replicas"]
     except OSError:
         pass
-    return "heartbeats topic (coordinator not reachable)", _states_from_heartbeats(dep.bootstrap, spec, expected_replicas(spec))
+    return "heartbeats topic (coordinator not reachable)", _states_from_heartbeats(
+        dep.bootstrap, spec, expected_replicas(spec)
+    )
 
 
 def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
-    from services.core.admin import admin_client
-    from services.control.messages import COORDINATOR, now_ms
-    from services.dpc.states import NodeState
-    from services.control.messages import replica_key
+    from services.control.messages import COORDINATOR, now_ms, replica_key
     from services.control.monitor import ReplicaMonitor
+    from services.core.admin import admin_client
+    from services.dpc.states import NodeState
 
     if spec.heartbeat_topic not in admin_client(bootstrap).list_topics(timeout=5).topics:
         return []
@@ -112,13 +135,34 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
         rows, now = [], now_ms()
         for key, (node, p, r) in sorted(keys.items(), key=lambda kv: kv[1]):
             st = seen.get(key)
-            rows.append({"node": node, "partition": p, "replica": r, "state": mon.state(node, p, r).value,
-                         "reported": st.state.value if st else None, "age_ms": max(0, now - st.sent_ms) if st else None,
-                         "pid": st.pid if st else 0, "seen": st is not None, "reconciliation": None})
+            rows.append(
+                {
+                    "node": node,
+                    "partition": p,
+                    "replica": r,
+                    "state": mon.state(node, p, r).value,
+                    "reported": st.state.value if st else None,
+                    "age_ms": max(0, now - st.sent_ms) if st else None,
+                    "pid": st.pid if st else 0,
+                    "seen": st is not None,
+                    "reconciliation": None,
+                }
+            )
         coord = mon.state(COORDINATOR, 0, 0)
         if coord is not NodeState.FAILED:
-            rows.append({"node": COORDINATOR, "partition": 0, "replica": 0, "state": coord.value, "reported": coord.value,
-                         "age_ms": None, "pid": 0, "seen": True, "reconciliation": None})
+            rows.append(
+                {
+                    "node": COORDINATOR,
+                    "partition": 0,
+                    "replica": 0,
+                    "state": coord.value,
+                    "reported": coord.value,
+                    "age_ms": None,
+                    "pid": 0,
+                    "seen": True,
+                    "reconciliation": None,
+                }
+            )
         return rows
     finally:
         mon.close()
@@ -134,8 +178,15 @@ def replica_table(title: str, rows: list[dict[str, Any]]) -> Table:
         if state == "FAILED" and r.get("reported"):
             shown += f" [dim](last {r['reported']})[/]"
         age = "never" if not r.get("seen") else ("-" if r.get("age_ms") is None else f"{r['age_ms'] / 1000:.1f} s ago")
-        t.add_row(r["node"], str(r["partition"]), str(r["replica"]), shown, age, str(r.get("pid") or ""),
-                  r.get("reconciliation") or "-")
+        t.add_row(
+            r["node"],
+            str(r["partition"]),
+            str(r["replica"]),
+            shown,
+            age,
+            str(r.get("pid") or ""),
+            r.get("reconciliation") or "-",
+        )
     return t
 
 

@@ -1,4 +1,5 @@
 """The demo: examples/demo.yaml deployed on the embedded broker, a workload in, results out."""
+
 from __future__ import annotations
 
 import threading
@@ -24,19 +25,27 @@ def _clock(ms: int) -> str:
 
 
 def _table(stats: dict[str, dict], counts: dict[str, int], produced: int, elapsed: float) -> Table:
-    t = Table(title=f"hastream demo: {produced} readings in, {elapsed:.0f}s  "
-                    f"(hot_stats {counts['hot_stats']} windows, alerts {counts['alerts']})")
+    t = Table(
+        title=f"hastream demo: {produced} readings in, {elapsed:.0f}s  "
+        f"(hot_stats {counts['hot_stats']} windows, alerts {counts['alerts']})"
+    )
     for c in ("sensor", "window", "count", "avg °F", "min", "max", "last alert"):
         t.add_column(c, justify="right" if c not in ("sensor", "window") else "left")
     for sensor in sorted(stats):
         w = stats[sensor]
-        t.add_row(sensor, _clock(w.get("window_start", 0)) + "-" + _clock(w.get("window_end", 0)),
-                  str(w.get("count", "")), f"{w.get('avg', 0):.1f}", f"{w.get('min', 0):.0f}", f"{w.get('max', 0):.0f}",
-                  w.get("alert", ""))
+        t.add_row(
+            sensor,
+            _clock(w.get("window_start", 0)) + "-" + _clock(w.get("window_end", 0)),
+            str(w.get("count", "")),
+            f"{w.get('avg', 0):.1f}",
+            f"{w.get('min', 0):.0f}",
+            f"{w.get('max', 0):.0f}",
+            w.get("alert", ""),
+        )
     return t
 
 
-def deploy(spec: Spec, path: Path, what: str) -> "Deployment":
+def deploy(spec: Spec, path: Path, what: str) -> Deployment:
     """Start a demo deployment on the embedded broker, replacing a leftover one of the same name."""
     from services.deploy.local import Deployment, down, up
 
@@ -64,8 +73,12 @@ def run_demo(seconds: float, rate: float) -> None:
     def feed() -> None:
         # Live event time and periodic boundaries, so the nodes' SUnions can close buckets.
         writer = SourceWriter(spec, "readings", dep.bootstrap, wall_clock=True)
-        pump(writer, readings(int(seconds * rate), sensors=6, wall_clock=True), rate,
-             progress=lambda n: produced.__setitem__(0, n))
+        pump(
+            writer,
+            readings(int(seconds * rate), sensors=6, wall_clock=True),
+            rate,
+            progress=lambda n: produced.__setitem__(0, n),
+        )
         done.set()
 
     readers = {s: StreamReader(spec, s, dep.bootstrap) for s in ("hot_stats", "alerts")}
@@ -104,5 +117,7 @@ def run_demo(seconds: float, rate: float) -> None:
         down(dep, stop_kafka=True)
     if not out.is_terminal:
         out.print()  # a live display ends without a newline when output is not a terminal
-    out.print(f"[green]done[/]: {produced[0]} readings in; {counts['hot_stats']} window results and "
-              f"{counts['alerts']} alerts out. Try 'hastream up examples/demo.yaml' and 'hastream tail examples/demo.yaml hot_stats'.")
+    out.print(
+        f"[green]done[/]: {produced[0]} readings in; {counts['hot_stats']} window results and "
+        f"{counts['alerts']} alerts out. Try 'hastream up examples/demo.yaml' and 'hastream tail examples/demo.yaml hot_stats'."
+    )

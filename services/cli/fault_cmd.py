@@ -4,23 +4,28 @@ kill -9, pause (SIGSTOP) / resume (SIGCONT) and restart a service by role, and s
 source for a while so its tuples arrive late. The work is in ``services.deploy.faults``,
 which tests and experiment harnesses call directly.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from services.cli.common import fail, out
 
 fault_app = typer.Typer(
-    name="fault", no_args_is_help=True, pretty_exceptions_enable=False,
+    name="fault",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Inject faults into a running local deployment (kill, pause, restart services; stop a source).",
 )
 
 RoleArg = Annotated[str, typer.Argument(help="Service role, as 'hastream status' lists it (e.g. stats.r0.p0).")]
 StreamArg = Annotated[str, typer.Argument(help="Input stream whose 'hastream produce' process to act on.")]
-DeploymentOpt = Annotated[Optional[str], typer.Option("--deployment", "-d", help="Deployment name (default: the only or most recent one).")]
+DeploymentOpt = Annotated[
+    str | None, typer.Option("--deployment", "-d", help="Deployment name (default: the only or most recent one).")
+]
 
 
 def _dep(name: str | None):
@@ -80,7 +85,10 @@ def restart(role: RoleArg, deployment: DeploymentOpt = None) -> None:
 @fault_app.command("stop-source")
 def stop_source(
     stream: StreamArg,
-    seconds: Annotated[Optional[float], typer.Option("--for", min=0, help="Resume the source after this many seconds (default: stay stopped).")] = None,
+    seconds: Annotated[
+        float | None,
+        typer.Option("--for", min=0, help="Resume the source after this many seconds (default: stay stopped)."),
+    ] = None,
     deployment: DeploymentOpt = None,
 ) -> None:
     """Stop an input stream: its producer buffers tuples, which arrive late when it resumes."""

@@ -3,6 +3,7 @@
 The cluster outlives the command (the broker JVMs are detached), so a demo or a notebook can use
 it across many shells; ``cluster.json`` in the data dir is how later commands find it again.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,7 +48,9 @@ def _existing(data_dir: Path) -> KafkaCluster | None:
 
 @kafka_app.command()
 def start(
-    brokers: Annotated[int, typer.Option("--brokers", "-n", min=1, max=9, help="Number of brokers (3 gives a 3-voter quorum).")] = 1,
+    brokers: Annotated[
+        int, typer.Option("--brokers", "-n", min=1, max=9, help="Number of brokers (3 gives a 3-voter quorum).")
+    ] = 1,
     dir: DirOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the brokers to be ready.")] = 120,
 ) -> None:

@@ -1,4 +1,5 @@
 """``hastream``: validate and deploy query networks, produce to and tail streams, run the demo."""
+
 from __future__ import annotations
 
 import json
@@ -6,21 +7,25 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from services.cli.common import bootstrap_for, err, fail, out, settings_or_exit, spec_or_exit
 from services.cli.bench_cmd import bench_app
+from services.cli.common import bootstrap_for, err, fail, out, settings_or_exit, spec_or_exit
+from services.cli.coordinator_cmd import coordinator as coordinator_cmd
+from services.cli.coordinator_cmd import print_replica_states
 from services.cli.fault_cmd import fault_app
 from services.cli.kafka_cmd import kafka_app
-from services.cli.coordinator_cmd import coordinator as coordinator_cmd, print_replica_states
 
 app = typer.Typer(
-    name="hastream", no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+    name="hastream",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
     help="Fault-tolerant, highly available stream processing on Kafka.",
 )
 app.add_typer(kafka_app, name="kafka")
@@ -31,15 +36,22 @@ node_app = typer.Typer(no_args_is_help=True, help="Run one node service process 
 app.add_typer(node_app, name="node")
 
 SpecArg = Annotated[Path, typer.Argument(help="Query network spec (YAML).", exists=False)]
-BootstrapOpt = Annotated[Optional[str], typer.Option("--bootstrap", "-b", help="Kafka bootstrap servers (default: $HASTREAM_BOOTSTRAP or the deployment's broker).")]
+BootstrapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap", "-b", help="Kafka bootstrap servers (default: $HASTREAM_BOOTSTRAP or the deployment's broker)."
+    ),
+]
 
 
 @app.command()
 def validate(spec: SpecArg) -> None:
     """Check a spec; print every mistake with its file:line:col."""
     s = spec_or_exit(spec)
-    out.print(f"[green]ok[/] {escape(str(spec))}: {len(s.streams)} streams, {len(s.operators)} operators, "
-              f"{len(s.nodes)} nodes; inputs: {', '.join(s.sources())}; outputs: {', '.join(s.sinks())}")
+    out.print(
+        f"[green]ok[/] {escape(str(spec))}: {len(s.streams)} streams, {len(s.operators)} operators, "
+        f"{len(s.nodes)} nodes; inputs: {', '.join(s.sources())}; outputs: {', '.join(s.sinks())}"
+    )
 
 
 @app.command()
@@ -56,16 +68,21 @@ def up(
         dep = deploy_up(s, spec, bootstrap, brokers)
     except (RuntimeError, OSError) as e:
         raise fail(str(e))
-    out.print(f"[green]deployed[/] '{s.name}' on {dep.bootstrap}: {len(dep.processes)} processes; logs in {dep.dir / 'logs'}")
+    out.print(
+        f"[green]deployed[/] '{s.name}' on {dep.bootstrap}: {len(dep.processes)} processes; logs in {dep.dir / 'logs'}"
+    )
 
 
 @app.command()
 def down(
-    name: Annotated[Optional[str], typer.Argument(help="Deployment name (default: all).")] = None,
-    kafka: Annotated[bool, typer.Option("--kafka", help="Also stop the embedded broker the deployment started.")] = False,
+    name: Annotated[str | None, typer.Argument(help="Deployment name (default: all).")] = None,
+    kafka: Annotated[
+        bool, typer.Option("--kafka", help="Also stop the embedded broker the deployment started.")
+    ] = False,
 ) -> None:
     """Stop a deployment's services (SIGTERM: each flushes and commits)."""
-    from services.deploy.local import Deployment, down as deploy_down
+    from services.deploy.local import Deployment
+    from services.deploy.local import down as deploy_down
 
     try:
         deps = [Deployment.load(name)] if name else Deployment.all()
@@ -73,11 +90,13 @@ def down(
         raise fail(str(e))
     for d in deps:
         stopped = deploy_down(d, stop_kafka=kafka)
-        out.print(f"stopped '{d.name}': {len(stopped)} processes" + (" and its broker" if kafka and d.kafka_dir else ""))
+        out.print(
+            f"stopped '{d.name}': {len(stopped)} processes" + (" and its broker" if kafka and d.kafka_dir else "")
+        )
 
 
 @app.command()
-def status(name: Annotated[Optional[str], typer.Argument(help="Deployment name (default: all).")] = None) -> None:
+def status(name: Annotated[str | None, typer.Argument(help="Deployment name (default: all).")] = None) -> None:
     """Show each deployment's processes and whether they are alive, and each node replica's DPC state."""
     from services.deploy.local import Deployment
 
@@ -105,9 +124,25 @@ def produce(
     rate: Annotated[float, typer.Option(help="Tuples per second (0 = as fast as possible).")] = 0,
     sensors: Annotated[int, typer.Option(help="Distinct keys of the generated workload.")] = 10,
     seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
-    json_lines: Annotated[Optional[Path], typer.Option("--json", help="Read records as JSON lines from this file ('-' = stdin) instead of generating.")] = None,
-    event_time: Annotated[str, typer.Option("--time", help="Generated 'ts': 'wall' = the wall clock when generated (live runs), 'synthetic' = start + i * 1000/rate ms (deterministic steps).")] = "wall",
-    deployment: Annotated[Optional[str], typer.Option("--deployment", "-d", help="Deployment to register with, so 'hastream fault stop-source' finds this producer (default: the spec's, else the most recent).")] = None,
+    json_lines: Annotated[
+        Path | None,
+        typer.Option("--json", help="Read records as JSON lines from this file ('-' = stdin) instead of generating."),
+    ] = None,
+    event_time: Annotated[
+        str,
+        typer.Option(
+            "--time",
+            help="Generated 'ts': 'wall' = the wall clock when generated (live runs), 'synthetic' = start + i * 1000/rate ms (deterministic steps).",
+        ),
+    ] = "wall",
+    deployment: Annotated[
+        str | None,
+        typer.Option(
+            "--deployment",
+            "-d",
+            help="Deployment to register with, so 'hastream fault stop-source' finds this producer (default: the spec's, else the most recent).",
+        ),
+    ] = None,
     bootstrap: BootstrapOpt = None,
 ) -> None:
     """Write tuples to an input stream (a generated sensor workload, or JSON lines), with periodic BOUNDARY tuples.
@@ -120,7 +155,9 @@ def produce(
         raise fail(f"--time must be 'wall' or 'synthetic', got {event_time!r}")
     s = spec_or_exit(spec)
     try:
-        writer = SourceWriter(s, stream, bootstrap_for(s, bootstrap), wall_clock=json_lines is None and event_time == "wall")
+        writer = SourceWriter(
+            s, stream, bootstrap_for(s, bootstrap), wall_clock=json_lines is None and event_time == "wall"
+        )
     except ValueError as e:
         raise fail(str(e))
     if json_lines is not None:
@@ -128,11 +165,19 @@ def produce(
         total = None
     else:
         if s.streams[stream].schema != "reading":
-            raise fail(f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json")
+            raise fail(
+                f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json"
+            )
         start = int(time.time() * 1000)
         step = int(1000 / rate) if rate > 0 else 10
-        records = readings(count or None, sensors=sensors, seed=seed, start_ms=start, step_ms=max(step, 1),
-                           wall_clock=event_time == "wall")
+        records = readings(
+            count or None,
+            sensors=sensors,
+            seed=seed,
+            start_ms=start,
+            step_ms=max(step, 1),
+            wall_clock=event_time == "wall",
+        )
         total = count or None
     from services.deploy import faults
 
@@ -147,8 +192,10 @@ def produce(
             faults.unregister_source(dep, stream)
     out.print(f"produced {sent} tuples to '{stream}'")
     if writer.late:
-        err.print(f"[yellow]warning:[/] {writer.late} tuples had a 'ts' below an earlier boundary; nodes dead-letter "
-                  "them (send records in 'ts' order)")
+        err.print(
+            f"[yellow]warning:[/] {writer.late} tuples had a 'ts' below an earlier boundary; nodes dead-letter "
+            "them (send records in 'ts' order)"
+        )
 
 
 def _source_deployment(spec_name: str, name: str | None):
@@ -181,20 +228,37 @@ def _send_paced(writer, records, rate: float, total: int | None) -> int:
     def bad_record(i: int, e: Exception) -> None:
         raise fail(f"record {i} does not fit the stream's schema: {e}")
 
-    with Progress(TextColumn("producing"), BarColumn(), TextColumn("{task.completed} tuples"), TimeRemainingColumn(),
-                  console=err, transient=True) as prog:
+    with Progress(
+        TextColumn("producing"),
+        BarColumn(),
+        TextColumn("{task.completed} tuples"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as prog:
         task = prog.add_task("produce", total=total)
-        return pump(writer, records, rate, progress=lambda n: prog.update(task, completed=n), on_record_error=bad_record,
-                    on_wait=lambda held: err.print(f"source stopped: {held} messages wait for 'hastream fault resume-source' "
-                                                   "(or Ctrl-C to send them now)"))
+        return pump(
+            writer,
+            records,
+            rate,
+            progress=lambda n: prog.update(task, completed=n),
+            on_record_error=bad_record,
+            on_wait=lambda held: err.print(
+                f"source stopped: {held} messages wait for 'hastream fault resume-source' (or Ctrl-C to send them now)"
+            ),
+        )
 
 
 @app.command()
 def tail(
     spec: SpecArg,
     stream: Annotated[str, typer.Argument(help="Stream to read.")],
-    replica: Annotated[Optional[int], typer.Option(help="Read only this replica's topic, raw (default: follow the best replica).")] = None,
-    from_beginning: Annotated[bool, typer.Option("--from-beginning/--new", help="Start at the oldest tuple or only show new ones.")] = True,
+    replica: Annotated[
+        int | None, typer.Option(help="Read only this replica's topic, raw (default: follow the best replica).")
+    ] = None,
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning/--new", help="Start at the oldest tuple or only show new ones.")
+    ] = True,
     limit: Annotated[int, typer.Option("--limit", "-n", help="Stop after this many tuples (0 = follow).")] = 0,
     idle: Annotated[float, typer.Option(help="Stop after this many seconds without tuples (0 = never).")] = 0,
     stable_only: Annotated[bool, typer.Option("--stable-only", help="Print only STABLE tuples.")] = False,
@@ -209,8 +273,14 @@ def tail(
     from services.client.view import StreamView
 
     try:
-        view = StreamView(s, stream, bootstrap_for(s, bootstrap), stable_only=stable_only,
-                          from_beginning=from_beginning, keep_stable=False)
+        view = StreamView(
+            s,
+            stream,
+            bootstrap_for(s, bootstrap),
+            stable_only=stable_only,
+            from_beginning=from_beginning,
+            keep_stable=False,
+        )
     except ValueError as e:
         raise fail(str(e))
     n = 0
@@ -222,13 +292,29 @@ def tail(
                     out.print(f"[cyan]switch[/]    p{p} replica r{old} -> r{new}")
             switches = len(view.switches)
             if as_json:
-                out.print_json(json.dumps({"type": e.kind.upper(), "id": e.id, "stime": e.stime, "partition": e.partition,
-                                           "replica": e.replica, "offset": e.offset, "value": e.record}), indent=None)
+                out.print_json(
+                    json.dumps(
+                        {
+                            "type": e.kind.upper(),
+                            "id": e.id,
+                            "stime": e.stime,
+                            "partition": e.partition,
+                            "replica": e.replica,
+                            "offset": e.offset,
+                            "value": e.record,
+                        }
+                    ),
+                    indent=None,
+                )
             elif e.kind == "stable":
-                out.print(f"[green]S[/] p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} {escape(json.dumps(e.record))}")
+                out.print(
+                    f"[green]S[/] p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} {escape(json.dumps(e.record))}"
+                )
             elif e.kind == "tentative":
-                out.print(f"[bold yellow]T[/] [dim]p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} "
-                          f"{escape(json.dumps(e.record))}[/]")
+                out.print(
+                    f"[bold yellow]T[/] [dim]p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} "
+                    f"{escape(json.dumps(e.record))}[/]"
+                )
             elif e.kind == "undo":
                 out.print(f"[magenta]undo[/]      p{e.partition} after id {e.id}: tentative tuples after it are void")
             else:
@@ -243,8 +329,17 @@ def tail(
         view.close()
 
 
-def _tail_raw(s, stream: str, bootstrap: str, replica: int, from_beginning: bool, limit: int, idle: float,
-              stable_only: bool, as_json: bool) -> None:
+def _tail_raw(
+    s,
+    stream: str,
+    bootstrap: str,
+    replica: int,
+    from_beginning: bool,
+    limit: int,
+    idle: float,
+    stable_only: bool,
+    as_json: bool,
+) -> None:
     """One replica's topic as it is: every tuple with its type, no replica choice, no undo applied."""
     from services.client.reader import StreamReader
 
@@ -258,12 +353,25 @@ def _tail_raw(s, stream: str, bootstrap: str, replica: int, from_beginning: bool
             if stable_only and t.meta.type.value != "STABLE":
                 continue
             if as_json:
-                out.print_json(json.dumps({"type": t.meta.type.value, "id": t.meta.id, "stime": t.meta.stime,
-                                           "partition": t.partition, "offset": t.offset, "value": t.value}), indent=None)
+                out.print_json(
+                    json.dumps(
+                        {
+                            "type": t.meta.type.value,
+                            "id": t.meta.id,
+                            "stime": t.meta.stime,
+                            "partition": t.partition,
+                            "offset": t.offset,
+                            "value": t.value,
+                        }
+                    ),
+                    indent=None,
+                )
             else:
                 colour = "green" if t.meta.type.value == "STABLE" else "yellow"
-                out.print(f"[{colour}]{t.meta.type.value:9}[/] p{t.partition} id={t.meta.id:<6} stime={t.meta.stime} "
-                          f"{escape(json.dumps(t.value))}")
+                out.print(
+                    f"[{colour}]{t.meta.type.value:9}[/] p{t.partition} id={t.meta.id:<6} stime={t.meta.stime} "
+                    f"{escape(json.dumps(t.value))}"
+                )
             n += 1
             if limit and n >= limit:
                 break
@@ -295,15 +403,22 @@ def node_run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("hastream.librdkafka").setLevel(logging.WARNING)
     stats = NodeService(s, node, partition, replica, settings).run()
-    out.print(f"node {node} p{partition} r{replica} stopped: consumed {stats.consumed}, produced {stats.produced}, "
-              f"dead-lettered {stats.deadlettered}")
+    out.print(
+        f"node {node} p{partition} r{replica} stopped: consumed {stats.consumed}, produced {stats.produced}, "
+        f"dead-lettered {stats.deadlettered}"
+    )
 
 
 @app.command()
 def demo(
     seconds: Annotated[float, typer.Option(help="How long to produce the workload.")] = 20,
     rate: Annotated[float, typer.Option(help="Input tuples per second (per source with --faults).")] = 200,
-    faults: Annotated[bool, typer.Option("--faults", help="The replicated chain (examples/chain.yaml) through kill -9 and a stopped source.")] = False,
+    faults: Annotated[
+        bool,
+        typer.Option(
+            "--faults", help="The replicated chain (examples/chain.yaml) through kill -9 and a stopped source."
+        ),
+    ] = False,
 ) -> None:
     """Run the demo pipeline (examples/demo.yaml) on the embedded broker and show what flows out."""
     if faults:
@@ -331,7 +446,7 @@ def main() -> None:
         sys.exit(0)
     except UsageError as e:
         where = e.ctx.command_path if e.ctx else "hastream"
-        where = "hastream" + where[where.index(" "):] if " " in where else "hastream"
+        where = "hastream" + where[where.index(" ") :] if " " in where else "hastream"
         err.print(f"[bold red]error:[/] {escape(e.format_message())} (see: {escape(where)} --help)")
         sys.exit(2)
     except typer.Exit as e:

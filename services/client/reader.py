@@ -1,4 +1,5 @@
 """Reading a stream as a client: decoded tuples with their headers, per partition in order."""
+
 from __future__ import annotations
 
 import time
@@ -6,12 +7,11 @@ from typing import Callable, Iterator, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
-from services.core.errors import DecodeError
 from services.core.codec import codec_for
+from services.core.errors import DecodeError, HeaderError
 from services.core.kafka import plain_consumer
-from services.spec import Spec
-from services.core.errors import HeaderError
 from services.core.tuples import Tuple, parse_headers
+from services.spec import Spec
 
 
 class StreamReader:
@@ -22,7 +22,9 @@ class StreamReader:
             raise ValueError(f"no stream '{stream}' in spec (streams: {', '.join(spec.streams)})")
         topics = spec.stream_topics(stream)
         if not topics:
-            raise ValueError(f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka")
+            raise ValueError(
+                f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka"
+            )
         if replica >= len(topics):
             raise ValueError(f"stream '{stream}' has {len(topics)} replica(s); replica {replica} does not exist")
         self.stream, self.topic = stream, topics[replica]
@@ -33,7 +35,10 @@ class StreamReader:
         self.consumer.assign([TopicPartition(self.topic, p, start) for p in range(self.partitions)])
 
     def end_offsets(self) -> dict[int, int]:
-        return {p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1] for p in range(self.partitions)}
+        return {
+            p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+            for p in range(self.partitions)
+        }
 
     def poll(self, timeout: float = 0.2, max_messages: int = 500) -> list[Tuple]:
         out = []

@@ -7,6 +7,7 @@ no data. ``SourceWriter.hold()`` models a source that is cut off (the fault "sto
 tuples keep being generated but reach Kafka only when the source is ``release()``d, late.
 ``pump()`` is the pacing loop of ``hastream produce``.
 """
+
 from __future__ import annotations
 
 import random
@@ -16,10 +17,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 from services.core.codec import codec_for
 from services.core.kafka import BatchProducer
-from services.log.tail import next_tuple_id
 from services.core.partitioner import key_bytes, partition_for
-from services.spec import Spec
 from services.core.tuples import TupleType, make_headers
+from services.log.tail import next_tuple_id
+from services.spec import Spec
 
 
 def wall_ms() -> int:
@@ -177,6 +178,7 @@ class SourceWriter:
         signal.signal(signal.SIGUSR1, lambda *_: self.request_hold(True))
         signal.signal(signal.SIGUSR2, lambda *_: self.request_hold(False))
         if graceful_stop:
+
             def stop(*_: object) -> None:
                 if self.stop_requested:
                     raise KeyboardInterrupt
@@ -265,7 +267,11 @@ def pump(
 
 
 def readings(
-    n: int | None = None, sensors: int = 10, start_ms: int = 1_700_000_000_000, step_ms: int = 10, seed: int = 7,
+    n: int | None = None,
+    sensors: int = 10,
+    start_ms: int = 1_700_000_000_000,
+    step_ms: int = 10,
+    seed: int = 7,
     wall_clock: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """The demo/benchmark workload: sensors reporting temperatures, event time advancing by ``step_ms``.

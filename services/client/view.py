@@ -13,6 +13,7 @@ the last stable id not undone) and the stable corrections L+1, ... follow; REC_D
 a reconciliation; BOUNDARY(stime B) promises no later tuple has stime < B; a stable tuple
 with an id at or below the last stable id is a duplicate (after a restart or a switch).
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,7 +37,12 @@ from services.spec import Spec
 log = logging.getLogger(__name__)
 
 STABLE, TENTATIVE, UNDO, REC_DONE, BOUNDARY = (
-    TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY)
+    TupleType.STABLE,
+    TupleType.TENTATIVE,
+    TupleType.UNDO,
+    TupleType.REC_DONE,
+    TupleType.BOUNDARY,
+)
 EVENT_KINDS = ("stable", "tentative", "undo", "rec_done")
 
 
@@ -68,8 +74,13 @@ class PartitionView:
     tuples that are kept. With ``tentative=False`` tentative tuples are ignored entirely.
     """
 
-    def __init__(self, partition: int = 0, decode: Callable[[bytes], Any] | None = None,
-                 keep_stable: bool = True, tentative: bool = True) -> None:
+    def __init__(
+        self,
+        partition: int = 0,
+        decode: Callable[[bytes], Any] | None = None,
+        keep_stable: bool = True,
+        tentative: bool = True,
+    ) -> None:
         self.partition = partition
         self.decode = decode
         self.keep_stable = keep_stable
@@ -102,8 +113,16 @@ class PartitionView:
         self.tentative = keep
         out.append(ViewEvent("undo", self.partition, last, stime, None, replica))
 
-    def apply(self, ttype: TupleType, tid: int, stime: int, payload: Any, out: list[ViewEvent],
-              replica: int | None = None, offset: int = -1) -> None:
+    def apply(
+        self,
+        ttype: TupleType,
+        tid: int,
+        stime: int,
+        payload: Any,
+        out: list[ViewEvent],
+        replica: int | None = None,
+        offset: int = -1,
+    ) -> None:
         """Apply one message; append the resulting events (if any) to ``out``."""
         r = self.replica if replica is None else replica
         if ttype is STABLE:
@@ -168,14 +187,25 @@ class StreamView:
     order (only "stable" ones with ``stable_only``).
     """
 
-    def __init__(self, spec: Spec, stream: str, bootstrap: str, stable_only: bool = False, from_beginning: bool = True,
-                 monitor: ReplicaMonitor | None = None, keep_stable: bool = True,
-                 startup_wait: float | None = None, check_interval: float = 0.05) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        stream: str,
+        bootstrap: str,
+        stable_only: bool = False,
+        from_beginning: bool = True,
+        monitor: ReplicaMonitor | None = None,
+        keep_stable: bool = True,
+        startup_wait: float | None = None,
+        check_interval: float = 0.05,
+    ) -> None:
         if stream not in spec.streams:
             raise ValueError(f"no stream '{stream}' in spec (streams: {', '.join(spec.streams)})")
         topics = spec.stream_topics(stream)
         if not topics:
-            raise ValueError(f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka")
+            raise ValueError(
+                f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka"
+            )
         self.spec, self.stream, self.bootstrap = spec, stream, bootstrap
         self.topics = topics
         self.stable_only, self.from_beginning = stable_only, from_beginning
@@ -238,8 +268,9 @@ class StreamView:
         old = reader.replica
         reader.last_stable = v.last_stable
         # Nothing read yet and only new tuples wanted: start at the end.
-        offset = reader.move(self.consumer, self.bootstrap, replica,
-                             None if v.started or self.from_beginning else OFFSET_END)
+        offset = reader.move(
+            self.consumer, self.bootstrap, replica, None if v.started or self.from_beginning else OFFSET_END
+        )
         v.switch(replica, self._pending)
         self.switches.append((partition, old, replica, offset))
         log.info("%s p%d: switched from replica %d to %d at offset %d", self.stream, partition, old, replica, offset)
@@ -275,7 +306,7 @@ class StreamView:
         """Events as they arrive; stops after ``idle_timeout`` seconds without any."""
         return follow_polls(self.poll, idle_timeout)
 
-    def read_until(self, predicate: Callable[["StreamView"], bool], timeout: float = 60.0) -> list[ViewEvent]:
+    def read_until(self, predicate: Callable[[StreamView], bool], timeout: float = 60.0) -> list[ViewEvent]:
         """Poll until ``predicate(self)`` holds or ``timeout`` passes; returns the events seen."""
         got: list[ViewEvent] = []
         deadline = time.monotonic() + timeout
@@ -297,7 +328,7 @@ class StreamView:
         if self._own_monitor and self.monitor is not None:
             self.monitor.close()
 
-    def __enter__(self) -> "StreamView":
+    def __enter__(self) -> StreamView:
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -1,4 +1,5 @@
 """Reading the control topic as typed messages (``services.control.messages``)."""
+
 from __future__ import annotations
 
 import logging

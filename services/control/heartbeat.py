@@ -4,6 +4,7 @@ Anyone can follow that topic (``services.control.monitor.ReplicaMonitor``) to kn
 replicas are alive and in which DPC state; a replica silent for ``failure_timeout`` counts
 as FAILED.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,16 @@ class HeartbeatSender:
     """Sends this replica's heartbeat from a background thread, so a long reconciliation
     does not look like a crash; a SIGSTOP'd or killed process stops sending."""
 
-    def __init__(self, bootstrap: str, topic: str, node: str, partition: int, replica: int,
-                 interval_s: float, producer: BatchProducer | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        node: str,
+        partition: int,
+        replica: int,
+        interval_s: float,
+        producer: BatchProducer | None = None,
+    ) -> None:
         self.topic, self.node, self.partition, self.replica = topic, node, partition, replica
         self.interval_s = interval_s
         self.state = NodeState.STABLE
@@ -30,7 +39,7 @@ class HeartbeatSender:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{node}", daemon=True)
 
-    def start(self) -> "HeartbeatSender":
+    def start(self) -> HeartbeatSender:
         self._thread.start()
         return self
 

@@ -6,6 +6,7 @@ sends DONE. Heartbeats on ``<spec>.heartbeats`` carry each replica's state. Both
 have one partition, so every reader sees one order. This module is the only place that
 knows how these messages look on the wire.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,19 +50,32 @@ class ControlMessage:
     sent_ms: int = 0
 
     def encode(self) -> bytes:
-        return _CONTROL.encode({"kind": self.kind.value, "node": self.node, "partition": self.partition,
-                                "replica": self.replica, "stagger": self.stagger,
-                                "sent_ms": self.sent_ms or now_ms()})
+        return _CONTROL.encode(
+            {
+                "kind": self.kind.value,
+                "node": self.node,
+                "partition": self.partition,
+                "replica": self.replica,
+                "stagger": self.stagger,
+                "sent_ms": self.sent_ms or now_ms(),
+            }
+        )
 
     @classmethod
-    def decode(cls, payload: bytes) -> "ControlMessage":
+    def decode(cls, payload: bytes) -> ControlMessage:
         """Raises DecodeError (bad Avro) or ValueError (unknown kind)."""
         c = _CONTROL.decode(payload)
         return cls(ControlKind(c["kind"]), c["node"], c["partition"], c["replica"], c["stagger"], c["sent_ms"])
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "node": self.node, "partition": self.partition, "replica": self.replica,
-                "stagger": self.stagger, "sent_ms": self.sent_ms}
+        return {
+            "kind": self.kind.value,
+            "node": self.node,
+            "partition": self.partition,
+            "replica": self.replica,
+            "stagger": self.stagger,
+            "sent_ms": self.sent_ms,
+        }
 
     def is_for(self, node: str, partition: int, replica: int) -> bool:
         return (self.node, self.partition, self.replica) == (node, partition, replica)
@@ -80,17 +94,39 @@ class Heartbeat:
     pid: int = 0
 
     def encode(self) -> bytes:
-        return _HEARTBEAT.encode({"node": self.node, "replica": self.replica, "partition": self.partition,
-                                  "state": self.state.value, "epoch": self.epoch, "sent_ms": self.sent_ms,
-                                  "pid": self.pid or os.getpid()})
+        return _HEARTBEAT.encode(
+            {
+                "node": self.node,
+                "replica": self.replica,
+                "partition": self.partition,
+                "state": self.state.value,
+                "epoch": self.epoch,
+                "sent_ms": self.sent_ms,
+                "pid": self.pid or os.getpid(),
+            }
+        )
 
     @classmethod
-    def decode(cls, payload: bytes) -> "Heartbeat":
+    def decode(cls, payload: bytes) -> Heartbeat:
         """Raises DecodeError (bad Avro) or ValueError (unknown state)."""
         hb = _HEARTBEAT.decode(payload)
-        return cls(hb["node"], hb["partition"], hb["replica"], NodeState(hb["state"]), hb["sent_ms"],
-                   hb.get("epoch", 0), hb.get("pid", 0))
+        return cls(
+            hb["node"],
+            hb["partition"],
+            hb["replica"],
+            NodeState(hb["state"]),
+            hb["sent_ms"],
+            hb.get("epoch", 0),
+            hb.get("pid", 0),
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "partition": self.partition, "replica": self.replica, "state": self.state.value,
-                "sent_ms": self.sent_ms, "epoch": self.epoch, "pid": self.pid}
+        return {
+            "node": self.node,
+            "partition": self.partition,
+            "replica": self.replica,
+            "state": self.state.value,
+            "sent_ms": self.sent_ms,
+            "epoch": self.epoch,
+            "pid": self.pid,
+        }

@@ -1,4 +1,5 @@
 """The replica monitor: the latest state of every node replica partition, from the heartbeat topic."""
+
 from __future__ import annotations
 
 import threading
@@ -56,8 +57,9 @@ class ReplicaMonitor:
                     continue
                 # A replayed old heartbeat counts from when it was sent, not when we read it.
                 age = max(0.0, (now_ms() - hb.sent_ms) / 1000.0)
-                st = ReplicaStatus(hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms,
-                                   time.monotonic() - age, hb.pid)
+                st = ReplicaStatus(
+                    hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms, time.monotonic() - age, hb.pid
+                )
                 key = replica_key(hb.node, hb.partition, hb.replica)
                 with self._lock:
                     cur = self.status.get(key)

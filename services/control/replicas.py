@@ -5,6 +5,7 @@ reconciling (it produces corrections, not new tuples); never a failed one while 
 lives. A reader stays where it is unless another replica is strictly better, so replicas
 in equal states do not make it flap.
 """
+
 from __future__ import annotations
 
 from services.dpc.states import NodeState

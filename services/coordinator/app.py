@@ -18,6 +18,7 @@ before it gets its partitions. The app therefore uses
 static group membership (``consumer_group_instance_id``): the restarted process takes over
 the dead member's place at once, without a rebalance.
 """
+
 from __future__ import annotations
 
 import html
@@ -30,18 +31,18 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import faust
-from faust.web import Request, Response, View
 from aiohttp.web import TCPSite
+from faust.web import Request, Response, View
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
+from services.control.messages import COORDINATOR, ControlKind, ControlMessage, Heartbeat, now_ms
+from services.control.monitor import ReplicaMonitor
+from services.coordinator.page import STATUS_HTML
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.errors import DecodeError
-from services.control.messages import COORDINATOR, ControlKind, ControlMessage, Heartbeat, now_ms
-from services.dpc.states import NodeState
-from services.control.monitor import ReplicaMonitor
-from services.spec import Spec
 from services.dpc.consistency import LEASE_MS, Coordination, Grant
-from services.coordinator.page import STATUS_HTML
+from services.dpc.states import NodeState
+from services.spec import Spec
 
 log = logging.getLogger("hastream.coordinator")
 
@@ -113,15 +114,29 @@ def port_file(data_dir: Path) -> Path:
 
 def expected_replicas(spec: Spec) -> list[tuple[str, int, int]]:
     """(node, partition, replica) of every Python node process the spec deploys."""
-    return [(n, p, r) for n, nd in spec.nodes.items() if nd.engine == "python"
-            for r in range(nd.replicas) for p in range(spec.node_partitions(n))]
+    return [
+        (n, p, r)
+        for n, nd in spec.nodes.items()
+        if nd.engine == "python"
+        for r in range(nd.replicas)
+        for p in range(spec.node_partitions(n))
+    ]
 
 
 class Coordinator:
     """Builds the faust app for one spec; ``run()`` blocks until SIGTERM / SIGINT."""
 
-    def __init__(self, spec: Spec, bootstrap: str, *, port: int | None = None, data_dir: Path,
-                 lease_ms: int = LEASE_MS, replication: int | None = None, web_host: str = "localhost") -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        bootstrap: str,
+        *,
+        port: int | None = None,
+        data_dir: Path,
+        lease_ms: int = LEASE_MS,
+        replication: int | None = None,
+        web_host: str = "localhost",
+    ) -> None:
         """``port`` None: 6066, or a free port while 6066 is taken (another deployment's coordinator)."""
         self.spec = spec
         self.bootstrap = bootstrap
@@ -159,10 +174,12 @@ class Coordinator:
         )
         app.web_port_fallback = port is None
         app.on_web_bound = self._on_web_bound
-        self.heartbeats = app.topic(spec.heartbeat_topic, key_type=bytes, value_type=bytes,
-                                    key_serializer="raw", value_serializer="raw")
-        self.control = app.topic(spec.control_topic, key_type=bytes, value_type=bytes,
-                                 key_serializer="raw", value_serializer="raw")
+        self.heartbeats = app.topic(
+            spec.heartbeat_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+        self.control = app.topic(
+            spec.control_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
         # Keys (str) and values (dicts) go to the changelog as JSON. use_partitioner: timers write
         # too, outside any stream event (all topics have one partition, so nothing moves).
         table_kw: dict[str, Any] = dict(default=None, partitions=1, use_partitioner=True)
@@ -187,8 +204,11 @@ class Coordinator:
                     if not self.caught_up and beat.pid == os.getpid() and beat.epoch == self.started_ms:
                         # Our own first heartbeat came back: everything queued before it is read.
                         self.caught_up = True
-                        log.info("coordinator ready: heartbeat backlog read; %d replicas, %d reconciliation "
-                                 "entries", len(list(self.replicas.keys())), len(list(self.recon.keys())))
+                        log.info(
+                            "coordinator ready: heartbeat backlog read; %d replicas, %d reconciliation entries",
+                            len(list(self.replicas.keys())),
+                            len(list(self.recon.keys())),
+                        )
                     continue
                 self.logic.on_heartbeat(beat.as_dict(), now_ms())
 
@@ -203,8 +223,15 @@ class Coordinator:
                 if msg.kind is ControlKind.GRANT:
                     continue
                 grants = self.logic.on_control(msg.as_dict(), now_ms())
-                log.info("%s from %s/p%d/r%d (stagger=%s) -> %s", msg.kind.value, msg.node, msg.partition,
-                         msg.replica, msg.stagger, ", ".join(g.key for g in grants) or "no grant")
+                log.info(
+                    "%s from %s/p%d/r%d (stagger=%s) -> %s",
+                    msg.kind.value,
+                    msg.node,
+                    msg.partition,
+                    msg.replica,
+                    msg.stagger,
+                    ", ".join(g.key for g in grants) or "no grant",
+                )
                 await self._send_grants(grants)
 
         @app.timer(interval=self.interval_s, name="tick")
@@ -214,8 +241,11 @@ class Coordinator:
             now = now_ms()
             if self.ready_since is None:
                 self.ready_since = now
-                log.info("tables recovered: %d replicas, %d reconciliation entries",
-                         len(list(self.replicas.keys())), len(list(self.recon.keys())))
+                log.info(
+                    "tables recovered: %d replicas, %d reconciliation entries",
+                    len(list(self.replicas.keys())),
+                    len(list(self.recon.keys())),
+                )
             await self._beat(now)
             # Detect failures only once the heartbeats that queued up while we were down are
             # read, or a restart would flag live replicas FAILED for a moment.
@@ -257,9 +287,17 @@ class Coordinator:
     def status(self) -> dict[str, Any]:
         now = now_ms()
         body = self.logic.status(now, self.expected)
-        body.update({"spec": self.spec.name, "ready": self.ready_since is not None and self.caught_up, "pid": os.getpid(),
-                     "started_ms": self.started_ms, "heartbeat_interval_ms": self.spec.dpc.heartbeat_interval,
-                     "heartbeat_topic": self.spec.heartbeat_topic, "control_topic": self.spec.control_topic})
+        body.update(
+            {
+                "spec": self.spec.name,
+                "ready": self.ready_since is not None and self.caught_up,
+                "pid": os.getpid(),
+                "started_ms": self.started_ms,
+                "heartbeat_interval_ms": self.spec.dpc.heartbeat_interval,
+                "heartbeat_topic": self.spec.heartbeat_topic,
+                "control_topic": self.spec.control_topic,
+            }
+        )
         return body
 
     # -- running ----------------------------------------------------------------------
@@ -267,8 +305,10 @@ class Coordinator:
         """Create the heartbeats and control topics if missing (faust only creates its own)."""
         rf = self.app.conf.topic_replication_factor
         cfg = {"min.insync.replicas": "2"} if rf >= 3 else {}
-        ensure_topics(self.bootstrap, [TopicSpec(self.spec.heartbeat_topic, 1, rf, cfg),
-                                       TopicSpec(self.spec.control_topic, 1, rf, cfg)])
+        ensure_topics(
+            self.bootstrap,
+            [TopicSpec(self.spec.heartbeat_topic, 1, rf, cfg), TopicSpec(self.spec.control_topic, 1, rf, cfg)],
+        )
 
     def check_alone(self) -> None:
         """Refuse to start next to a live coordinator of the same spec.
@@ -286,16 +326,19 @@ class Coordinator:
             while time.monotonic() < deadline:
                 cur = mon.get(COORDINATOR, 0, 0)
                 if cur is not None and cur.sent_ms > first.sent_ms:
-                    raise AnotherCoordinator(f"another coordinator of '{self.spec.name}' is running (pid {cur.pid}, "
-                                       f"heartbeats on {self.spec.heartbeat_topic}): stop it first")
+                    raise AnotherCoordinator(
+                        f"another coordinator of '{self.spec.name}' is running (pid {cur.pid}, "
+                        f"heartbeats on {self.spec.heartbeat_topic}): stop it first"
+                    )
                 time.sleep(self.interval_s / 2)
         finally:
             mon.close()
 
     def _on_web_bound(self, port: int) -> None:
         self.port = port
-        port_file(self.data_dir).write_text(json.dumps({"spec": self.spec.name, "port": port, "pid": os.getpid(),
-                                                        "started_ms": self.started_ms}))
+        port_file(self.data_dir).write_text(
+            json.dumps({"spec": self.spec.name, "port": port, "pid": os.getpid(), "started_ms": self.started_ms})
+        )
 
     def run(self, loglevel: str = "info") -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """Reading a coordinator's JSON status over HTTP, for the CLI and the tests (stdlib only, no faust import)."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Topic provisioning through the Kafka admin client, with retries around a broker that is still starting."""
+
 from __future__ import annotations
 
 import time
@@ -54,7 +55,9 @@ def ensure_topics(bootstrap: str, topics: list[TopicSpec]) -> list[str]:
     if not missing:
         return []
     new = [
-        NewTopic(t.name, num_partitions=t.partitions, replication_factor=min(t.replication, brokers), config=dict(t.config))
+        NewTopic(
+            t.name, num_partitions=t.partitions, replication_factor=min(t.replication, brokers), config=dict(t.config)
+        )
         for t in missing
     ]
     created = []
@@ -74,12 +77,19 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float = 30)
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(timeout=10)
-        pending = [n for n in names if n not in md.topics or md.topics[n].error is not None
-                   or any(p.leader < 0 for p in md.topics[n].partitions.values())]
+        pending = [
+            n
+            for n in names
+            if n not in md.topics
+            or md.topics[n].error is not None
+            or any(p.leader < 0 for p in md.topics[n].partitions.values())
+        ]
         if not pending:
             return
         if time.monotonic() > deadline:
-            raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, f"no leader yet for {', '.join(pending[:5])}"))
+            raise KafkaException(
+                KafkaError(KafkaError.LEADER_NOT_AVAILABLE, f"no leader yet for {', '.join(pending[:5])}")
+            )
         time.sleep(0.1)
 
 
@@ -89,7 +99,7 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
     admin = admin_client(bootstrap)
     existing = set(admin.list_topics(timeout=10).topics)
     todo = [n for n in names if n in existing]
-    for fut in (admin.delete_topics(todo, operation_timeout=30).values() if todo else []):
+    for fut in admin.delete_topics(todo, operation_timeout=30).values() if todo else []:
         try:
             fut.result()
         except KafkaException as e:

@@ -3,11 +3,12 @@
 Schemas live in ``schemas/<name>.avsc``; a codec is built per schema and reused, so no
 message ever pays for schema parsing.
 """
+
 from __future__ import annotations
 
 import io
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,12 @@ def available_schemas(schema_dir: Path = SCHEMA_DIR) -> list[str]:
     return sorted(p.stem for p in schema_dir.glob("*.avsc"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str, schema_dir: Path = SCHEMA_DIR) -> Schema:
     """Parsed schema by name (file stem), cached for the process."""
     path = schema_dir / f"{name}.avsc"
     if not path.exists():
-        raise SchemaNotFound(
-            f"no schema '{name}' (known: {', '.join(available_schemas(schema_dir))})"
-        )
+        raise SchemaNotFound(f"no schema '{name}' (known: {', '.join(available_schemas(schema_dir))})")
     return fastavro.parse_schema(json.loads(path.read_text()))
 
 
@@ -68,13 +67,11 @@ class Codec:
         except Exception as e:  # fastavro raises many types on garbage input
             raise DecodeError(f"not valid Avro for schema '{self.name}': {type(e).__name__}: {e}") from None
         if bio.tell() != len(payload):
-            raise DecodeError(
-                f"not valid Avro for schema '{self.name}': {len(payload) - bio.tell()} trailing bytes"
-            )
+            raise DecodeError(f"not valid Avro for schema '{self.name}': {len(payload) - bio.tell()} trailing bytes")
         return rec  # type: ignore[return-value]
 
 
-@lru_cache(maxsize=None)
+@cache
 def codec_for(name: str) -> Codec:
     """Shared codec per schema name (one per process)."""
     return Codec(name)

@@ -3,6 +3,7 @@
 The local launcher and docker-compose.yml set the same variables, so a service behaves
 the same in both.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,12 +32,10 @@ class Settings:
     poll_timeout_ms: int = 50
 
     @classmethod
-    def from_env(cls, bootstrap: str | None = None) -> "Settings":
+    def from_env(cls, bootstrap: str | None = None) -> Settings:
         bs = bootstrap or os.environ.get("HASTREAM_BOOTSTRAP", "")
         if not bs:
-            raise ConfigError(
-                "no Kafka bootstrap servers: set HASTREAM_BOOTSTRAP or pass --bootstrap"
-            )
+            raise ConfigError("no Kafka bootstrap servers: set HASTREAM_BOOTSTRAP or pass --bootstrap")
         return cls(
             bootstrap=bs,
             batch_size=_int_env("HASTREAM_BATCH_SIZE", 1000),

@@ -4,6 +4,7 @@ The CLI turns any of them into one readable line; each keeps the builtin base th
 callers caught before (``ValueError`` for bad input, ``LookupError`` for a missing name,
 ``RuntimeError`` for a process or tool that failed), so ``except ValueError`` still works.
 """
+
 from __future__ import annotations
 
 

@@ -3,15 +3,15 @@
 One place sets the client configuration (logging through Python, no auto commit, no
 auto-created topics), so every service, client and tool talks to Kafka the same way.
 """
+
 from __future__ import annotations
 
 import logging
 import uuid
 from typing import Any, Iterable, Sequence
 
-from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines go through Python logging (not raw to stderr), so each
@@ -19,9 +19,16 @@ log = logging.getLogger(__name__)
 RDKAFKA_LOG = logging.getLogger("hastream.librdkafka")
 
 TRANSIENT = {
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TIMED_OUT, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT,
 }
 
 
@@ -34,8 +41,10 @@ def _retriable(e: BaseException) -> bool:
 
 # Retry a call while the broker is starting or failing over, for up to 60 s.
 retry_transient = retry(
-    retry=retry_if_exception(_retriable), wait=wait_exponential(multiplier=0.1, max=2),
-    stop=stop_after_delay(60), reraise=True,
+    retry=retry_if_exception(_retriable),
+    wait=wait_exponential(multiplier=0.1, max=2),
+    stop=stop_after_delay(60),
+    reraise=True,
 )
 
 
@@ -189,7 +198,12 @@ def plain_consumer(bootstrap: str, role: str, unique: bool = False, **overrides:
     for readers that must never share committed offsets.
     """
     group = f"hastream.{role}.{uuid.uuid4().hex[:8]}" if unique else f"hastream.{role}"
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                            "enable.partition.eof": False, "logger": RDKAFKA_LOG}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+        "logger": RDKAFKA_LOG,
+    }
     conf.update(overrides)
     return Consumer(conf)

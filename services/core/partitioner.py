@@ -1,4 +1,5 @@
 """Which partition a key goes to: one function used by sources, nodes and the Spark stage."""
+
 from __future__ import annotations
 
 import zlib

@@ -2,6 +2,7 @@
 
 One place so the launcher, the CLI, the tests and Spark agree without passing paths around.
 """
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ plain ASCII: the type name and decimal integers. The data path reads them with
 ``read_headers`` and writes them with a ``HeaderWriter``; both are a few dict and bytes
 operations per tuple, with the constant parts built once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

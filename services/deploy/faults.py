@@ -7,6 +7,7 @@ arrive late, as from a disconnected input; producers record their pid under
 ``<deployment dir>/sources/<stream>.json`` for this. ``hastream fault ...`` is the CLI over
 these functions; test harnesses call them directly.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,8 @@ import signal
 import time
 from pathlib import Path
 
-from services.deploy.local import Deployment, Process, pid_alive, restart as _restart
+from services.deploy.local import Deployment, Process, pid_alive
+from services.deploy.local import restart as _restart
 
 
 class FaultError(LookupError):
@@ -43,6 +45,7 @@ def latest_deployment() -> Deployment | None:
 
 # -- services -------------------------------------------------------------------
 
+
 def find_process(dep: Deployment, role: str) -> Process:
     for p in dep.processes:
         if p.role == role:
@@ -54,8 +57,10 @@ def find_process(dep: Deployment, role: str) -> Process:
 def _running(dep: Deployment, role: str) -> Process:
     p = find_process(dep, role)
     if not dep.alive(p):
-        raise FaultError(f"process '{role}' (pid {p.pid}) of deployment '{dep.name}' is not running "
-                         f"(start it again with: hastream fault restart {role})")
+        raise FaultError(
+            f"process '{role}' (pid {p.pid}) of deployment '{dep.name}' is not running "
+            f"(start it again with: hastream fault restart {role})"
+        )
     return p
 
 
@@ -94,6 +99,7 @@ def restart(dep: Deployment | str | None, role: str) -> Process:
 
 
 # -- sources --------------------------------------------------------------------
+
 
 def source_file(dep: Deployment, stream: str) -> Path:
     return dep.dir / "sources" / f"{stream}.json"
@@ -137,8 +143,10 @@ def source_pid(dep: Deployment | str | None, stream: str) -> int:
     pid = running_sources(d).get(stream)
     if pid is None:
         running = ", ".join(running_sources(d)) or "none"
-        raise FaultError(f"no running producer of stream '{stream}' in deployment '{d.name}' "
-                         f"(running sources: {running}; start one with: hastream produce SPEC {stream} --count 0)")
+        raise FaultError(
+            f"no running producer of stream '{stream}' in deployment '{d.name}' "
+            f"(running sources: {running}; start one with: hastream produce SPEC {stream} --count 0)"
+        )
     return pid
 
 

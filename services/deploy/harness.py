@@ -6,6 +6,7 @@ clock (so failures overlap the stream), and a recorder reads every replica topic
 output streams with arrival times. From the record come the final stable output of each
 replica, how many tentative tuples were sent, and how late new results were.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,9 @@ from services.client.source import SourceWriter
 from services.core.codec import codec_for
 from services.core.kafka import RDKAFKA_LOG
 from services.core.paths import REPO_ROOT
-from services.spec import Spec
 from services.core.tuples import TYPE_BYTES, TupleType
 from services.deploy.local import service_commands, service_env
+from services.spec import Spec
 
 END_OF_TIME = 2**62  # the final boundary: no tuple will ever come again
 
@@ -46,8 +47,15 @@ class Services:
     def start(self, role: str | None = None) -> None:
         for r in [role] if role else list(self.commands):
             with open(self.log_dir / f"{r}.log", "ab") as f:
-                self.procs[r] = subprocess.Popen(self.commands[r], stdout=f, stderr=subprocess.STDOUT, env=self.env,
-                                                 cwd=REPO_ROOT, start_new_session=True, stdin=subprocess.DEVNULL)
+                self.procs[r] = subprocess.Popen(
+                    self.commands[r],
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    cwd=REPO_ROOT,
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                )
 
     def signal(self, role: str, sig: int) -> None:
         os.kill(self.procs[role].pid, sig)
@@ -98,7 +106,7 @@ class PacedSources:
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "PacedSources":
+    def start(self) -> PacedSources:
         self._thread.start()
         return self
 
@@ -189,10 +197,21 @@ class Recorder:
         self.outputs: dict[tuple[str, int], ReplicaOutput] = {}
         self.decode = {t: codec_for(spec.streams[s].schema).decode for s in streams for t in spec.stream_topics(s)}
         self.topic_stream = {t: s for s in streams for t in spec.stream_topics(s)}
-        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hastream.rec.{uuid.uuid4().hex[:8]}",
-                            "enable.auto.commit": False, "logger": RDKAFKA_LOG})
-        self._c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in self.decode
-                        for p in range(spec.streams[self.topic_stream[t]].partitions)])
+        self._c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"hastream.rec.{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "logger": RDKAFKA_LOG,
+            }
+        )
+        self._c.assign(
+            [
+                TopicPartition(t, p, OFFSET_BEGINNING)
+                for t in self.decode
+                for p in range(spec.streams[self.topic_stream[t]].partitions)
+            ]
+        )
         self._types = {TYPE_BYTES[t]: t for t in TupleType}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -5,6 +5,7 @@ replica for a Spark node, which covers all partitions); ``down`` stops them with
 so each flushes and commits. The deployment's state (pids, bootstrap, logs) is a JSON
 file under ``.hastream/deployments/<name>/`` so later commands can find it.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ from pathlib import Path
 
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.paths import REPO_ROOT, hastream_home
-from services.spec import Spec
 from services.node.restart import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
+from services.spec import Spec
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Deployment:
         (self.dir / "deployment.json").write_text(json.dumps(asdict(self), indent=2))
 
     @classmethod
-    def load(cls, name: str) -> "Deployment":
+    def load(cls, name: str) -> Deployment:
         f = cls.dir_for(name) / "deployment.json"
         if not f.exists():
             raise LookupError(f"no deployment '{name}' (start one with: hastream up SPEC)")
@@ -60,7 +61,7 @@ class Deployment:
         return cls(**d)
 
     @classmethod
-    def all(cls) -> list["Deployment"]:
+    def all(cls) -> list[Deployment]:
         root = hastream_home() / "deployments"
         return [cls.load(p.parent.name) for p in sorted(root.glob("*/deployment.json"))]
 
@@ -100,12 +101,42 @@ def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]
         for r in range(node.replicas):
             if node.engine == "spark":
                 ckpt = Deployment.dir_for(spec.name) / "spark" / f"{n}.r{r}"
-                out.append((f"{n}.r{r}", [py, "-m", "spark_jobs.window_stage", str(spec_path), n,
-                                          "--replica", str(r), "--checkpoint", str(ckpt)]))
+                out.append(
+                    (
+                        f"{n}.r{r}",
+                        [
+                            py,
+                            "-m",
+                            "spark_jobs.window_stage",
+                            str(spec_path),
+                            n,
+                            "--replica",
+                            str(r),
+                            "--checkpoint",
+                            str(ckpt),
+                        ],
+                    )
+                )
                 continue
             for p in range(spec.node_partitions(n)):
-                out.append((f"{n}.r{r}.p{p}", [py, "-m", "services.cli.main", "node", "run", str(spec_path), n,
-                                               "--partition", str(p), "--replica", str(r)]))
+                out.append(
+                    (
+                        f"{n}.r{r}.p{p}",
+                        [
+                            py,
+                            "-m",
+                            "services.cli.main",
+                            "node",
+                            "run",
+                            str(spec_path),
+                            n,
+                            "--partition",
+                            str(p),
+                            "--replica",
+                            str(r),
+                        ],
+                    )
+                )
     return out
 
 
@@ -119,8 +150,10 @@ def provision(spec: Spec, bootstrap: str) -> list[str]:
 def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None = None) -> list[TopicSpec]:
     """Every topic of a deployment with its settings; restart topics take messages as large as an image."""
     restart_topics = {t for t, _ in spec.restart_topics()}
-    return [TopicSpec(t, p, replication, {**(config or {}), **(RESTART_TOPIC_CONFIG if t in restart_topics else {})})
-            for t, p in spec.all_topics()]
+    return [
+        TopicSpec(t, p, replication, {**(config or {}), **(RESTART_TOPIC_CONFIG if t in restart_topics else {})})
+        for t, p in spec.all_topics()
+    ]
 
 
 def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int = 1) -> Deployment:
@@ -155,8 +188,15 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
 def spawn(argv: list[str], log: Path | str, env: dict[str, str]) -> int:
     """Start one service process in its own session, appending to its log; returns its pid."""
     with open(log, "ab") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
-                                start_new_session=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
     return proc.pid
 
 
@@ -165,7 +205,9 @@ def restart(dep: Deployment, role: str) -> Process:
     it still runs: two replicas with one role would both write its topic); saves the new pid."""
     proc = next((p for p in dep.processes if p.role == role), None)
     if proc is None:
-        raise LookupError(f"no process '{role}' in deployment '{dep.name}' (processes: {', '.join(p.role for p in dep.processes)})")
+        raise LookupError(
+            f"no process '{role}' in deployment '{dep.name}' (processes: {', '.join(p.role for p in dep.processes)})"
+        )
     if dep.alive(proc):
         os.kill(proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10

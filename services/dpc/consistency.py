@@ -23,6 +23,7 @@ are granted oldest first. A grant is held until that replica sends DONE, is mark
 or its lease runs out. Every table value is replaced, never mutated in place, because a
 faust Table only logs assignments to its changelog.
 """
+
 from __future__ import annotations
 
 from collections.abc import MutableMapping
@@ -57,8 +58,13 @@ class Grant:
 class Coordination:
     """Replica states and the grant queue over two mappings; every method is given the time."""
 
-    def __init__(self, replicas: MutableMapping[str, Any], recon: MutableMapping[str, Any],
-                 failure_timeout_ms: int, lease_ms: int = LEASE_MS) -> None:
+    def __init__(
+        self,
+        replicas: MutableMapping[str, Any],
+        recon: MutableMapping[str, Any],
+        failure_timeout_ms: int,
+        lease_ms: int = LEASE_MS,
+    ) -> None:
         self.replicas = replicas
         self.recon = recon
         self.failure_timeout_ms = failure_timeout_ms
@@ -95,17 +101,30 @@ class Coordination:
             state = reported  # a live replica stays live: only mark_failures declares failures
         else:
             state = NodeState.FAILED.value if late else reported
-        changed = (cur is None or cur["state"] != state or cur["reported"] != reported or cur["pid"] != pid
-                   or cur["epoch"] != epoch)
+        changed = (
+            cur is None
+            or cur["state"] != state
+            or cur["reported"] != reported
+            or cur["pid"] != pid
+            or cur["epoch"] != epoch
+        )
         if late and not changed and sent - cur["sent_ms"] < STALE_WRITE_MS:
             return False  # a backlog of the same news is not written to the table one by one
         if cur is not None and cur["state"] == state:
             since = cur["since_ms"]
         else:
             since = now if state == NodeState.FAILED.value else sent
-        self.replicas[key] = {"node": node, "partition": int(hb["partition"]), "replica": int(hb["replica"]),
-                              "state": state, "reported": reported, "sent_ms": sent, "pid": pid,
-                              "epoch": epoch, "since_ms": since}
+        self.replicas[key] = {
+            "node": node,
+            "partition": int(hb["partition"]),
+            "replica": int(hb["replica"]),
+            "state": state,
+            "reported": reported,
+            "sent_ms": sent,
+            "pid": pid,
+            "epoch": epoch,
+            "since_ms": since,
+        }
         return True
 
     def last_heard(self, key: str) -> int:
@@ -149,8 +168,16 @@ class Coordination:
         partition, replica = int(msg["partition"]), int(msg["replica"])
         key = replica_key(node, partition, replica)
         sent = int(msg["sent_ms"])
-        cur = self.recon.get(key) or {"node": node, "partition": partition, "replica": replica, "status": IDLE,
-                                      "requested_ms": 0, "granted_ms": 0, "stagger": True, "ctl_ms": 0}
+        cur = self.recon.get(key) or {
+            "node": node,
+            "partition": partition,
+            "replica": replica,
+            "status": IDLE,
+            "requested_ms": 0,
+            "granted_ms": 0,
+            "stagger": True,
+            "ctl_ms": 0,
+        }
         if sent < cur["ctl_ms"]:
             return []
         stagger = bool(msg.get("stagger", True))
@@ -163,8 +190,14 @@ class Coordination:
         if cur["status"] == PENDING:
             self.recon[key] = {**cur, "ctl_ms": sent, "stagger": stagger}
         else:
-            self.recon[key] = {**cur, "status": PENDING, "requested_ms": sent, "ctl_ms": sent, "stagger": stagger,
-                               "released": None}
+            self.recon[key] = {
+                **cur,
+                "status": PENDING,
+                "requested_ms": sent,
+                "ctl_ms": sent,
+                "stagger": stagger,
+                "released": None,
+            }
         return self.decide(node, partition, now)
 
     def expire_leases(self, now: int) -> list[str]:
@@ -215,28 +248,82 @@ class Coordination:
         rows = {}
         for key, r in list(self.replicas.items()):
             sent = max(r["sent_ms"], self.latest.get(key, 0))
-            rows[key] = {"key": key, "node": r["node"], "partition": r["partition"], "replica": r["replica"],
-                         "state": r["state"], "reported": r["reported"], "age_ms": max(0, now - sent),
-                         "sent_ms": sent, "since_ms": r["since_ms"], "pid": r["pid"], "epoch": r["epoch"],
-                         "seen": True}
+            rows[key] = {
+                "key": key,
+                "node": r["node"],
+                "partition": r["partition"],
+                "replica": r["replica"],
+                "state": r["state"],
+                "reported": r["reported"],
+                "age_ms": max(0, now - sent),
+                "sent_ms": sent,
+                "since_ms": r["since_ms"],
+                "pid": r["pid"],
+                "epoch": r["epoch"],
+                "seen": True,
+            }
         for node, p, rep in expected:
             key = replica_key(node, p, rep)
-            rows.setdefault(key, {"key": key, "node": node, "partition": p, "replica": rep,
-                                  "state": NodeState.FAILED.value, "reported": None, "age_ms": None, "sent_ms": None,
-                                  "since_ms": None, "pid": 0, "epoch": 0, "seen": False})
+            rows.setdefault(
+                key,
+                {
+                    "key": key,
+                    "node": node,
+                    "partition": p,
+                    "replica": rep,
+                    "state": NodeState.FAILED.value,
+                    "reported": None,
+                    "age_ms": None,
+                    "sent_ms": None,
+                    "since_ms": None,
+                    "pid": 0,
+                    "epoch": 0,
+                    "seen": False,
+                },
+            )
         for key, row in rows.items():
             row["reconciliation"] = recon.get(key, {}).get("status", IDLE)
-        pending = sorted(({"key": k, "node": r["node"], "partition": r["partition"], "replica": r["replica"],
-                           "requested_ms": r["requested_ms"], "waiting_ms": max(0, now - r["requested_ms"]),
-                           "stagger": r["stagger"]} for k, r in recon.items() if r["status"] == PENDING),
-                         key=lambda x: (x["requested_ms"], x["key"]))
-        grants = sorted(({"key": k, "node": r["node"], "partition": r["partition"], "replica": r["replica"],
-                          "granted_ms": r["granted_ms"], "held_ms": max(0, now - r["granted_ms"]),
-                          "lease_left_ms": max(0, r["granted_ms"] + self.lease_ms - now), "stagger": r["stagger"]}
-                         for k, r in recon.items() if r["status"] == GRANTED), key=lambda x: x["key"])
-        return {"now_ms": now, "failure_timeout_ms": self.failure_timeout_ms, "lease_ms": self.lease_ms,
-                "replicas": sorted(rows.values(), key=lambda x: (x["node"], x["partition"], x["replica"])),
-                "pending": pending, "grants": grants}
+        pending = sorted(
+            (
+                {
+                    "key": k,
+                    "node": r["node"],
+                    "partition": r["partition"],
+                    "replica": r["replica"],
+                    "requested_ms": r["requested_ms"],
+                    "waiting_ms": max(0, now - r["requested_ms"]),
+                    "stagger": r["stagger"],
+                }
+                for k, r in recon.items()
+                if r["status"] == PENDING
+            ),
+            key=lambda x: (x["requested_ms"], x["key"]),
+        )
+        grants = sorted(
+            (
+                {
+                    "key": k,
+                    "node": r["node"],
+                    "partition": r["partition"],
+                    "replica": r["replica"],
+                    "granted_ms": r["granted_ms"],
+                    "held_ms": max(0, now - r["granted_ms"]),
+                    "lease_left_ms": max(0, r["granted_ms"] + self.lease_ms - now),
+                    "stagger": r["stagger"],
+                }
+                for k, r in recon.items()
+                if r["status"] == GRANTED
+            ),
+            key=lambda x: x["key"],
+        )
+        return {
+            "now_ms": now,
+            "failure_timeout_ms": self.failure_timeout_ms,
+            "lease_ms": self.lease_ms,
+            "replicas": sorted(rows.values(), key=lambda x: (x["node"], x["partition"], x["replica"])),
+            "pending": pending,
+            "grants": grants,
+        }
 
 
 # -- the same rule without the coordinator ----------------------------------------------

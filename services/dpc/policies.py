@@ -1,4 +1,5 @@
 """The choices DPC leaves to the user: how to reconcile, and what to do with new tuples meanwhile."""
+
 from __future__ import annotations
 
 from enum import Enum

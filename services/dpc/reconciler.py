@@ -6,6 +6,7 @@ logs instead and rebuilds the state at the mark (``services.dpc.undo``): no snap
 the price of logging input. Either way, SUnion then redoes the stable version of every
 bucket emitted since, and SOutput sends UNDO before the corrections.
 """
+
 from __future__ import annotations
 
 from typing import Protocol

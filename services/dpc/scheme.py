@@ -14,6 +14,7 @@ operators run, SOutput numbers the results. The states are the paper's (``states
 
 The scheme makes no Kafka calls: it works through the node (``NodeRuntime``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,7 +39,12 @@ from services.node.scheme import NodeRuntime
 log = logging.getLogger(__name__)
 
 STABLE, TENTATIVE, BOUNDARY, UNDO, REC_DONE = (
-    TupleType.STABLE, TupleType.TENTATIVE, TupleType.BOUNDARY, TupleType.UNDO, TupleType.REC_DONE)
+    TupleType.STABLE,
+    TupleType.TENTATIVE,
+    TupleType.BOUNDARY,
+    TupleType.UNDO,
+    TupleType.REC_DONE,
+)
 REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
 
 
@@ -192,14 +198,21 @@ class DpcScheme:
     # -- reconciliation ----------------------------------------------------------------
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
-        if (msg.kind is ControlKind.GRANT and self.requested_ms and msg.sent_ms >= self.requested_ms
-                and msg.is_for(node.plan.node, node.partition, node.replica)):
+        if (
+            msg.kind is ControlKind.GRANT
+            and self.requested_ms
+            and msg.sent_ms >= self.requested_ms
+            and msg.is_for(node.plan.node, node.partition, node.replica)
+        ):
             self.granted = True
 
     def _partners(self) -> list[NodeState]:
         node = self.node
-        return [node.monitor.state(node.plan.node, node.partition, r)
-                for r in range(node.plan.replicas) if r != node.replica]
+        return [
+            node.monitor.state(node.plan.node, node.partition, r)
+            for r in range(node.plan.replicas)
+            if r != node.replica
+        ]
 
     def on_check(self, now: float) -> None:
         self._check_reconciliation(now)
@@ -222,8 +235,9 @@ class DpcScheme:
         elif now - self.requested_at > REQUEST_EVERY_S:
             self.requested_at = now
             self.requested_ms = self.requested_ms or now_ms()
-            node.send_control(ControlMessage(ControlKind.REQUEST, node.plan.node, node.partition, node.replica,
-                                             stagger))
+            node.send_control(
+                ControlMessage(ControlKind.REQUEST, node.plan.node, node.partition, node.replica, stagger)
+            )
 
     def _reconcile(self) -> None:
         """Undo the tentative outputs, restore the pre-failure state, redo the corrected inputs."""
@@ -255,8 +269,12 @@ class DpcScheme:
         node.outputs.flush()
         node.producer.flush()
         image = restart.RestartImage(
-            node.pipeline.snapshot(), self.sunion.state(), {s: so.state() for s, so in self.soutputs.items()},
-            {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports}, node.inputs.positions(), now_ms(),
+            node.pipeline.snapshot(),
+            self.sunion.state(),
+            {s: so.state() for s, so in self.soutputs.items()},
+            {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
+            node.inputs.positions(),
+            now_ms(),
         )
         restart.save(node.producer, self.restart_topic, node.partition, image)
         node.producer.flush()

@@ -15,6 +15,7 @@ SOutput is in duplicate-elimination mode: it drops the stable tuples whose ids a
 already in the topic (up to ``dedup_until``). It announces UNDO(L) at the restart, since
 the topic may end with tentative tuples of the process that died.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,7 +23,11 @@ from typing import Any
 from services.core.tuples import TupleType
 
 STABLE, TENTATIVE, UNDO, REC_DONE, BOUNDARY = (
-    TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY,
+    TupleType.STABLE,
+    TupleType.TENTATIVE,
+    TupleType.UNDO,
+    TupleType.REC_DONE,
+    TupleType.BOUNDARY,
 )
 # (type, id, stime, record or None): one message to write.
 Out = tuple[TupleType, int, int, Any]

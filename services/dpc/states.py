@@ -7,6 +7,7 @@ UPSTREAM_FAILURE if a new failure started meanwhile). A restarted replica begins
 it replays from its restart image before it sends anything new. FAILED is never a state a
 replica is in by itself: observers give it to a replica whose heartbeats stopped.
 """
+
 from __future__ import annotations
 
 from enum import Enum

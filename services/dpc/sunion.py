@@ -22,6 +22,7 @@ removes that input's undone tentative tuples. When every kept bucket has become 
 Inputs are Kafka logs, so stable tuples need not be buffered for checkpoint/redo: a node
 replays them by seeking back to the offsets recorded with its checkpoint.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -92,12 +93,18 @@ class SUnion:
         self.progressed_at: list[float | None] = [None] * inputs  # when progress last moved
 
     # -- restart image ----------------------------------------------------------
-    def state(self) -> "SUnionState":
+    def state(self) -> SUnionState:
         """What a restart needs to serialize the rest of the input exactly as before the crash."""
-        return SUnionState(list(self.boundaries), dict(self.pending), self.emitted_below, dict(self.kept),
-                           list(self.progress), list(self.progressed_at))
+        return SUnionState(
+            list(self.boundaries),
+            dict(self.pending),
+            self.emitted_below,
+            dict(self.kept),
+            list(self.progress),
+            list(self.progressed_at),
+        )
 
-    def restore(self, st: "SUnionState") -> None:
+    def restore(self, st: SUnionState) -> None:
         """Continue from a ``state()`` of a SUnion with the same inputs and buckets."""
         if len(st.boundaries) != self.inputs:
             raise ValueError(f"SUnion state has {len(st.boundaries)} inputs, this SUnion {self.inputs}")
@@ -215,6 +222,8 @@ class SUnion:
         """The stable serialization of every kept bucket, in order; forgets them."""
         out: list[STuple] = []
         for k in sorted(self.kept):
-            out.extend(STuple(STABLE, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order))
+            out.extend(
+                STuple(STABLE, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order)
+            )
         self.kept.clear()
         return out

@@ -18,6 +18,7 @@ future tuple, the ``late`` counter) may come back lower, which no ordered input 
 
 Nothing of this runs unless the node is built with ``undo=True``.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -98,7 +99,7 @@ class UndoLog:
         """Back to the state at ``mark()``: forget the input since, rebuild from the rest silently."""
         if self.mark_at is None:
             raise RuntimeError(f"undo of operator '{self.op.name}' without a mark")
-        del self.entries[self.mark_at:]
+        del self.entries[self.mark_at :]
         self.mark_at = None
         op, emit = self.op, self.op.emit
         if self.base is not None:

@@ -6,6 +6,7 @@ the last stable tuple it already has: stable ids are the same on every replica, 
 point exists in every topic that has caught up. A writer that restarts continues its dense
 id sequence from the tail. Every scheme reads its logs through these functions.
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -37,7 +38,9 @@ def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> 
             while pos < end:
                 msgs = c.consume(min(500, end - pos), 5)
                 if not msgs:
-                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}"))
+                    raise KafkaException(
+                        KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}")
+                    )
                 for m in msgs:
                     if m.error() is None and m.offset() < end:
                         pos = m.offset() + 1
@@ -108,7 +111,9 @@ def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10
             deadline -= 0.5
             if m is not None and m.error() is None:
                 return m
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"newest message of {topic}[{partition}] not read in {timeout}s"))
+        raise KafkaException(
+            KafkaError(KafkaError._TIMED_OUT, f"newest message of {topic}[{partition}] not read in {timeout}s")
+        )
     finally:
         c.close()
 

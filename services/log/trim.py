@@ -5,6 +5,7 @@ downstream node has acknowledged that it no longer needs it; then the log may be
 (Kafka's DeleteRecords moves the log start offset). Never trimming past what a reader
 still needs is the caller's rule; this module only refuses to move the start backwards.
 """
+
 from __future__ import annotations
 
 from confluent_kafka import TopicPartition

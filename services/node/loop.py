@@ -4,6 +4,7 @@ Everything a paper defines lives in the scheme (``services.node.scheme``): the l
 its plan, builds its Kafka clients, and calls the scheme at fixed points. Malformed input
 goes to the dead-letter topic and the service keeps running.
 """
+
 from __future__ import annotations
 
 import logging
@@ -12,11 +13,11 @@ import time
 
 from confluent_kafka import Message
 
+from services.control.channel import ControlReader
 from services.control.heartbeat import HeartbeatSender
 from services.control.messages import ControlMessage
 from services.control.monitor import ReplicaMonitor
 from services.core.config import Settings
-from services.control.channel import ControlReader
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.dpc.states import NodeState
 from services.node import restart
@@ -55,8 +56,14 @@ class NodeService:
         self._install_signals()
         last_input: float | None = None
         next_check = time.monotonic()
-        log.info("node %s p%d r%d (%s) reading %s", self.plan.node, self.partition, self.replica,
-                 self.plan.scheme.value, ", ".join(p.topic for p in self.inputs.ports))
+        log.info(
+            "node %s p%d r%d (%s) reading %s",
+            self.plan.node,
+            self.partition,
+            self.replica,
+            self.plan.scheme.value,
+            ", ".join(p.topic for p in self.inputs.ports),
+        )
         try:
             while self.running:
                 msgs = self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
@@ -94,12 +101,19 @@ class NodeService:
     def _connect(self) -> None:
         st, plan = self.settings, self.plan
         self.consumer = BatchConsumer(st.bootstrap, self.group_id)
-        self.producer = BatchProducer(st.bootstrap, linger_ms=st.linger_ms,
-                                      **{"message.max.bytes": restart.MAX_IMAGE_BYTES})
+        self.producer = BatchProducer(
+            st.bootstrap, linger_ms=st.linger_ms, **{"message.max.bytes": restart.MAX_IMAGE_BYTES}
+        )
         self.outputs.open(self.producer)
         self.monitor = ReplicaMonitor(st.bootstrap, plan.heartbeat_topic, plan.dpc.failure_timeout / 1000)
-        self.heartbeat = HeartbeatSender(st.bootstrap, plan.heartbeat_topic, plan.node, self.partition,
-                                         self.replica, plan.dpc.heartbeat_interval / 1000).start()
+        self.heartbeat = HeartbeatSender(
+            st.bootstrap,
+            plan.heartbeat_topic,
+            plan.node,
+            self.partition,
+            self.replica,
+            plan.dpc.heartbeat_interval / 1000,
+        ).start()
         self.control = ControlReader(st.bootstrap, plan.control_topic, self.group_id + ".control")
 
     def _close(self) -> None:

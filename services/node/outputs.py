@@ -5,6 +5,7 @@ Each replica writes ``<stream>.r<k>``, partition = the node's partition. A schem
 adds the ``ht.*`` headers and waits until Kafka has them all, so whatever a restart image
 records as written is written.
 """
+
 from __future__ import annotations
 
 from confluent_kafka import Message
@@ -21,8 +22,9 @@ class Outputs:
     def __init__(self, plans: tuple[OutputPlan, ...], partition: int, replica: int, epoch: int = 0) -> None:
         self.partition = partition
         self.queues: dict[str, list[Out]] = {o.stream: [] for o in plans}
-        self._writers = {o.stream: (o.topics[replica], codec_for(o.schema).encode, o.key, key_encoder(o.key_type))
-                         for o in plans}
+        self._writers = {
+            o.stream: (o.topics[replica], codec_for(o.schema).encode, o.key, key_encoder(o.key_type)) for o in plans
+        }
         self._headers = HeaderWriter(replica, epoch)
         self.producer: BatchProducer | None = None
         self.produced = 0
@@ -70,4 +72,3 @@ class Outputs:
         assert self.producer is not None
         headers = deadletter_headers(msg.headers(), reason, msg.topic() or "", msg.partition(), msg.offset())
         self.producer.send(topic, msg.value(), msg.key(), headers=headers)
-

@@ -4,15 +4,16 @@ Besides feeding and draining, the pipeline is what the node's DPC state machine 
 ``advance`` (time promises), ``snapshot``/``restore`` (checkpoint/redo) and, when built
 with ``undo=True``, ``mark``/``undo``/``unmark`` (undo/redo with per-operator input logs).
 """
+
 from __future__ import annotations
 
 import pickle
 from typing import Callable
 
-from services.spec.plan import NodePlan
+from services.dpc.undo import UndoLog
 from services.operators.base import Emit, Item, Operator
 from services.operators.build import build_operator
-from services.dpc.undo import UndoLog
+from services.spec.plan import NodePlan
 
 
 class NodePipeline:

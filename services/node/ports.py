@@ -7,6 +7,7 @@ STABILIZATION, never a FAILED one. Stable tuple ids are the same on every replic
 move continues in the new topic right after the last stable tuple the reader has. Node
 input ports and client views (``services.client.view``) both read through it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -82,8 +83,18 @@ class Inputs:
 
     def __init__(self, plans: tuple[InputPlan, ...], partition: int, replica: int) -> None:
         # Replica k of a node starts on replica k mod R of each upstream node.
-        self.ports = [InputPort(list(p.topics), partition, p.upstream, replica % p.replicas, stream=p.stream,
-                                index=p.index, decode=codec_for(p.schema).decode) for p in plans]
+        self.ports = [
+            InputPort(
+                list(p.topics),
+                partition,
+                p.upstream,
+                replica % p.replicas,
+                stream=p.stream,
+                index=p.index,
+                decode=codec_for(p.schema).decode,
+            )
+            for p in plans
+        ]
         self.partition = partition
         self.by_topic = {p.topic: p for p in self.ports}
         self.consumer: BatchConsumer | None = None
@@ -92,8 +103,9 @@ class Inputs:
         """Start reading every port's topic at ``offsets`` (by topic), else from the beginning."""
         self.consumer = consumer
         self.by_topic = {p.topic: p for p in self.ports}
-        consumer.assign_offsets([TopicPartition(p.topic, self.partition, offsets.get(p.topic, OFFSET_BEGINNING))
-                                 for p in self.ports])
+        consumer.assign_offsets(
+            [TopicPartition(p.topic, self.partition, offsets.get(p.topic, OFFSET_BEGINNING)) for p in self.ports]
+        )
 
     def poll(self, max_messages: int, timeout_s: float) -> list[Message]:
         assert self.consumer is not None

@@ -8,6 +8,7 @@ before, so everything the state produced is already in the output topics. A rest
 the newest image, seeks the inputs back to its offsets and replays; SOutput drops the
 replayed stable tuples that are already in the output topic.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -37,8 +38,9 @@ def save(producer: BatchProducer, topic: str, partition: int, image: RestartImag
     """Write ``image``; returns its size in bytes. The caller flushes."""
     data = pickle.dumps(image, protocol=pickle.HIGHEST_PROTOCOL)
     if len(data) > MAX_IMAGE_BYTES:
-        raise RestartImageError(f"restart image of {len(data)} bytes exceeds {MAX_IMAGE_BYTES}: "
-                                "shrink windows or partition more")
+        raise RestartImageError(
+            f"restart image of {len(data)} bytes exceeds {MAX_IMAGE_BYTES}: shrink windows or partition more"
+        )
     producer.send(topic, data, None, partition)
     return len(data)
 

@@ -8,6 +8,7 @@ The loop calls, in this order: ``on_restart`` once, then per iteration ``before_
 loop flushes the outputs after every iteration. A scheme never polls or produces by
 itself: it works on the node's inputs, operators and output queues.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

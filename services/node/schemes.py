@@ -1,4 +1,5 @@
 """Which recovery scheme a node runs, by the ``ha:`` of its spec."""
+
 from __future__ import annotations
 
 from services.dpc.scheme import DpcScheme

@@ -15,6 +15,7 @@ Besides ``push``, the DPC machinery needs from an operator (the defaults suit st
 - ``clear()``/``oldest_time(port)``: undo/redo, through ``services.dpc.undo.UndoLog``
   (the paper's clear() and findOldestTuple(stream_id)).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable

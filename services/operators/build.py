@@ -1,11 +1,12 @@
 """Operator instances from their spec definitions."""
+
 from __future__ import annotations
 
-from services.spec import OperatorDef
 from services.operators.base import Operator
 from services.operators.join import WindowJoin
 from services.operators.stateless import Filter, Map, Union
 from services.operators.window import WindowAggregate
+from services.spec import OperatorDef
 
 
 def build_operator(op: OperatorDef, fields: dict[str, list[str]]) -> Operator:
@@ -21,5 +22,7 @@ def build_operator(op: OperatorDef, fields: dict[str, list[str]]) -> Operator:
         return WindowAggregate(op.name, op.key or "", op.time, op.size, op.slide, op.aggregates)
     if op.type == "join":
         right_fields = fields[op.inputs[1]]
-        return WindowJoin(op.name, op.key or "", op.right_key or "", op.time, op.within, op.fields, in_fields, right_fields)
+        return WindowJoin(
+            op.name, op.key or "", op.right_key or "", op.time, op.within, op.fields, in_fields, right_fields
+        )
     raise ValueError(f"unknown operator type {op.type!r}")

@@ -4,21 +4,29 @@ Symmetric hash join: each arriving tuple probes the other side's state, then is 
 until the other side's time (or an ``advance``) has moved past it by more than ``within``
 (inputs are in time order per partition, so no later tuple could match it).
 """
+
 from __future__ import annotations
 
 from collections import deque
 from typing import Any
 
-from services.spec.expr import compile_expr
 from services.operators.base import Item, Operator
+from services.spec.expr import compile_expr
 
 
 class WindowJoin(Operator):
     stateful = True
 
     def __init__(
-        self, name: str, left_key: str, right_key: str, time: str, within: int,
-        fields: dict[str, str], left_fields: list[str], right_fields: list[str],
+        self,
+        name: str,
+        left_key: str,
+        right_key: str,
+        time: str,
+        within: int,
+        fields: dict[str, str],
+        left_fields: list[str],
+        right_fields: list[str],
     ) -> None:
         super().__init__(name)
         self.keys = (left_key, right_key)

@@ -5,14 +5,15 @@ loops, whole-input grouping), so tests can check the operators, the node service
 Spark stage against it. Input and output are per stream, per partition lists of records
 in order; each partition is evaluated on its own, as the services do.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
 from services.core.codec import schema_fields
-from services.spec.expr import compile_expr
 from services.spec import OperatorDef, Spec
+from services.spec.expr import compile_expr
 
 Records = list[dict[str, Any]]
 
@@ -30,7 +31,7 @@ def _window(op: OperatorDef, recs: Records) -> Records:
                 groups[(start, r[op.key])].append(r)
             start -= op.slide
     out = []
-    for (start, key) in sorted(groups):
+    for start, key in sorted(groups):
         g = groups[(start, key)]
         row: dict[str, Any] = {"key": str(key), "window_start": start, "window_end": start + op.size}
         for a in op.aggregates:
@@ -63,7 +64,9 @@ def _join(spec: Spec, op: OperatorDef, left: Records, right: Records) -> Records
 
 def evaluate(spec: Spec, inputs: dict[str, list[Records]]) -> dict[str, list[Records]]:
     """Every stream's content per partition, given the source streams' content."""
-    data: dict[str, list[Records]] = {s: inputs.get(s, [[] for _ in range(spec.streams[s].partitions)]) for s in spec.sources()}
+    data: dict[str, list[Records]] = {
+        s: inputs.get(s, [[] for _ in range(spec.streams[s].partitions)]) for s in spec.sources()
+    }
     pending = list(spec.operators.values())
     while pending:
         op = next(o for o in pending if all(i in data for i in o.inputs))

@@ -1,10 +1,11 @@
 """Filter, map and union: per-tuple operators with no state, applied a batch at a time."""
+
 from __future__ import annotations
 
 from typing import Iterable
 
-from services.spec.expr import compile_expr
 from services.operators.base import Item, Operator
+from services.spec.expr import compile_expr
 
 
 class Filter(Operator):

@@ -5,12 +5,13 @@ is in time order per partition, so that tuple proves no earlier one is still com
 when ``advance`` promises that time without a tuple. Closed windows are emitted in
 (start, key) order, which keeps replicas identical.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from services.spec import Aggregate
 from services.operators.base import Item, Operator
+from services.spec import Aggregate
 
 
 def window_starts(t: int, size: int, slide: int) -> range:

@@ -5,6 +5,7 @@ A spec writes Python-syntax expressions over a tuple's fields (``value > 20``,
 logic, constants and a few pure functions are allowed, so operators stay deterministic.
 Each expression is compiled once into a Python function; no per-tuple interpretation.
 """
+
 from __future__ import annotations
 
 import ast
@@ -13,15 +14,51 @@ from typing import Any, Callable, Iterable
 from services.core.errors import ExprError
 
 SAFE_FUNCS: dict[str, Callable[..., Any]] = {
-    "abs": abs, "min": min, "max": max, "round": round, "int": int, "float": float,
-    "str": str, "len": len,
+    "abs": abs,
+    "min": min,
+    "max": max,
+    "round": round,
+    "int": int,
+    "float": float,
+    "str": str,
+    "len": len,
 }
 
 _ALLOWED = (
-    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
-    ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
-    ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn,
-    ast.IfExp, ast.Dict, ast.Name, ast.Load, ast.Attribute, ast.Constant, ast.Call, ast.Tuple, ast.List,
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.Pow,
+    ast.Compare,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.In,
+    ast.NotIn,
+    ast.IfExp,
+    ast.Dict,
+    ast.Name,
+    ast.Load,
+    ast.Attribute,
+    ast.Constant,
+    ast.Call,
+    ast.Tuple,
+    ast.List,
 )
 
 
@@ -37,15 +74,12 @@ def _check(src: str, scopes: dict[str, Iterable[str]]) -> ast.Expression:
             raise ExprError(f"{type(node).__name__} is not allowed in expression {src!r}")
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in SAFE_FUNCS) or node.keywords:
-                raise ExprError(
-                    f"only calls to {', '.join(SAFE_FUNCS)} are allowed in expression {src!r}"
-                )
+                raise ExprError(f"only calls to {', '.join(SAFE_FUNCS)} are allowed in expression {src!r}")
         elif isinstance(node, ast.Attribute):
             if not (isinstance(node.value, ast.Name) and node.value.id in scopes and node.value.id):
                 named = ", ".join(s for s in scopes if s)
                 raise ExprError(
-                    f"attribute access is not allowed in {src!r}"
-                    + (f" (only on {named})" if named else "")
+                    f"attribute access is not allowed in {src!r}" + (f" (only on {named})" if named else "")
                 )
             if node.attr not in set(scopes[node.value.id]):
                 raise ExprError(
@@ -79,7 +113,9 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         assert isinstance(node.value, ast.Name)
-        return ast.copy_location(ast.Subscript(ast.Name(node.value.id, ast.Load()), ast.Constant(node.attr), ast.Load()), node)
+        return ast.copy_location(
+            ast.Subscript(ast.Name(node.value.id, ast.Load()), ast.Constant(node.attr), ast.Load()), node
+        )
 
 
 def validate(src: str, fields: Iterable[str] = (), **named: Iterable[str]) -> None:

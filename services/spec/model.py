@@ -3,6 +3,7 @@
 ``services.spec.parse`` builds a ``Spec`` from YAML and ``services.spec.validate`` checks it;
 ``services.spec.plan`` turns one node of it into the plan a node replica runs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,8 +27,6 @@ class StreamDef:
     delay: int | None = None  # X in ms for this output, end to end (None: the spec's dpc.delay)
 
 
-
-
 class Scheme(str, Enum):
     """How a node survives failures; chosen per node with ``ha:`` (docs/spec.md)."""
 
@@ -44,7 +43,9 @@ class DpcConfig:
     boundary_interval: int = 100  # how often sources and nodes send BOUNDARY tuples, ms
     reconciliation: Reconciliation = Reconciliation.CHECKPOINT  # default per node
     failure_policy: Policy = Policy.PROCESS  # during UPSTREAM_FAILURE: process new tuples or delay them
-    stabilization_policy: Policy = Policy.PROCESS  # while a replica reconciles: partner processes, delays, or all suspend
+    stabilization_policy: Policy = (
+        Policy.PROCESS
+    )  # while a replica reconciles: partner processes, delays, or all suspend
     restart_image_interval: int = 2000  # how often a STABLE replica writes its restart image, ms
     heartbeat_interval: int = 200  # ms
     failure_timeout: int = 1000  # a replica silent this long is failed, ms
@@ -223,13 +224,19 @@ class Spec:
         return out
 
     def restart_topics(self) -> list[tuple[str, int]]:
-        return [(self.restart_topic(n, r), self.node_partitions(n))
-                for n, nd in self.nodes.items() if nd.engine == "python" for r in range(nd.replicas)]
+        return [
+            (self.restart_topic(n, r), self.node_partitions(n))
+            for n, nd in self.nodes.items()
+            if nd.engine == "python"
+            for r in range(nd.replicas)
+        ]
 
     def topo_nodes(self) -> list[str]:
         """Nodes in dataflow order (upstream first)."""
         order: list[str] = []
-        deps = {n: {self.node_producing(s).name for s in self.node_inputs(n) if self.node_producing(s)} for n in self.nodes}
+        deps = {
+            n: {self.node_producing(s).name for s in self.node_inputs(n) if self.node_producing(s)} for n in self.nodes
+        }
         while len(order) < len(deps):
             ready = [n for n in deps if n not in order and deps[n] <= set(order)]
             if not ready:

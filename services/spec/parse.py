@@ -3,6 +3,7 @@
 ``load_spec`` returns a validated ``Spec`` or raises ``SpecError`` listing every mistake
 as ``file:line:col: path: message``, one per line, so a user can fix them all at once.
 """
+
 from __future__ import annotations
 
 import re
@@ -74,9 +75,11 @@ def _parse_dpc(ck: Problems, top: dict) -> DpcConfig:
     raw = ck.mapping(top.get("dpc"), ("dpc",), "dpc")
     d = DpcConfig()
     ints = ("delay", "bucket", "boundary_interval", "restart_image_interval", "heartbeat_interval", "failure_timeout")
-    choices: dict[str, tuple[Enum, ...]] = {"reconciliation": tuple(Reconciliation),
-                                            "failure_policy": FAILURE_POLICIES,
-                                            "stabilization_policy": STABILIZATION_POLICIES}
+    choices: dict[str, tuple[Enum, ...]] = {
+        "reconciliation": tuple(Reconciliation),
+        "failure_policy": FAILURE_POLICIES,
+        "stabilization_policy": STABILIZATION_POLICIES,
+    }
     if "checkpoint_interval" in raw:
         ck.err(("dpc", "checkpoint_interval"), "'checkpoint_interval' is now 'restart_image_interval'")
         raw = {k: v for k, v in raw.items() if k != "checkpoint_interval"}
@@ -167,4 +170,3 @@ def _parse_nodes(
         if o not in owner:
             ck.err(("operators", o), f"operator '{o}' is not placed in any node")
     return out
-

@@ -4,6 +4,7 @@ A node replica reads its plan, never the spec: inputs (which upstream node and r
 topics feed each), outputs (topic per replica, schema, key), its operators in dataflow
 order, its delay share of X, its recovery scheme and the control-plane topics.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,18 +73,38 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
     for i, s in enumerate(spec.node_inputs(node)):
         up = spec.node_producing(s)
         n = spec.replicas_of_stream(s)
-        inputs.append(InputPlan(s, i, spec.streams[s].schema, up.name if up else None,
-                                tuple(spec.topic(s, r) for r in range(n))))
+        inputs.append(
+            InputPlan(s, i, spec.streams[s].schema, up.name if up else None, tuple(spec.topic(s, r) for r in range(n)))
+        )
     outputs = []
     for s in spec.node_outputs(node):
         sd = spec.streams[s]
-        outputs.append(OutputPlan(s, sd.schema, sd.key, schema_fields(sd.schema).get(sd.key) if sd.key else None,
-                                  tuple(spec.topic(s, r) for r in range(nd.replicas))))
+        outputs.append(
+            OutputPlan(
+                s,
+                sd.schema,
+                sd.key,
+                schema_fields(sd.schema).get(sd.key) if sd.key else None,
+                tuple(spec.topic(s, r) for r in range(nd.replicas)),
+            )
+        )
     ops = tuple(spec.topo_operators(node))
     touched = {s for o in ops for s in (*o.inputs, o.output)}
     return NodePlan(
-        spec.name, node, nd.replicas, spec.node_partitions(node), nd.ha, spec.reconciliation_of(node),
-        tuple(inputs), tuple(outputs), ops, {s: list(schema_fields(spec.streams[s].schema)) for s in sorted(touched)},
-        spec.node_delay_s(node), spec.dpc, spec.heartbeat_topic, spec.control_topic, spec.deadletter_topic,
+        spec.name,
+        node,
+        nd.replicas,
+        spec.node_partitions(node),
+        nd.ha,
+        spec.reconciliation_of(node),
+        tuple(inputs),
+        tuple(outputs),
+        ops,
+        {s: list(schema_fields(spec.streams[s].schema)) for s in sorted(touched)},
+        spec.node_delay_s(node),
+        spec.dpc,
+        spec.heartbeat_topic,
+        spec.control_topic,
+        spec.deadletter_topic,
         tuple(spec.restart_topic(node, r) for r in range(nd.replicas)),
     )

@@ -1,4 +1,5 @@
 """Spec problems with their place in the YAML file: ``file:line:col: path: message``, all collected before reporting."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Checking a spec's operators and graph: one function per operator type, then the cross-cutting rules."""
+
 from __future__ import annotations
 
 import re
@@ -53,8 +54,10 @@ def operators(ck: Problems, top: dict, streams: dict[str, StreamDef]) -> dict[st
         odef = ck.mapping(odef, path, f"operator '{oname}'")
         otype = odef.get("type")
         if otype not in OPERATOR_TYPES:
-            ck.err(path + ("type",) if "type" in odef else path,
-                   f"'type' must be one of {', '.join(OPERATOR_TYPES)}, got {otype!r}")
+            ck.err(
+                path + ("type",) if "type" in odef else path,
+                f"'type' must be one of {', '.join(OPERATOR_TYPES)}, got {otype!r}",
+            )
             continue
         ck.unknown_keys(odef, OPERATOR_KEYS[otype], path)
         inputs = _inputs(ck, odef, otype, path)
@@ -106,8 +109,9 @@ def _streams_exist(ck: Problems, inputs: list, otype: str, path: tuple, streams:
 class _Op:
     """One operator definition being checked, with the schemas around it."""
 
-    def __init__(self, ck: Problems, path: tuple, odef: dict, inputs: tuple[str, ...], output: str,
-                 streams: dict[str, StreamDef]) -> None:
+    def __init__(
+        self, ck: Problems, path: tuple, odef: dict, inputs: tuple[str, ...], output: str, streams: dict[str, StreamDef]
+    ) -> None:
         self.ck, self.path, self.odef, self.inputs, self.output, self.streams = ck, path, odef, inputs, output, streams
         self.in_fields = schema_fields(streams[inputs[0]].schema)
         self.out_schema = streams[output].schema
@@ -120,16 +124,22 @@ class _Op:
     def same_schema(self, what: str) -> None:
         for s in self.inputs:
             if self.streams[s].schema != self.out_schema:
-                self.err(("output",), f"a {what} keeps its input schema: '{s}' is '{self.streams[s].schema}' "
-                                      f"but '{self.output}' is '{self.out_schema}'")
+                self.err(
+                    ("output",),
+                    f"a {what} keeps its input schema: '{s}' is '{self.streams[s].schema}' "
+                    f"but '{self.output}' is '{self.out_schema}'",
+                )
 
     def fields(self, scopes: dict[str, Any] | None) -> dict[str, str]:
         """The ``fields`` mapping: output field -> expression over the input (``scopes`` for a join)."""
         fields = self.ck.mapping(self.odef.get("fields"), self.path + ("fields",), "fields")
         for fname, fexpr in fields.items():
             if fname not in self.out_fields:
-                self.err(("fields", fname), f"field '{fname}' is not in output schema '{self.out_schema}' "
-                                            f"(fields: {', '.join(self.out_fields)})")
+                self.err(
+                    ("fields", fname),
+                    f"field '{fname}' is not in output schema '{self.out_schema}' "
+                    f"(fields: {', '.join(self.out_fields)})",
+                )
                 continue
             try:
                 if scopes is not None:
@@ -155,8 +165,10 @@ class _Op:
                 self.err(("time",) if "time" in odef else (), f"time field '{time_f}' must be a long field of '{s}'")
         key = odef.get("key")
         if not isinstance(key, str) or key not in self.in_fields:
-            self.err(("key",) if "key" in odef else (),
-                     f"'key' must name a field of '{self.inputs[0]}' (fields: {', '.join(self.in_fields)})")
+            self.err(
+                ("key",) if "key" in odef else (),
+                f"'key' must name a field of '{self.inputs[0]}' (fields: {', '.join(self.in_fields)})",
+            )
         return {"time": time_f, "key": key}
 
 
@@ -197,8 +209,10 @@ def _window(op: _Op) -> dict[str, Any]:
     for f in sorted(produced - set(op.out_fields)):
         op.err(("aggregates",), f"window output field '{f}' is not in output schema '{op.out_schema}'")
     if op.required_out - produced:
-        op.err(("aggregates",), f"output schema '{op.out_schema}' also needs: "
-                                f"{', '.join(sorted(op.required_out - produced))}")
+        op.err(
+            ("aggregates",),
+            f"output schema '{op.out_schema}' also needs: {', '.join(sorted(op.required_out - produced))}",
+        )
     return kw
 
 
@@ -208,15 +222,21 @@ def _join(op: _Op) -> dict[str, Any]:
     kw.update(op.time_and_key())
     rk = op.odef.get("right_key", kw.get("key"))
     if rk not in right:
-        op.ck.err(op.path + ("right_key",) if "right_key" in op.odef else op.path,
-                  f"right key '{rk}' is not a field of '{op.inputs[1]}'")
+        op.ck.err(
+            op.path + ("right_key",) if "right_key" in op.odef else op.path,
+            f"right key '{rk}' is not a field of '{op.inputs[1]}'",
+        )
     kw["right_key"] = rk
     kw["within"] = op.ck.pos_int(op.odef, "within", op.path, minimum=0)
     return kw
 
 
 _BY_TYPE: dict[str, Callable[[_Op], dict[str, Any]]] = {
-    "filter": _filter, "map": _map, "union": _union, "window": _window, "join": _join,
+    "filter": _filter,
+    "map": _map,
+    "union": _union,
+    "window": _window,
+    "join": _join,
 }
 
 
@@ -236,16 +256,25 @@ def graph(ck: Problems, spec: Spec) -> None:
         ins = spec.node_inputs(n)
         parts = {spec.streams[s].partitions for s in ins}
         if len(parts) > 1:
-            ck.err(("nodes", n), f"inputs of node '{n}' have different partition counts: "
-                   + ", ".join(f"{s}={spec.streams[s].partitions}" for s in ins))
+            ck.err(
+                ("nodes", n),
+                f"inputs of node '{n}' have different partition counts: "
+                + ", ".join(f"{s}={spec.streams[s].partitions}" for s in ins),
+            )
             continue
         p = parts.pop() if parts else 1
         for s in spec.node_outputs(n):
             if spec.streams[s].partitions != p:
-                ck.err(("streams", s, "partitions"), f"stream '{s}' must have {p} partitions like the inputs of node '{n}' (partition i of a node writes partition i)")
+                ck.err(
+                    ("streams", s, "partitions"),
+                    f"stream '{s}' must have {p} partitions like the inputs of node '{n}' (partition i of a node writes partition i)",
+                )
         for o in spec.nodes[n].operators:
             op = spec.operators[o]
             if p > 1 and op.type in ("window", "join"):
                 for s, k in zip(op.inputs, (op.key, op.right_key)):
                     if spec.streams[s].key != k:
-                        ck.err(("operators", o, "key"), f"with {p} partitions, stream '{s}' must be keyed by '{k}' so each key's state lives in one partition (its key is {spec.streams[s].key!r})")
+                        ck.err(
+                            ("operators", o, "key"),
+                            f"with {p} partitions, stream '{s}' must be keyed by '{k}' so each key's state lives in one partition (its key is {spec.streams[s].key!r})",
+                        )

@@ -1,4 +1,5 @@
 """What the integration tests share: unique specs on the shared broker, running nodes, reading outputs."""
+
 from __future__ import annotations
 
 import threading
@@ -6,11 +7,11 @@ import uuid
 from pathlib import Path
 
 from services.client.reader import StreamReader
-from services.core.admin import ensure_topics, TopicSpec
+from services.core.admin import TopicSpec, ensure_topics
 from services.core.config import Settings
-from services.spec import Spec, parse_spec
 from services.core.tuples import TupleType
 from services.node.loop import NodeService
+from services.spec import Spec, parse_spec
 
 
 def unique_spec(template: str, tmp_path: Path) -> tuple[Spec, Path]:

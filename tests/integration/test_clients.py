@@ -3,6 +3,7 @@
 Replica topics are written by hand here (the wire contract, not a node), with heartbeats
 from ``HeartbeatSender``, so each case is exact and fast.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,16 +19,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from services.client.source import SourceWriter, pump, readings
 from services.client.view import StreamView
+from services.control.heartbeat import HeartbeatSender
+from services.control.monitor import ReplicaMonitor
 from services.core.admin import TopicSpec, ensure_topics
 from services.core.codec import codec_for
-from services.control.heartbeat import HeartbeatSender
-from services.dpc.states import NodeState
-from services.control.monitor import ReplicaMonitor
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, make_headers, parse_headers
 from services.deploy import faults
 from services.deploy.local import Deployment, Process
+from services.dpc.states import NodeState
 from tests.integration.helpers import unique_spec
 
 pytestmark = pytest.mark.integration
@@ -51,9 +52,14 @@ READING = codec_for("reading")
 @pytest.fixture
 def spec(kafka, tmp_path: Path):
     s, path = unique_spec(SPEC, tmp_path)
-    ensure_topics(kafka.bootstrap, [TopicSpec(t, p) for t, p in
-                                    [(t, s.streams[n].partitions) for n in s.streams for t in s.stream_topics(n)]
-                                    + [(s.heartbeat_topic, 1)]])
+    ensure_topics(
+        kafka.bootstrap,
+        [
+            TopicSpec(t, p)
+            for t, p in [(t, s.streams[n].partitions) for n in s.streams for t in s.stream_topics(n)]
+            + [(s.heartbeat_topic, 1)]
+        ],
+    )
     assert s.path == path
     return s
 
@@ -78,6 +84,7 @@ def raw(bootstrap: str, topic: str, partitions: int, expect: int, timeout: float
 
 
 # -- sources --------------------------------------------------------------------
+
 
 def test_source_boundaries_reach_every_partition_and_keep_their_promise(kafka, spec) -> None:
     src, _ = names(spec)
@@ -158,6 +165,7 @@ def test_request_hold_from_a_signal_applies_at_the_next_call(kafka, spec) -> Non
 
 # -- StreamView -----------------------------------------------------------------
 
+
 def write(producer: BatchProducer, topic: str, p: int, msgs: list[tuple], replica: int) -> None:
     """(type, id, record-or-None) messages to one partition; stime = 10 * id."""
     for ttype, tid, rec in msgs:
@@ -175,8 +183,11 @@ class Beats:
 
     def __init__(self, spec, bootstrap: str) -> None:
         node = next(iter(spec.nodes))
-        self.senders = {(p, r): HeartbeatSender(bootstrap, spec.heartbeat_topic, node, p, r, 0.1)
-                        for p in range(2) for r in range(2)}
+        self.senders = {
+            (p, r): HeartbeatSender(bootstrap, spec.heartbeat_topic, node, p, r, 0.1)
+            for p in range(2)
+            for r in range(2)
+        }
         for s in self.senders.values():
             s.beat()
             s.start()
@@ -198,14 +209,20 @@ def test_view_switches_to_the_other_replica_after_the_last_stable_id(kafka, spec
     for p in range(2):
         # r1 has everything; r0 stops after k stable tuples and two tentative ones.
         write(producer, spec.topic(out, 1), p, [(S, i, rec(p, i)) for i in range(n)], 1)
-        write(producer, spec.topic(out, 0), p, [(S, i, rec(p, i)) for i in range(k)]
-              + [(T, k, rec(p, k, True)), (T, k + 1, rec(p, k + 1, True))], 0)
+        write(
+            producer,
+            spec.topic(out, 0),
+            p,
+            [(S, i, rec(p, i)) for i in range(k)] + [(T, k, rec(p, k, True)), (T, k + 1, rec(p, k + 1, True))],
+            0,
+        )
     beats = Beats(spec, kafka.bootstrap)
     monitor = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     node = next(iter(spec.nodes))
     deadline = time.monotonic() + 10  # a loaded machine may deliver the first heartbeats late
     while time.monotonic() < deadline and not all(
-            monitor.state(node, p, r) is NodeState.STABLE for p in range(2) for r in range(2)):
+        monitor.state(node, p, r) is NodeState.STABLE for p in range(2) for r in range(2)
+    ):
         time.sleep(0.05)
     view = StreamView(spec, out, kafka.bootstrap, monitor=monitor)
     try:
@@ -236,16 +253,24 @@ def test_view_switches_to_the_other_replica_after_the_last_stable_id(kafka, spec
 def test_view_applies_undo_and_rec_done_and_stable_only(kafka, spec) -> None:
     _, out = names(spec)
     producer = BatchProducer(kafka.bootstrap, linger_ms=0)
-    msgs = ([(S, i, rec(0, i)) for i in range(5)] + [(T, 5, rec(0, 5, True)), (T, 6, rec(0, 6, True)), (U, 4, None)]
-            + [(S, i, rec(0, i)) for i in range(5, 10)] + [(R, 9, None), (S, 8, rec(0, 8))])
+    msgs = (
+        [(S, i, rec(0, i)) for i in range(5)]
+        + [(T, 5, rec(0, 5, True)), (T, 6, rec(0, 6, True)), (U, 4, None)]
+        + [(S, i, rec(0, i)) for i in range(5, 10)]
+        + [(R, 9, None), (S, 8, rec(0, 8))]
+    )
     write(producer, spec.topic(out, 0), 0, msgs, 0)
     beats = Beats(spec, kafka.bootstrap)
     beats.stop(1)  # r1 never beats: r0 is the only choice
     try:
         with StreamView(spec, out, kafka.bootstrap) as view:
             events = view.read_until(lambda v: v.views[0].rec_done is not None, timeout=10)
-            assert [(e.kind, e.id) for e in events] == ([("stable", i) for i in range(5)] + [("tentative", 5), ("tentative", 6), ("undo", 4)]
-                                                        + [("stable", i) for i in range(5, 10)] + [("rec_done", 9)])
+            assert [(e.kind, e.id) for e in events] == (
+                [("stable", i) for i in range(5)]
+                + [("tentative", 5), ("tentative", 6), ("undo", 4)]
+                + [("stable", i) for i in range(5, 10)]
+                + [("rec_done", 9)]
+            )
             assert view.stable(0) == [rec(0, i) for i in range(10)] and view.tentative(0) == []
             view.poll(0.3)
             assert view.views[0].duplicates == 1 and view.current == [0, 0]
@@ -258,9 +283,11 @@ def test_view_applies_undo_and_rec_done_and_stable_only(kafka, spec) -> None:
 
 # -- faults ---------------------------------------------------------------------
 
+
 def hastream(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_fault_kill_pause_resume_restart_on_a_deployment(tmp_path: Path, monkeypatch) -> None:
@@ -329,11 +356,24 @@ def test_stop_source_holds_a_live_producer_and_its_tuples_arrive_late(kafka, spe
     # A deployment record (no services) under the producer's HASTREAM_HOME: where it registers.
     d = home / "deployments" / spec.name
     d.mkdir(parents=True)
-    (d / "deployment.json").write_text(json.dumps({"name": spec.name, "spec_path": str(spec.path),
-                                                   "bootstrap": kafka.bootstrap, "kafka_dir": None, "processes": []}))
-    prod = subprocess.Popen([sys.executable, "-m", "services.cli.main", "produce", str(spec.path), src,
-                             "--count", "0", "--rate", "200"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    (d / "deployment.json").write_text(
+        json.dumps(
+            {
+                "name": spec.name,
+                "spec_path": str(spec.path),
+                "bootstrap": kafka.bootstrap,
+                "kafka_dir": None,
+                "processes": [],
+            }
+        )
+    )
+    prod = subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", "produce", str(spec.path), src, "--count", "0", "--rate", "200"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         pidfile = d / "sources" / f"{src}.json"
         deadline = time.monotonic() + 20

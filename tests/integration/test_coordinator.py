@@ -5,6 +5,7 @@ Replicas are simulated with the real control-plane pieces nodes use (``Heartbeat
 contract: states and failures on ``/status``, one staggered GRANT at a time, and a kill -9
 plus restart that recovers the tables from their changelog topics and goes on granting.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,13 +24,13 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from services.control.heartbeat import HeartbeatSender
+from services.control.messages import ControlKind, ControlMessage
 from services.coordinator.app import wait_ready
 from services.coordinator.client import fetch_status, status_url
-from services.control.messages import ControlKind, ControlMessage
-from services.control.heartbeat import HeartbeatSender
-from services.dpc.states import NodeState
 from services.core.kafka import BatchProducer
 from services.core.paths import REPO_ROOT
+from services.dpc.states import NodeState
 from tests.integration.helpers import create_topics, unique_spec
 
 pytestmark = pytest.mark.integration
@@ -61,17 +62,37 @@ class CoordinatorProcess:
         self.spec_path = spec_path
         self.port = _free_port()
         self.url = status_url(self.port)
-        self.argv = [sys.executable, "-m", "services.cli.main", "coordinator", str(spec_path), "--port", str(self.port),
-                     "--data-dir", str(tmp / "coordinator")]
-        self.env = {**os.environ, "HASTREAM_BOOTSTRAP": bootstrap, "HASTREAM_HOME": str(tmp / "home"),
-                    "PYTHONPATH": str(REPO_ROOT)}
+        self.argv = [
+            sys.executable,
+            "-m",
+            "services.cli.main",
+            "coordinator",
+            str(spec_path),
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(tmp / "coordinator"),
+        ]
+        self.env = {
+            **os.environ,
+            "HASTREAM_BOOTSTRAP": bootstrap,
+            "HASTREAM_HOME": str(tmp / "home"),
+            "PYTHONPATH": str(REPO_ROOT),
+        }
         self.log = tmp / "coordinator.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> dict[str, Any]:
         with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen(self.argv, stdout=f, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         try:
             return wait_ready(self.url, timeout=40)
         except TimeoutError:
@@ -101,8 +122,13 @@ class ControlLog:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.messages: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test.ctl.{uuid.uuid4().hex[:8]}",
-                            "enable.auto.commit": False})
+        self._c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"test.ctl.{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+            }
+        )
         self._c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
@@ -173,8 +199,11 @@ def test_states_grants_failure_and_restart(setup: tuple, kafka: Any) -> None:
     senders = {r: HeartbeatSender(kafka.bootstrap, spec.heartbeat_topic, "n", 0, r, 0.1).start() for r in (0, 1, 2)}
     try:
         # 1. every replica shows up with the state its heartbeats report
-        st = wait_for(lambda: (s := coord.status()) and all(r["seen"] and r["state"] == "STABLE" for r in s["replicas"]) and s,
-                      10, "three STABLE replicas on /status")
+        st = wait_for(
+            lambda: (s := coord.status()) and all(r["seen"] and r["state"] == "STABLE" for r in s["replicas"]) and s,
+            10,
+            "three STABLE replicas on /status",
+        )
         assert all(r["age_ms"] < 1000 for r in st["replicas"])
         senders[1].set_state(NodeState.UPSTREAM_FAILURE)
         wait_for(lambda: by_key(coord.status())["n/p0/r1"]["state"] == "UPSTREAM_FAILURE", 5, "r1 UPSTREAM_FAILURE")

@@ -1,4 +1,5 @@
 """The README's first command: the demo runs end to end on its own embedded broker."""
+
 from __future__ import annotations
 
 import os

@@ -1,11 +1,11 @@
 """`hastream up / produce / tail / status / down` as a user runs them, with real processes."""
+
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,8 +35,9 @@ nodes:
 
 
 def hastream(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_up_produce_tail_down(kafka, tmp_path: Path) -> None:
@@ -103,5 +104,7 @@ def test_cli_errors_are_one_readable_line(tmp_path: Path) -> None:
     good.write_text(CHAIN.replace("{u}", "x"))
     r = hastream("produce", str(good), "src_x", "--count", "1", env=env)
     assert r.returncode == 2 and "no broker for 'chain-x'" in r.stderr and "Traceback" not in r.stderr
-    r = hastream("node", "run", str(good), "first", "--partition", "5", env={**env, "HASTREAM_BOOTSTRAP": "127.0.0.1:1"})
+    r = hastream(
+        "node", "run", str(good), "first", "--partition", "5", env={**env, "HASTREAM_BOOTSTRAP": "127.0.0.1:1"}
+    )
     assert r.returncode == 2 and "partitions 0..1" in r.stderr

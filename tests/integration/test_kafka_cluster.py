@@ -1,4 +1,5 @@
 """The embedded Kafka launcher against real brokers: data path, CLI lifecycle, broker crash."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,9 @@ from infra.kafka.cluster import KafkaCluster
 from services.core.paths import REPO_ROOT
 
 
-def _create_topic(bootstrap: str, name: str, partitions: int = 1, rf: int = 1, config: dict[str, str] | None = None) -> None:
+def _create_topic(
+    bootstrap: str, name: str, partitions: int = 1, rf: int = 1, config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=rf, config=config or {})], operation_timeout=30
@@ -57,7 +60,11 @@ def test_round_trip_with_headers(kafka: Any, topic_name: Callable[..., str]) -> 
     _create_topic(kafka.bootstrap, topic)
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "enable.idempotence": True})
     sent = [
-        (f"key-{i}".encode(), f"value-{i}".encode(), [("trace-id", f"t{i}".encode()), ("seq", str(i).encode()), ("empty", None)])
+        (
+            f"key-{i}".encode(),
+            f"value-{i}".encode(),
+            [("trace-id", f"t{i}".encode()), ("seq", str(i).encode()), ("empty", None)],
+        )
         for i in range(50)
     ]
     for key, value, headers in sent:
@@ -93,7 +100,11 @@ def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """Run the kafka sub-app in its own interpreter, as a user would, so detachment is real."""
     code = "from services.cli.kafka_cmd import kafka_app; kafka_app()"
     return subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-c", code, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "COLUMNS": "200"},
     )
 
@@ -190,9 +201,7 @@ def test_three_brokers_survive_kill_minus_nine(kafka3: KafkaCluster, topic_name:
     _create_topic(bootstrap, topic, partitions=partitions, rf=3, config={"min.insync.replicas": "2"})
     _wait_full_isr(bootstrap, topic, 3, timeout=30)
 
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,

@@ -1,4 +1,5 @@
 """Node services on the real broker produce exactly the reference output, and survive bad input."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from services.client.source import SourceWriter, readings
-from services.core.tuples import make_headers, TupleType
+from services.core.tuples import TupleType, make_headers
 from services.deploy.harness import END_OF_TIME
 from services.operators.reference import canonical, evaluate
 from tests.integration.helpers import by_partition, create_topics, read_stream, run_nodes_until_idle, unique_spec
@@ -73,7 +74,7 @@ def test_pipeline_output_equals_reference_and_bad_input_is_deadlettered(kafka, t
                 # The end-of-input boundary also closes the windows past the last tuple's time,
                 # which the reference (closing up to the last time it saw) leaves open.
                 last = max(r["ts"] for r in inputs[src][p])
-                assert all(r["window_end"] > last for r in recs[len(want[stream][p]):])
+                assert all(r["window_end"] > last for r in recs[len(want[stream][p]) :])
                 recs = recs[: len(want[stream][p])]
             if ordered:
                 assert recs == want[stream][p], f"{stream} partition {p} differs from the reference"

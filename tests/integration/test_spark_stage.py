@@ -4,6 +4,7 @@ One Spark session for the whole module: the stage runs twice on it (input produc
 phases), so the test also covers state and offsets restored from the Spark checkpoint, ids
 continued from the output topic, and a replayed micro-batch that must not duplicate output.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,9 @@ from services.core.admin import TopicSpec, ensure_topics
 from services.core.codec import codec_for
 from services.core.partitioner import key_bytes, partition_for
 from services.core.paths import REPO_ROOT
-from services.spec import Spec, load_spec
 from services.core.tuples import Tuple, TupleType, make_headers
 from services.operators.reference import evaluate
+from services.spec import Spec, load_spec
 from spark_jobs.window_stage import StageStats, run_stage, spark_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -63,8 +64,16 @@ Records = list[dict[str, Any]]
 def _write_spec(tmp_path: Path) -> Path:
     uid = uuid.uuid4().hex[:8]
     path = tmp_path / "spark_stage.yaml"
-    path.write_text(SPEC.format(name=f"sparkstage-{uid}", src=f"readings_{uid}", out=f"stats_{uid}",
-                                parts=PARTITIONS, size=SIZE, slide=SLIDE))
+    path.write_text(
+        SPEC.format(
+            name=f"sparkstage-{uid}",
+            src=f"readings_{uid}",
+            out=f"stats_{uid}",
+            parts=PARTITIONS,
+            size=SIZE,
+            slide=SLIDE,
+        )
+    )
     return path
 
 
@@ -180,10 +189,17 @@ def test_window_stage_matches_reference(kafka: Any, spark: Any, tmp_path: Path) 
     # nor a truncated payload may reach the windows.
     writer.send({"sensor": "s0", "ts": first[-1]["ts"] + 3_600_000, "value": 1e6, "seq": -1}, TupleType.TENTATIVE)
     writer.flush()
-    bad = codec_for("reading").encode({"sensor": "s0-with-a-long-name", "ts": first[-1]["ts"], "value": 1.0, "seq": 0})[:6]
+    bad = codec_for("reading").encode({"sensor": "s0-with-a-long-name", "ts": first[-1]["ts"], "value": 1.0, "seq": 0})[
+        :6
+    ]
     raw = Producer({"bootstrap.servers": bootstrap})
-    raw.produce(src, bad, b"s0", partition=partition_for(b"s0", PARTITIONS),
-                headers=make_headers(TupleType.STABLE, 10**9, first[-1]["ts"]))
+    raw.produce(
+        src,
+        bad,
+        b"s0",
+        partition=partition_for(b"s0", PARTITIONS),
+        headers=make_headers(TupleType.STABLE, 10**9, first[-1]["ts"]),
+    )
     assert raw.flush(30) == 0
 
     expected1 = _expected(spec, src, out, first)
@@ -248,8 +264,14 @@ def test_cli_bad_args_give_one_line(tmp_path: Path, args: list[str], fragment: s
     spec_path = _write_spec(tmp_path)
     argv = [a.format(spec=spec_path) for a in args]
     env = {k: v for k, v in os.environ.items() if k != "HASTREAM_BOOTSTRAP"}
-    proc = subprocess.run([sys.executable, "-m", "spark_jobs.window_stage", *argv],
-                          capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.window_stage", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

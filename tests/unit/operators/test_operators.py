@@ -1,4 +1,5 @@
 """Streaming operators (wired as a node pipeline) equal the batch reference evaluation."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -6,11 +7,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.spec import parse_spec
 from services.node.pipeline import NodePipeline
-from services.spec.plan import plan_node
 from services.operators.reference import canonical, evaluate
 from services.operators.window import window_starts
+from services.spec import parse_spec
+from services.spec.plan import plan_node
 
 SPEC = """\
 name: ops
@@ -43,7 +44,9 @@ def in_order_stream(draw: Any) -> list[dict]:
     ts, out = 0, []
     for i in range(n):
         ts += draw(st.integers(0, 6))
-        out.append({"sensor": f"k{draw(st.integers(0, 3))}", "ts": ts, "value": float(draw(st.integers(-5, 10))), "seq": i})
+        out.append(
+            {"sensor": f"k{draw(st.integers(0, 3))}", "ts": ts, "value": float(draw(st.integers(-5, 10))), "seq": i}
+        )
     return out
 
 
@@ -59,9 +62,11 @@ def run_pipeline(a: list[dict], b: list[dict], order: list[bool], runs: bool) ->
     ia = ib = 0
     for take_a in order + [True] * len(a) + [False] * len(b):
         if take_a and ia < len(a):
-            item = (a[ia], a[ia]["ts"]); ia += 1
+            item = (a[ia], a[ia]["ts"])
+            ia += 1
         elif not take_a and ib < len(b):
-            item = (b[ib], b[ib]["ts"]); ib += 1
+            item = (b[ib], b[ib]["ts"])
+            ib += 1
         else:
             continue
         if pending and (take_a != pending_side or not runs):
@@ -94,8 +99,17 @@ def test_pipeline_equals_reference(a: list[dict], b: list[dict], order: list[boo
 
 @given(in_order_stream())
 def test_filter_and_map_keep_order(a: list[dict]) -> None:
-    p = NodePipeline(plan_node(parse_spec(SPEC.replace("nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}",
-                                             "nodes:\n  fm: {operators: [keep_hot, scale]}\n  rest: {operators: [merge, tumble, slide, near]}")), "fm"))
+    p = NodePipeline(
+        plan_node(
+            parse_spec(
+                SPEC.replace(
+                    "nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}",
+                    "nodes:\n  fm: {operators: [keep_hot, scale]}\n  rest: {operators: [merge, tumble, slide, near]}",
+                )
+            ),
+            "fm",
+        )
+    )
     feed = p.entry("a")
     feed([(r, r["ts"]) for r in a])
     got = [r for r, _ in p.drain().get("scaled", [])]

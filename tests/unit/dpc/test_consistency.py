@@ -4,6 +4,7 @@
 The property test drives random message sequences and checks DPC's staggering invariant: a
 staggered grant is never held by two replicas of one node partition at once.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,15 @@ def make(lease: int = LEASE) -> tuple[Coordination, dict, dict]:
 
 
 def hb(node: str, replica: int, sent: int, state: str = "STABLE", partition: int = 0, pid: int = 100) -> dict:
-    return {"node": node, "partition": partition, "replica": replica, "state": state, "epoch": 0, "sent_ms": sent, "pid": pid}
+    return {
+        "node": node,
+        "partition": partition,
+        "replica": replica,
+        "state": state,
+        "epoch": 0,
+        "sent_ms": sent,
+        "pid": pid,
+    }
 
 
 def ctl(kind: str, node: str, replica: int, sent: int, stagger: bool = True, partition: int = 0) -> dict:
@@ -36,8 +45,17 @@ def ctl(kind: str, node: str, replica: int, sent: int, stagger: bool = True, par
 def test_heartbeat_records_state_and_since() -> None:
     c, replicas, _ = make()
     assert c.on_heartbeat(hb("n", 0, 1000), now=1000)
-    assert replicas["n/p0/r0"] == {"node": "n", "partition": 0, "replica": 0, "state": "STABLE", "reported": "STABLE",
-                                   "sent_ms": 1000, "pid": 100, "epoch": 0, "since_ms": 1000}
+    assert replicas["n/p0/r0"] == {
+        "node": "n",
+        "partition": 0,
+        "replica": 0,
+        "state": "STABLE",
+        "reported": "STABLE",
+        "sent_ms": 1000,
+        "pid": 100,
+        "epoch": 0,
+        "since_ms": 1000,
+    }
     c.on_heartbeat(hb("n", 0, 1200), now=1200)
     assert replicas["n/p0/r0"]["since_ms"] == 1000  # same state: since does not move
     c.on_heartbeat(hb("n", 0, 1400, "UPSTREAM_FAILURE"), now=1400)
@@ -211,7 +229,9 @@ def test_status_lists_replicas_requests_and_grants() -> None:
     c.on_control(ctl(REQUEST, "n", 1, 1010), now=1010)
     st = c.status(now=1500, expected=[("n", 0, 0), ("n", 0, 1)])
     assert [(r["key"], r["state"], r["seen"], r["reconciliation"]) for r in st["replicas"]] == [
-        ("n/p0/r0", "STABLE", True, GRANTED), ("n/p0/r1", "FAILED", False, PENDING)]
+        ("n/p0/r0", "STABLE", True, GRANTED),
+        ("n/p0/r1", "FAILED", False, PENDING),
+    ]
     assert st["replicas"][0]["age_ms"] == 500
     assert [(p["key"], p["waiting_ms"]) for p in st["pending"]] == [("n/p0/r1", 490)]
     assert [(g["key"], g["held_ms"], g["lease_left_ms"]) for g in st["grants"]] == [("n/p0/r0", 500, LEASE - 500)]
@@ -233,8 +253,9 @@ def test_values_are_replaced_not_mutated() -> None:
 # -- the staggering invariant under random message sequences -------------------------------------
 
 events = st.lists(
-    st.tuples(st.sampled_from([REQUEST, DONE, "BEAT", "TICK"]), st.integers(0, 2), st.integers(0, 1),
-              st.integers(1, 1500)),
+    st.tuples(
+        st.sampled_from([REQUEST, DONE, "BEAT", "TICK"]), st.integers(0, 2), st.integers(0, 1), st.integers(1, 1500)
+    ),
     max_size=60,
 )
 
@@ -263,7 +284,7 @@ def test_at_most_one_staggered_grant_per_node_partition(seq: list) -> None:
                 assert k in granted  # every holder was told
                 assert replicas.get(k, {}).get("state") != "FAILED"
         # after a tick nobody waits while nobody of its partition holds a grant (no lost wake-up)
-        for p in ((0, 1) if kind == "TICK" else ()):
+        for p in (0, 1) if kind == "TICK" else ():
             group = [(k, r) for k, r in recon.items() if r["partition"] == p]
             if any(r["status"] == PENDING and replicas.get(k, {}).get("state") != "FAILED" for k, r in group):
                 assert any(r["status"] == GRANTED for _, r in group), recon

@@ -1,4 +1,5 @@
 """The Borealis experiments' metrics, from recorded events (no broker)."""
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,14 @@ def test_timeline_keeps_the_max_per_bin() -> None:
 
 def test_chain_output_is_sunion_order_with_one_increment_per_map_node() -> None:
     out = metrics.chain_output(ticks=2, inputs=3, node=3)
-    assert [(r["sensor"], r["seq"]) for r in out] == [("in1", 0), ("in2", 0), ("in3", 0), ("in1", 1), ("in2", 1), ("in3", 1)]
+    assert [(r["sensor"], r["seq"]) for r in out] == [
+        ("in1", 0),
+        ("in2", 0),
+        ("in3", 0),
+        ("in1", 1),
+        ("in2", 1),
+        ("in3", 1),
+    ]
     assert all(r["value"] == r["seq"] % 50 + 2 for r in out)
 
 
@@ -86,18 +94,37 @@ def test_the_victim_is_the_replica_on_the_clients_path(tmp_path) -> None:
 
 def _chain_run(policy: str, k: int, delay_new: float, n_tentative: int) -> dict:
     cfg = {"k": k, "policy": policy, "rate": 100, "fault_s": 15.0, "alpha_x_s": 2.7, "x_ms": 3000, "alpha": 0.9}
-    return {"label": f"k={k} {policy}", "config": cfg, "delay_new_s": delay_new, "p99_s": delay_new - 0.3,
-            "n_tentative": n_tentative, "client_switches": 1, "consistent": True}
+    return {
+        "label": f"k={k} {policy}",
+        "config": cfg,
+        "delay_new_s": delay_new,
+        "p99_s": delay_new - 0.3,
+        "n_tentative": n_tentative,
+        "client_switches": 1,
+        "consistent": True,
+    }
 
 
 def test_chain_page_compares_with_the_paper_from_the_runs_own_numbers() -> None:
     from bench.borealis import chain_length
 
-    runs = [_chain_run("Process & Process", 1, 2.8, 3100), _chain_run("Process & Process", 2, 2.9, 3300),
-            _chain_run("Delay & Delay", 1, 3.1, 2500), _chain_run("Delay & Delay", 2, 5.9, 2000)]
-    result = {"quick": False, "runs": runs,
-              "settings": {"ks": [1, 2], "policies": ["Process & Process", "Delay & Delay"], "fault_at": 5.0,
-                           "fault_s": 15.0, "tail_s": 12.0}}
+    runs = [
+        _chain_run("Process & Process", 1, 2.8, 3100),
+        _chain_run("Process & Process", 2, 2.9, 3300),
+        _chain_run("Delay & Delay", 1, 3.1, 2500),
+        _chain_run("Delay & Delay", 2, 5.9, 2000),
+    ]
+    result = {
+        "quick": False,
+        "runs": runs,
+        "settings": {
+            "ks": [1, 2],
+            "policies": ["Process & Process", "Delay & Delay"],
+            "fault_at": 5.0,
+            "fault_s": 15.0,
+            "tail_s": 12.0,
+        },
+    }
     page = chain_length.section(result)
     assert "(2.80, 2.90 s)" in page and "up to 300 produced" in page
     assert "k = 1: 3.10 s is above kX = 3 s by 0.10 s" in page  # the bound is checked, not asserted
@@ -135,12 +162,32 @@ def test_overhead_fit_and_page_come_from_the_runs_numbers() -> None:
     from bench.borealis import overhead
 
     assert overhead.fit([(10, 15.0), (100, 105.0), (500, 505.0)]) == (1.0, 5.0)
-    lat = [{"variant": "without serialization", "bucket_ms": None, "mean_ms": 2.0, "p50_ms": 2, "p99_ms": 6, "samples": 4000}]
-    lat += [{"variant": "with SUnion + SOutput", "bucket_ms": b, "mean_ms": b + 20.0, "p50_ms": b + 20, "p99_ms": 2 * b + 20,
-             "samples": 4000} for b in (10, 100, 500)]
-    tp = {"bare loop": {"tuples_per_s": 100_000, "runs_tuples_per_s": [100_000], "cpu_s_per_mtuple": 5.0},
-          "without serialization": {"tuples_per_s": 60_000, "runs_tuples_per_s": [60_000], "cpu_s_per_mtuple": 14.0},
-          "with SUnion + SOutput": {"tuples_per_s": 50_000, "runs_tuples_per_s": [50_000], "cpu_s_per_mtuple": 16.5}}
+    lat = [
+        {
+            "variant": "without serialization",
+            "bucket_ms": None,
+            "mean_ms": 2.0,
+            "p50_ms": 2,
+            "p99_ms": 6,
+            "samples": 4000,
+        }
+    ]
+    lat += [
+        {
+            "variant": "with SUnion + SOutput",
+            "bucket_ms": b,
+            "mean_ms": b + 20.0,
+            "p50_ms": b + 20,
+            "p99_ms": 2 * b + 20,
+            "samples": 4000,
+        }
+        for b in (10, 100, 500)
+    ]
+    tp = {
+        "bare loop": {"tuples_per_s": 100_000, "runs_tuples_per_s": [100_000], "cpu_s_per_mtuple": 5.0},
+        "without serialization": {"tuples_per_s": 60_000, "runs_tuples_per_s": [60_000], "cpu_s_per_mtuple": 14.0},
+        "with SUnion + SOutput": {"tuples_per_s": 50_000, "runs_tuples_per_s": [50_000], "cpu_s_per_mtuple": 16.5},
+    }
     result = {"quick": True, "settings": overhead.settings(True), "throughput": tp, "latency": lat}
     page = overhead.section(result)
     assert "1.00 ms per ms of boundary interval plus 20 ms" in page
@@ -156,10 +203,24 @@ def test_notes_name_repeated_tentative_tuples_and_runs_over_x_after_a_switch() -
     from bench.borealis.chain import over_x_note, repeat_note
 
     cfg = {"k": 1, "policy": "Delay & Delay", "x_ms": 3000, "fault_at": 4.0, "fault_s": 15.0}
-    over = {"label": "D=15s Delay & Delay", "config": cfg, "delay_new_s": 3.3, "n_tentative": 9000,
-            "tentative_unique": 5600, "client_switches": 1, "timeline": [[10.0, 2.7], [16.5, 3.3], [17.0, 3.0]]}
-    fine = {"label": "D=8s Delay & Delay", "config": {**cfg, "fault_s": 8.0}, "delay_new_s": 2.8, "n_tentative": 1100,
-            "tentative_unique": 1100, "client_switches": 0, "timeline": [[5.0, 2.8]]}
+    over = {
+        "label": "D=15s Delay & Delay",
+        "config": cfg,
+        "delay_new_s": 3.3,
+        "n_tentative": 9000,
+        "tentative_unique": 5600,
+        "client_switches": 1,
+        "timeline": [[10.0, 2.7], [16.5, 3.3], [17.0, 3.0]],
+    }
+    fine = {
+        "label": "D=8s Delay & Delay",
+        "config": {**cfg, "fault_s": 8.0},
+        "delay_new_s": 2.8,
+        "n_tentative": 1100,
+        "tentative_unique": 1100,
+        "client_switches": 0,
+        "timeline": [[5.0, 2.8]],
+    }
     assert "D=15s Delay & Delay: 9000 received, 5600 distinct" in repeat_note([over, fine])
     assert "D=8s" not in repeat_note([over, fine]) and repeat_note([fine]) == ""
     note = over_x_note([over, fine])

@@ -3,6 +3,7 @@
 Inputs are what SUnion feeds a node: tuples in non-decreasing stime across all inputs,
 in runs of one input, with ``advance(t)`` (t at most the next tuple's stime) in between.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,27 +12,40 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.spec import parse_spec
 from services.node.pipeline import NodePipeline
+from services.spec import parse_spec
 from services.spec.plan import plan_node
-from tests.unit.test_operators import SPEC
+from tests.unit.operators.test_operators import SPEC
 
 # test_operators' operators plus windows over a join's and a window's output, which only
 # give the same output with and without advance() if the pipeline advances in topological order.
-CHAINED = SPEC.replace("operators:\n", """\
+CHAINED = SPEC.replace(
+    "operators:\n",
+    """\
   pairstats: {schema: window_stat, key: key}
   rolled: {schema: window_stat, key: key}
 operators:
   pairwin: {type: window, input: pairs, output: pairstats, key: key, size: 15, slide: 5, aggregates: {count: count, sum: sum(left_value), avg: avg(right_value), min: min(left_value), max: max(right_value)}}
   rollup: {type: window, input: sliding, output: rolled, key: key, time: window_end, size: 40, aggregates: {count: count, sum: sum(sum), avg: avg(avg), min: min(min), max: max(max)}}
-""", 1)
+""",
+    1,
+)
 NODES_ALL = "nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}"
 # The same operators as one node, and split as a pipeline of nodes would run them.
-ALL = parse_spec(CHAINED.replace(NODES_ALL, "nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near, pairwin, rollup]}"))
-SPLIT = parse_spec(CHAINED.replace(NODES_ALL, (
-    "nodes:\n  fm: {operators: [keep_hot, scale]}\n  agg: {operators: [tumble, slide, rollup]}\n"
-    "  pair: {operators: [near, pairwin]}\n  mix: {operators: [merge]}"
-)))
+ALL = parse_spec(
+    CHAINED.replace(
+        NODES_ALL, "nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near, pairwin, rollup]}"
+    )
+)
+SPLIT = parse_spec(
+    CHAINED.replace(
+        NODES_ALL,
+        (
+            "nodes:\n  fm: {operators: [keep_hot, scale]}\n  agg: {operators: [tumble, slide, rollup]}\n"
+            "  pair: {operators: [near, pairwin]}\n  mix: {operators: [merge]}"
+        ),
+    )
+)
 ORIG = parse_spec(SPEC)
 NODES = [(ORIG, "all"), (ALL, "all"), (SPLIT, "agg"), (SPLIT, "pair"), (SPLIT, "fm")]
 BIG = 10**9
@@ -41,7 +55,9 @@ Step = tuple[Any, Any]
 
 
 @st.composite
-def plans(draw: Any, streams: list[str], start: int = 0, advances: bool = True, max_size: int = 40) -> tuple[list[Step], int]:
+def plans(
+    draw: Any, streams: list[str], start: int = 0, advances: bool = True, max_size: int = 40
+) -> tuple[list[Step], int]:
     """Readings in non-decreasing stime from ``start`` on, batched in runs; returns the last stime too."""
     steps: list[Step] = []
     ts = start

@@ -1,4 +1,5 @@
 """PartitionView applies the DPC tuple contract: duplicates dropped by id, UNDO voids tentatives, stable survives."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -141,7 +142,10 @@ def test_decode_only_kept_data_tuples_and_bad_payloads_are_skipped() -> None:
         return {"v": b}
 
     view = PartitionView(0, decode)
-    run(view, [stable(0), stable(0), (B, 0, 1, None), (U, 0, 0, None), (R, 0, 0, None), (S, 1, 1, "bad"), (S, 1, 1, "x")])
+    run(
+        view,
+        [stable(0), stable(0), (B, 0, 1, None), (U, 0, 0, None), (R, 0, 0, None), (S, 1, 1, "bad"), (S, 1, 1, "x")],
+    )
     assert len(calls) == 3 and view.bad == 1
     assert view.stable == [{"v": {"i": 0}}, {"v": "x"}]
 

@@ -3,6 +3,7 @@
 No broker: the reconciliation benchmark runs in process on tiny states, and the failover
 report is fed a synthetic result.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,8 +43,15 @@ def test_a_measured_reconciliation_restores_the_failure_free_state(kind: str, me
 
 
 def test_reconcile_run_plot_and_section(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    tiny = {"sizes": [500, 2_000], "redo_state": 500, "redo": [200, 800], "failure_tuples": 100, "repeat": 1,
-            "feed_pairs": 4, "dpc_cost_tuples": 2_000}
+    tiny = {
+        "sizes": [500, 2_000],
+        "redo_state": 500,
+        "redo": [200, 800],
+        "failure_tuples": 100,
+        "repeat": 1,
+        "feed_pairs": 4,
+        "dpc_cost_tuples": 2_000,
+    }
     monkeypatch.setattr(reconcile, "QUICK", tiny)
     monkeypatch.setattr(reconcile, "REF_STATE", 2_000)
     monkeypatch.setattr(reconcile, "FEED_RUN", 200)
@@ -60,26 +68,58 @@ def test_reconcile_run_plot_and_section(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 def _trial(i: int, failover_ms: float, hb_age: float) -> dict:
-    return {"victim": i % 2, "t_kill": float(i), "hb_age_ms": hb_age, "in_flight": 0, "ok": True,
-            "failover_ms": failover_ms, "first_kind": "stable", "max_delay_ms": failover_ms + 40,
-            "detect_ms": failover_ms - 20, "switch_ms": 20.0, "restart_ok": True, "restart_s": 0.6, "gaps": 0,
-            "duplicates_dropped": 0, "sequence_ok": True, "stable_so_far": 100 * (i + 1)}
+    return {
+        "victim": i % 2,
+        "t_kill": float(i),
+        "hb_age_ms": hb_age,
+        "in_flight": 0,
+        "ok": True,
+        "failover_ms": failover_ms,
+        "first_kind": "stable",
+        "max_delay_ms": failover_ms + 40,
+        "detect_ms": failover_ms - 20,
+        "switch_ms": 20.0,
+        "restart_ok": True,
+        "restart_s": 0.6,
+        "gaps": 0,
+        "duplicates_dropped": 0,
+        "sequence_ok": True,
+        "stable_so_far": 100 * (i + 1),
+    }
 
 
 def test_failover_summary_section_and_plot(tmp_path: Path) -> None:
     results = []
     for label, hb, ft in failover.SETTINGS:
         trials = [_trial(i, ft - 50 + 10 * i, 50 - 5 * i) for i in range(5)]
-        s = {"label": label, "heartbeat_ms": hb, "failure_timeout_ms": ft, "trials": trials, "sent": 500,
-             "client_stable": 500, "final_sequence_ok": True, "client_gaps": 0, "client_duplicates_dropped": 0,
-             "client_events": {"stable": 500}, "client_switches": 5, "steady_latency_p50_ms": 70.0, "elapsed_s": 30.0}
+        s = {
+            "label": label,
+            "heartbeat_ms": hb,
+            "failure_timeout_ms": ft,
+            "trials": trials,
+            "sent": 500,
+            "client_stable": 500,
+            "final_sequence_ok": True,
+            "client_gaps": 0,
+            "client_duplicates_dropped": 0,
+            "client_events": {"stable": 500},
+            "client_switches": 5,
+            "steady_latency_p50_ms": 70.0,
+            "elapsed_s": 30.0,
+        }
         s["summary"] = failover.summarize(s)
         results.append(s)
     sm = results[0]["summary"]
     assert sm["all_ok"] and sm["failover_ms"]["n"] == 5 and sm["failover_ms"]["max"] == 1000 - 50 + 40
-    result = {"name": "failover", "quick": True, "elapsed_s": 60.0, "paper": failover.PAPER,
-              "machine": {"cores": 2, "cpu": "test CPU", "python": "3.11", "kafka": "4", "broker": "test"},
-              "settings": {"trials": 5, "rate": failover.RATE}, "results": results}
+    result = {
+        "name": "failover",
+        "quick": True,
+        "elapsed_s": 60.0,
+        "paper": failover.PAPER,
+        "machine": {"cores": 2, "cpu": "test CPU", "python": "3.11", "kafka": "4", "broker": "test"},
+        "settings": {"trials": 5, "rate": failover.RATE},
+        "results": results,
+    }
     text = failover.section(result)
     assert "complete, no gap or duplicate" in text and "**FAILED**" not in text
     (png,) = failover.plot(result, tmp_path)

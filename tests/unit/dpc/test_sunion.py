@@ -1,4 +1,5 @@
 """SUnion orders inputs identically on every replica, bounds delay, and reconciles to the failure-free order."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -4,6 +4,7 @@ The local launcher (services/deploy/local.py) is the reference: the compose file
 service per launcher process, with the same ``hastream`` arguments and environment, and its
 broker has the single-broker settings of the embedded cluster (infra/kafka/cluster.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,8 @@ import yaml
 
 from infra.kafka.cluster import KAFKA_VERSION, KafkaCluster, _Node
 from services.core.paths import REPO_ROOT
-from services.spec import load_spec
 from services.deploy.local import service_commands, service_env
+from services.spec import load_spec
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -40,7 +41,7 @@ def _dockerfile_final_stage() -> list[str]:
     """Instruction lines of the Dockerfile's last stage (the image compose runs)."""
     lines = [ln.strip() for ln in DOCKERFILE.read_text().splitlines()]
     starts = [i for i, ln in enumerate(lines) if ln.upper().startswith("FROM ")]
-    return [ln for ln in lines[starts[-1]:] if ln and not ln.startswith("#")]
+    return [ln for ln in lines[starts[-1] :] if ln and not ln.startswith("#")]
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +61,10 @@ def node_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Compose services that run a launcher process (``hastream node run ...``, ``hastream coordinator ...``),
     each labelled with its launcher role."""
     return {
-        name: svc for name, svc in compose["services"].items()
-        if isinstance(svc.get("command"), list) and (svc["command"][:2] == ["node", "run"] or svc["command"][:1] == ["coordinator"])
+        name: svc
+        for name, svc in compose["services"].items()
+        if isinstance(svc.get("command"), list)
+        and (svc["command"][:2] == ["node", "run"] or svc["command"][:1] == ["coordinator"])
     }
 
 
@@ -80,14 +83,18 @@ def test_demo_runs_only_hastream_cli_processes(launcher: dict[str, list[str]]) -
         assert argv[1:3] == CLI_MODULE, f"{role} is not a hastream CLI process: {argv}"
 
 
-def test_one_compose_service_per_launcher_process(launcher: dict[str, list[str]], node_services: dict[str, dict[str, Any]]) -> None:
+def test_one_compose_service_per_launcher_process(
+    launcher: dict[str, list[str]], node_services: dict[str, dict[str, Any]]
+) -> None:
     roles = {svc.get("labels", {}).get("hastream.role") for svc in node_services.values()}
     assert roles == set(launcher)
     for name, svc in node_services.items():
         assert name == svc["labels"]["hastream.role"].replace(".", "-")
 
 
-def test_services_run_the_launchers_arguments(launcher: dict[str, list[str]], node_services: dict[str, dict[str, Any]]) -> None:
+def test_services_run_the_launchers_arguments(
+    launcher: dict[str, list[str]], node_services: dict[str, dict[str, Any]]
+) -> None:
     by_role = {svc["labels"]["hastream.role"]: svc for svc in node_services.values()}
     for role, argv in launcher.items():
         svc = by_role[role]
@@ -108,7 +115,9 @@ def test_image_entrypoint_is_hastream() -> None:
     assert entrypoints and json.loads(entrypoints[-1].split(None, 1)[1]) == ["hastream"]
 
 
-def test_services_get_the_launchers_environment(node_services: dict[str, dict[str, Any]], internal_bootstrap: str) -> None:
+def test_services_get_the_launchers_environment(
+    node_services: dict[str, dict[str, Any]], internal_bootstrap: str
+) -> None:
     with mock.patch.dict(os.environ, {}, clear=True):
         expected = service_env(internal_bootstrap)  # only what the launcher itself sets
     workdir = [ln.split(None, 1)[1] for ln in _dockerfile_final_stage() if ln.upper().startswith("WORKDIR")]
@@ -126,7 +135,10 @@ def test_bootstrap_names_the_kafka_service(compose: dict[str, Any], internal_boo
     kafka = compose["services"]["kafka"]
     assert host in ("kafka", kafka.get("hostname")), internal_bootstrap
     listeners = _env(kafka)["KAFKA_LISTENERS"]
-    assert f"://:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners or f"://0.0.0.0:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners
+    assert (
+        f"://:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners
+        or f"://0.0.0.0:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners
+    )
 
 
 def test_kafka_image_matches_the_pinned_broker_version(compose: dict[str, Any]) -> None:
@@ -152,8 +164,11 @@ def test_broker_replication_matches_the_local_single_broker(compose: dict[str, A
         ln.split("=", 1) for ln in cluster._server_properties(node).splitlines() if ln and not ln.startswith("#")
     )
     keys = [k for k in props if k.endswith(("replication.factor", ".min.isr")) or k == "min.insync.replicas"]
-    assert {"offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-            "transaction.state.log.min.isr"} <= set(keys)
+    assert {
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+    } <= set(keys)
     env = _env(compose["services"]["kafka"])
     for k in keys:
         var = "KAFKA_" + k.upper().replace(".", "_")
@@ -187,5 +202,7 @@ def test_docker_compose_accepts_the_file() -> None:
     cli = _compose_cli()
     if cli is None:
         pytest.skip("docker compose is not installed")
-    proc = subprocess.run([*cli, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    proc = subprocess.run(
+        [*cli, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr

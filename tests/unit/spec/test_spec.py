@@ -1,4 +1,5 @@
 """The spec loader accepts good specs and reports every mistake with its location."""
+
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ import pytest
 
 from services.spec import SpecError, load_spec, parse_spec
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 BASE = """\
 name: t
@@ -48,7 +49,9 @@ def test_derived_topology() -> None:
 
 
 def test_internal_stream_is_not_materialized() -> None:
-    s = parse_spec(BASE.replace("n1: {operators: [f]}\n  n2: {operators: [win], replicas: 2}", "n1: {operators: [f, win]}"))
+    s = parse_spec(
+        BASE.replace("n1: {operators: [f]}\n  n2: {operators: [win], replicas: 2}", "n1: {operators: [f, win]}")
+    )
     assert s.stream_topics("b") == []
     assert s.node_outputs("n1") == ["w"]
 
@@ -66,7 +69,12 @@ def test_internal_stream_is_not_materialized() -> None:
         ("schema: window_stat", "schema: nosuch", 5, "no schema 'nosuch'"),
         ("key: sensor, partitions: 2}\n  b", "key: sensr, partitions: 2}\n  b", 3, "key field 'sensr'"),
         ("type: filter", "type: filtre", 7, "'type' must be one of"),
-        ("  b: {schema: reading, key: sensor, partitions: 2}", "  b: {schema: reading, key: sensor, partitions: 3}", 4, "stream 'b' must have 2 partitions"),
+        (
+            "  b: {schema: reading, key: sensor, partitions: 2}",
+            "  b: {schema: reading, key: sensor, partitions: 3}",
+            4,
+            "stream 'b' must have 2 partitions",
+        ),
     ],
 )
 def test_mistake_reported_with_location(old: str, new: str, line: int, message: str) -> None:
@@ -117,8 +125,12 @@ def test_delay_bound_is_split_across_the_longest_path_and_per_output() -> None:
     # w is reached through n1 then n2: each node gets half of X, SUnion waits alpha of that.
     assert spec.node_delay_s("n1") == pytest.approx(0.5 * 4000 / 2 / 1000)
     assert spec.node_delay_s("n2") == pytest.approx(1.0)
-    tight = parse_spec(BASE.replace("w: {schema: window_stat, key: key, partitions: 2}",
-                                    "w: {schema: window_stat, key: key, partitions: 2, delay: 1000}"))
+    tight = parse_spec(
+        BASE.replace(
+            "w: {schema: window_stat, key: key, partitions: 2}",
+            "w: {schema: window_stat, key: key, partitions: 2, delay: 1000}",
+        )
+    )
     assert tight.node_delay_s("n1") == pytest.approx(0.9 * 1000 / 2 / 1000), "the output's own X wins"
 
 

@@ -1,21 +1,34 @@
 """The local launcher starts the right processes: one per Python node partition, one per Spark stage."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from services.spec import load_spec
 from services.deploy.local import service_commands, service_env
+from services.spec import load_spec
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_python_nodes_run_one_process_per_replica_partition_plus_the_coordinator() -> None:
     spec = load_spec(REPO / "examples" / "demo.yaml")
     cmds = dict(service_commands(spec, REPO / "examples" / "demo.yaml"))
-    assert sorted(cmds) == sorted(["coordinator"] + [f"{n}.r0.p{p}" for n in ("ingest", "stats", "alerts") for p in (0, 1)])
+    assert sorted(cmds) == sorted(
+        ["coordinator"] + [f"{n}.r0.p{p}" for n in ("ingest", "stats", "alerts") for p in (0, 1)]
+    )
     argv = cmds["stats.r0.p1"]
-    assert argv[1:] == ["-m", "services.cli.main", "node", "run", str(REPO / "examples" / "demo.yaml"), "stats",
-                        "--partition", "1", "--replica", "0"]
+    assert argv[1:] == [
+        "-m",
+        "services.cli.main",
+        "node",
+        "run",
+        str(REPO / "examples" / "demo.yaml"),
+        "stats",
+        "--partition",
+        "1",
+        "--replica",
+        "0",
+    ]
 
 
 def test_spark_node_runs_as_one_spark_stage_per_replica() -> None:

@@ -1,4 +1,5 @@
 """SOutput: dense stable ids, duplicate elimination after a restart, UNDO / REC_DONE placement."""
+
 from __future__ import annotations
 
 from typing import Any
