@@ -548,7 +548,8 @@ class KafkaCluster:
                     )
             if not any(_port_open(self.host, n.port) for n in self._nodes):
                 raise _NotReady("no broker port is accepting connections yet")
-            admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _quiet_rdkafka})
+            conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _quiet_rdkafka}
+            admin = AdminClient(conf)
             try:
                 meta = admin.list_topics(timeout=5)
             except Exception as exc:

@@ -28,14 +28,14 @@ def spec_or_exit(path: Path) -> Spec:
     try:
         return load_spec(path)
     except SpecError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
 
 
 def settings_or_exit(bootstrap: str | None) -> Settings:
     try:
         return Settings.from_env(bootstrap)
     except ConfigError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
 
 
 def bootstrap_for(spec: Spec, bootstrap: str | None) -> str:
@@ -51,4 +51,4 @@ def bootstrap_for(spec: Spec, bootstrap: str | None) -> str:
     except LookupError:
         raise fail(
             f"no broker for '{spec.name}': deploy it with 'hastream up', or pass --bootstrap / set HASTREAM_BOOTSTRAP"
-        )
+        ) from None

@@ -58,7 +58,7 @@ def coordinator(
     try:
         port = port if port is not None else env_port()
     except ValueError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     if port is not None and not (0 < port < 65536 and port_free(port)):
         raise fail(f"port {port} is in use or not a port (1..65535): pick another with --port or ${PORT_ENV}")
     coord = Coordinator(
@@ -71,7 +71,7 @@ def coordinator(
     try:
         coord.run(loglevel=log_level)
     except AnotherCoordinator as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
 
 
 def coordinator_port(dep: Any) -> int:

@@ -56,7 +56,7 @@ def deploy(spec: Spec, path: Path, what: str) -> Deployment:
         down(Deployment.load(spec.name))
         return up(spec, path)
     except OSError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
 
 
 def run_demo(seconds: float, rate: float) -> None:

@@ -106,7 +106,7 @@ def status(dir: DirOption = None) -> None:
     out.print(state)
     out.print(f"bootstrap: {cluster.bootstrap}")
     brokers = ", ".join(
-        f"{i}: pid {pid}" if up else f"{i}: down" for i, (pid, up) in enumerate(zip(cluster.pids, alive))
+        f"{i}: pid {pid}" if up else f"{i}: down" for i, (pid, up) in enumerate(zip(cluster.pids, alive, strict=True))
     )
     out.print(f"brokers: {brokers}")
     out.print(f"data dir: {data_dir}")

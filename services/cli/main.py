@@ -67,7 +67,7 @@ def up(
     try:
         dep = deploy_up(s, spec, bootstrap, brokers)
     except (RuntimeError, OSError) as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     out.print(
         f"[green]deployed[/] '{s.name}' on {dep.bootstrap}: {len(dep.processes)} processes; logs in {dep.dir / 'logs'}"
     )
@@ -87,7 +87,7 @@ def down(
     try:
         deps = [Deployment.load(name)] if name else Deployment.all()
     except LookupError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     for d in deps:
         stopped = deploy_down(d, stop_kafka=kafka)
         out.print(
@@ -103,7 +103,7 @@ def status(name: Annotated[str | None, typer.Argument(help="Deployment name (def
     try:
         deps = [Deployment.load(name)] if name else Deployment.all()
     except LookupError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     if not deps:
         out.print("no deployments")
     for d in deps:
@@ -159,7 +159,7 @@ def produce(
             s, stream, bootstrap_for(s, bootstrap), wall_clock=json_lines is None and event_time == "wall"
         )
     except ValueError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     if json_lines is not None:
         records = _json_records(json_lines)
         total = None
@@ -207,7 +207,7 @@ def _source_deployment(spec_name: str, name: str | None):
         return Deployment.load(name or spec_name)
     except LookupError as e:
         if name:
-            raise fail(str(e))
+            raise fail(str(e)) from None
     return latest_deployment()
 
 
@@ -218,7 +218,7 @@ def _json_records(path: Path):
             try:
                 yield json.loads(line)
             except json.JSONDecodeError as e:
-                raise fail(f"{path}:{i}: not JSON: {e.msg}")
+                raise fail(f"{path}:{i}: not JSON: {e.msg}") from None
 
 
 def _send_paced(writer, records, rate: float, total: int | None) -> int:
@@ -282,11 +282,11 @@ def tail(
             keep_stable=False,
         )
     except ValueError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     n = 0
     switches = 0
     try:
-        for e in view.follow(idle_timeout=idle or None):
+        for ev in view.follow(idle_timeout=idle or None):
             for p, old, new, _ in view.switches[switches:]:
                 if not as_json:
                     out.print(f"[cyan]switch[/]    p{p} replica r{old} -> r{new}")
@@ -295,31 +295,31 @@ def tail(
                 out.print_json(
                     json.dumps(
                         {
-                            "type": e.kind.upper(),
-                            "id": e.id,
-                            "stime": e.stime,
-                            "partition": e.partition,
-                            "replica": e.replica,
-                            "offset": e.offset,
-                            "value": e.record,
+                            "type": ev.kind.upper(),
+                            "id": ev.id,
+                            "stime": ev.stime,
+                            "partition": ev.partition,
+                            "replica": ev.replica,
+                            "offset": ev.offset,
+                            "value": ev.record,
                         }
                     ),
                     indent=None,
                 )
-            elif e.kind == "stable":
+            elif ev.kind == "stable":
                 out.print(
-                    f"[green]S[/] p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} {escape(json.dumps(e.record))}"
+                    f"[green]S[/] p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} {escape(json.dumps(ev.record))}"
                 )
-            elif e.kind == "tentative":
+            elif ev.kind == "tentative":
                 out.print(
-                    f"[bold yellow]T[/] [dim]p{e.partition} r{e.replica} id={e.id:<6} stime={e.stime} "
-                    f"{escape(json.dumps(e.record))}[/]"
+                    f"[bold yellow]T[/] [dim]p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} "
+                    f"{escape(json.dumps(ev.record))}[/]"
                 )
-            elif e.kind == "undo":
-                out.print(f"[magenta]undo[/]      p{e.partition} after id {e.id}: tentative tuples after it are void")
+            elif ev.kind == "undo":
+                out.print(f"[magenta]undo[/]      p{ev.partition} after id {ev.id}: tentative tuples after it are void")
             else:
-                out.print(f"[cyan]rec_done[/]  p{e.partition} at id {e.id}: reconciliation finished")
-            if e.kind in ("stable", "tentative"):
+                out.print(f"[cyan]rec_done[/]  p{ev.partition} at id {ev.id}: reconciliation finished")
+            if ev.kind in ("stable", "tentative"):
                 n += 1
                 if limit and n >= limit:
                     break
@@ -346,7 +346,7 @@ def _tail_raw(
     try:
         reader = StreamReader(s, stream, bootstrap, replica, from_beginning)
     except ValueError as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
     n = 0
     try:
         for t in reader.follow(idle_timeout=idle or None):

@@ -18,13 +18,7 @@ class StreamReader:
     """Follows one replica's topic of a stream (all partitions)."""
 
     def __init__(self, spec: Spec, stream: str, bootstrap: str, replica: int = 0, from_beginning: bool = True) -> None:
-        if stream not in spec.streams:
-            raise ValueError(f"no stream '{stream}' in spec (streams: {', '.join(spec.streams)})")
-        topics = spec.stream_topics(stream)
-        if not topics:
-            raise ValueError(
-                f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka"
-            )
+        topics = spec.readable_topics(stream)
         if replica >= len(topics):
             raise ValueError(f"stream '{stream}' has {len(topics)} replica(s); replica {replica} does not exist")
         self.stream, self.topic = stream, topics[replica]
@@ -50,7 +44,7 @@ class StreamReader:
                 value = self.codec.decode(m.value()) if m.value() is not None else None
             except (HeaderError, DecodeError):
                 continue  # not a tuple of this stream; the services dead-letter such input
-            out.append(Tuple(self.stream, m.partition(), m.offset(), meta, m.key(), value))
+            out.append(Tuple(self.stream, m.partition() or 0, m.offset() or 0, meta, m.key(), value))
         return out
 
     def follow(self, idle_timeout: float | None = None) -> Iterator[Tuple]:

@@ -199,13 +199,7 @@ class StreamView:
         startup_wait: float | None = None,
         check_interval: float = 0.05,
     ) -> None:
-        if stream not in spec.streams:
-            raise ValueError(f"no stream '{stream}' in spec (streams: {', '.join(spec.streams)})")
-        topics = spec.stream_topics(stream)
-        if not topics:
-            raise ValueError(
-                f"stream '{stream}' is internal to node '{spec.node_producing(stream).name}' and not written to Kafka"
-            )
+        topics = spec.readable_topics(stream)
         self.spec, self.stream, self.bootstrap = spec, stream, bootstrap
         self.topics = topics
         self.stable_only, self.from_beginning = stable_only, from_beginning
@@ -232,7 +226,7 @@ class StreamView:
             while time.monotonic() < deadline and not any(st.node == self.node for st in self.monitor.snapshot()):
                 time.sleep(0.02)
         self.readers = [ReplicaReader(list(topics), p, self.node) for p in range(self.partitions)]
-        for r, v in zip(self.readers, self.views):  # the monitor has had its start-up wait
+        for r, v in zip(self.readers, self.views, strict=True):  # the monitor has had its start-up wait
             r.replica = v.replica = self._choose(r.partition, None)
         self.consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
@@ -288,7 +282,7 @@ class StreamView:
         for m in self.consumer.consume(max_messages, timeout):
             if m.error() is not None:
                 continue
-            p = m.partition()
+            p = m.partition() or 0
             reader = readers[p]
             if m.topic() != reader.topic:
                 continue  # fetched from a replica this partition has left
@@ -297,7 +291,7 @@ class StreamView:
             except HeaderError:
                 self.bad += 1
                 continue
-            views[p].apply(ttype, tid, stime, m.value(), out, reader.replica, m.offset())
+            views[p].apply(ttype, tid, stime, m.value(), out, reader.replica, m.offset() or 0)
         if self.stable_only:
             out = [e for e in out if e.kind == "stable"]
         return out

@@ -27,7 +27,7 @@ class ControlReader:
             if m.error() is not None:
                 continue
             try:
-                out.append(ControlMessage.decode(m.value()))
+                out.append(ControlMessage.decode(m.value() or b""))
             except (DecodeError, ValueError) as e:
                 log.debug("skipping an unreadable control message: %s", e)
         return out

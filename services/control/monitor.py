@@ -52,7 +52,7 @@ class ReplicaMonitor:
                 if m.error() is not None:
                     continue
                 try:
-                    hb = Heartbeat.decode(m.value())
+                    hb = Heartbeat.decode(m.value() or b"")
                 except (DecodeError, ValueError, KeyError):
                     continue
                 # A replayed old heartbeat counts from when it was sent, not when we read it.

@@ -271,7 +271,8 @@ class Coordinator:
     def ready(self) -> bool:
         """Partitions assigned and tables recovered from their changelogs."""
         app = self.app
-        recovery = app.tables.recovery
+        tables: Any = app.tables  # faust's TableManager; its type stub lacks ``recovery``
+        recovery = tables.recovery
         return recovery.completed.is_set() and not app.rebalancing and not recovery.in_recovery
 
     async def _send_grants(self, grants: list[Grant]) -> None:

@@ -39,7 +39,13 @@ def schema_json(name: str, schema_dir: Path = SCHEMA_DIR) -> str:
 
 def schema_fields(name: str) -> dict[str, Any]:
     """Field name -> Avro type of a record schema."""
-    return {f["name"]: f["type"] for f in load_schema(name)["fields"]}
+    return {f["name"]: f["type"] for f in record_fields(name)}
+
+
+def record_fields(name: str) -> list[dict[str, Any]]:
+    """The field definitions of a record schema, as parsed."""
+    schema: Any = load_schema(name)
+    return list(schema["fields"])
 
 
 class Codec:
@@ -57,7 +63,7 @@ class Codec:
         fastavro.schemaless_writer(buf, self.schema, record)
         return buf.getvalue()
 
-    def decode(self, payload: bytes) -> dict[str, Any]:
+    def decode(self, payload: bytes | None) -> dict[str, Any]:
         """Decode; raises DecodeError for bytes that are not this schema's Avro."""
         if payload is None:
             raise DecodeError("empty message value")

@@ -13,6 +13,8 @@ from typing import Any, Iterable, Sequence
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
 
+from services.core.tuples import RawHeaders
+
 log = logging.getLogger(__name__)
 # librdkafka's own log lines go through Python logging (not raw to stderr), so each
 # program decides what to show: services log them, CLI commands show only errors.
@@ -110,8 +112,9 @@ class BatchConsumer:
         bad = [m for m in msgs if m.error() is not None]
         if bad:
             for m in bad:
-                if m.error().code() != KafkaError._PARTITION_EOF:
-                    log.warning("consume error: %s", m.error())
+                err = m.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consume error: %s", err)
             msgs = [m for m in msgs if m.error() is None]
         return msgs
 
@@ -119,7 +122,10 @@ class BatchConsumer:
     def commit(self, offsets: Iterable[TopicPartition], asynchronous: bool = False) -> None:
         offs = list(offsets)
         if offs:
-            self._c.commit(offsets=offs, asynchronous=asynchronous)
+            if asynchronous:
+                self._c.commit(offsets=offs, asynchronous=True)
+            else:
+                self._c.commit(offsets=offs, asynchronous=False)
 
     def close(self) -> None:
         self._c.close()
@@ -164,7 +170,7 @@ class BatchProducer:
         value: bytes | None,
         key: bytes | None = None,
         partition: int = -1,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: RawHeaders = None,
     ) -> None:
         """Queue one message; waits for queue room instead of failing when full."""
         while True:

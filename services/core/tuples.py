@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from services.core.errors import HeaderError
 
@@ -40,7 +40,9 @@ TYPE_BYTES: dict[TupleType, bytes] = {t: t.value.encode() for t in TupleType}
 _TYPE_BY_BYTES: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
 
 
-Headers = list[tuple[str, bytes]]
+# Headers as confluent-kafka takes and hands them over: a list of pairs (or a dict), values possibly None.
+Headers = list[tuple[str, str | bytes | None]]
+RawHeaders = Headers | dict[str, str | bytes | None] | None
 
 
 class HeaderWriter:
@@ -63,19 +65,19 @@ def make_headers(ttype: TupleType, tid: int, stime: int, replica: int = 0, epoch
     return HeaderWriter(replica, epoch)(ttype, tid, stime)
 
 
-def read_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[TupleType, int, int]:
+def read_headers(headers: RawHeaders) -> tuple[TupleType, int, int]:
     """(type, id, stime) of one incoming tuple, on the hot path; raises HeaderError saying what is wrong."""
     try:
-        hd = dict(headers)  # type: ignore[arg-type]
-        return _TYPE_BY_BYTES[hd[H_TYPE]], int(hd[H_ID]), int(hd[H_STIME])  # type: ignore[arg-type]
+        hd: dict[str, Any] = dict(headers or ())
+        return _TYPE_BY_BYTES[hd[H_TYPE]], int(hd[H_ID]), int(hd[H_STIME])
     except (KeyError, TypeError, ValueError):
         parse_headers(headers)  # raises with the precise reason
         raise HeaderError("malformed ht.* headers") from None
 
 
-def peek_type_and_id(headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[TupleType | None, int | None]:
+def peek_type_and_id(headers: RawHeaders) -> tuple[TupleType | None, int | None]:
     """Type and id of a message if its headers name them, else None for each: for scans that skip what they cannot use."""
-    hd = dict(headers or ())
+    hd: dict[str, Any] = dict(headers or ())
     t = _TYPE_BY_BYTES.get(hd.get(H_TYPE) or b"")
     try:
         return t, int(hd.get(H_ID) or b"")
@@ -83,13 +85,16 @@ def peek_type_and_id(headers: Sequence[tuple[str, bytes | None]] | None) -> tupl
         return t, None
 
 
-def deadletter_headers(headers: Headers | None, reason: str, topic: str, partition: int, offset: int) -> Headers:
+def deadletter_headers(
+    headers: RawHeaders, reason: str, topic: str, partition: int | None, offset: int | None
+) -> RawHeaders:
     """A rejected message's headers plus why it was rejected and where it came from."""
-    return list(headers or []) + [
+    pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
+    return pairs + [
         (H_ERROR, reason.encode()[:4000]),
         (H_SRC_TOPIC, topic.encode()),
-        (H_SRC_PARTITION, b"%d" % partition),
-        (H_SRC_OFFSET, b"%d" % offset),
+        (H_SRC_PARTITION, b"%d" % (partition if partition is not None else -1)),
+        (H_SRC_OFFSET, b"%d" % (offset if offset is not None else -1)),
     ]
 
 
@@ -104,26 +109,28 @@ class TupleMeta:
     epoch: int = 0
 
 
-def parse_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> TupleMeta:
+def parse_headers(headers: RawHeaders) -> TupleMeta:
     """Parse ht.* headers; raises HeaderError naming what is wrong."""
     if not headers:
         raise HeaderError("missing ht.* headers")
-    ttype = tid = stime = None
+    ttype: TupleType | None = None
+    tid = stime = None
     replica = epoch = 0
+    pairs: list[tuple[str, Any]] = list(headers.items()) if isinstance(headers, dict) else list(headers)
     try:
-        for k, v in headers:
+        for k, v in pairs:
             if k == H_TYPE:
-                ttype = _TYPE_BY_BYTES.get(v)  # type: ignore[arg-type]
+                ttype = _TYPE_BY_BYTES.get(v)
                 if ttype is None:
                     raise HeaderError(f"unknown tuple type {v!r} in {H_TYPE}")
             elif k == H_ID:
-                tid = int(v)  # type: ignore[arg-type]
+                tid = int(v)
             elif k == H_STIME:
-                stime = int(v)  # type: ignore[arg-type]
+                stime = int(v)
             elif k == H_REPLICA:
-                replica = int(v)  # type: ignore[arg-type]
+                replica = int(v)
             elif k == H_EPOCH:
-                epoch = int(v)  # type: ignore[arg-type]
+                epoch = int(v)
     except (TypeError, ValueError) as e:
         if isinstance(e, HeaderError):
             raise
@@ -137,9 +144,10 @@ def parse_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> TupleMe
     return TupleMeta(ttype, tid, stime, replica, epoch)
 
 
-def headers_dict(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, str]:
+def headers_dict(headers: RawHeaders) -> dict[str, str]:
     """Headers as text, for display."""
-    return {k: (v.decode(errors="replace") if v is not None else "") for k, v in headers or ()}
+    pairs = headers.items() if isinstance(headers, dict) else headers or ()
+    return {k: (v.decode(errors="replace") if isinstance(v, bytes) else v or "") for k, v in pairs}
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ faust Table only logs assignments to its changelog.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +108,7 @@ class Coordination:
             or cur["pid"] != pid
             or cur["epoch"] != epoch
         )
-        if late and not changed and sent - cur["sent_ms"] < STALE_WRITE_MS:
+        if late and not changed and cur is not None and sent - cur["sent_ms"] < STALE_WRITE_MS:
             return False  # a backlog of the same news is not written to the table one by one
         if cur is not None and cur["state"] == state:
             since = cur["since_ms"]
@@ -238,7 +238,7 @@ class Coordination:
         return self.decide_all(now)
 
     # -- views -----------------------------------------------------------------------
-    def status(self, now: int, expected: list[tuple[str, int, int]] = ()) -> dict[str, Any]:
+    def status(self, now: int, expected: Sequence[tuple[str, int, int]] = ()) -> dict[str, Any]:
         """Every replica's state and age, the waiting requests and the grants held (JSON-ready).
 
         ``expected`` lists (node, partition, replica) the spec deploys; those never heard of

@@ -113,7 +113,7 @@ class DpcScheme:
                     bound = bounds[i]
                     if bound is not None and stime < bound:
                         raise ValueError(f"stime {stime} is below the input's boundary {bound}")
-                    rec = port.decode(m.value())  # type: ignore[misc]
+                    rec = port.decode(m.value())
                     su.push(i, t, tid, stime, rec, now)
                     if t is STABLE:
                         port.last_stable = tid

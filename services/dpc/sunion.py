@@ -153,7 +153,7 @@ class SUnion:
     def _passed(self, k: int, now: float) -> bool:
         """Every live input has gone past bucket ``k``; silent ones (failed) are not waited for."""
         end = (k + 1) * self.bucket_ms
-        for p, at in zip(self.progress, self.progressed_at):
+        for p, at in zip(self.progress, self.progressed_at, strict=True):
             if at is not None and now - at < self.delay_s and (p is None or p < end):
                 return False
         return True
@@ -202,9 +202,10 @@ class SUnion:
         None while nothing is known (an input never sent a boundary) and frozen while in
         failure, since corrections of the tentative buckets are still to come.
         """
-        if self.kept or any(b is None for b in self.boundaries):
+        known = [b for b in self.boundaries if b is not None]
+        if self.kept or len(known) < self.inputs:
             return None
-        f = min(self.boundaries)  # type: ignore[type-var]
+        f = min(known)
         if self.pending:
             f = min(f, min(self.pending) * self.bucket_ms)
         return (f // self.bucket_ms) * self.bucket_ms

@@ -42,9 +42,10 @@ def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> 
                         KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}")
                     )
                 for m in msgs:
-                    if m.error() is None and m.offset() < end:
-                        pos = m.offset() + 1
-                        got.append((m.offset(), peek_type_and_id(m.headers())))
+                    off = m.offset()
+                    if m.error() is None and off is not None and off < end:
+                        pos = off + 1
+                        got.append((off, peek_type_and_id(m.headers())))
             yield got
             end = start
     finally:
@@ -126,4 +127,4 @@ def next_tuple_id(bootstrap: str, topic: str, partition: int) -> int:
     try:
         return parse_headers(m.headers()).id + 1
     except HeaderError:
-        return m.offset() + 1
+        return (m.offset() or 0) + 1

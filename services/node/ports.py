@@ -75,7 +75,7 @@ class InputPort(ReplicaReader):
 
     stream: str = ""
     index: int = 0
-    decode: Callable[[bytes], Any] | None = None
+    decode: Callable[[bytes | None], Any] = codec_for("reading").decode  # set per input stream
 
 
 class Inputs:

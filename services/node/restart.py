@@ -48,9 +48,10 @@ def save(producer: BatchProducer, topic: str, partition: int, image: RestartImag
 def load(bootstrap: str, topic: str, partition: int) -> RestartImage | None:
     """The newest restart image of one node replica partition, or None."""
     m = last_message(bootstrap, topic, partition)
-    if m is None or not m.value():
+    data = m.value() if m is not None else None
+    if not data:
         return None
-    image = pickle.loads(m.value())
+    image = pickle.loads(data)
     if not isinstance(image, RestartImage):
         raise RestartImageError(f"{topic}[{partition}] holds a {type(image).__name__}, not a restart image")
     return image

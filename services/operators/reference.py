@@ -18,6 +18,16 @@ from services.spec.expr import compile_expr
 Records = list[dict[str, Any]]
 
 
+def _aggregate(func: str, vals: list[Any], count: int, total: float) -> Any:
+    if func == "count":
+        return count
+    if func == "sum":
+        return total
+    if func == "avg":
+        return total / count
+    return min(vals) if func == "min" else max(vals)
+
+
 def _window(op: OperatorDef, recs: Records) -> Records:
     if not recs:
         return []
@@ -28,7 +38,7 @@ def _window(op: OperatorDef, recs: Records) -> Records:
         start = (t // op.slide) * op.slide
         while start > t - op.size:
             if start + op.size <= watermark:
-                groups[(start, r[op.key])].append(r)
+                groups[(start, r[op.key or ""])].append(r)
             start -= op.slide
     out = []
     for start, key in sorted(groups):
@@ -39,13 +49,7 @@ def _window(op: OperatorDef, recs: Records) -> Records:
             total = 0.0
             for v in vals:
                 total += v
-            row[a.out] = {
-                "count": lambda: len(g),
-                "sum": lambda: total,
-                "avg": lambda: total / len(g),
-                "min": lambda: min(vals),
-                "max": lambda: max(vals),
-            }[a.func]()
+            row[a.out] = _aggregate(a.func, vals, len(g), total)
         out.append(row)
     return out
 
@@ -57,7 +61,7 @@ def _join(spec: Spec, op: OperatorDef, left: Records, right: Records) -> Records
     out = []
     for lr in left:
         for rr in right:
-            if lr[op.key] == rr[op.right_key] and abs(lr[op.time] - rr[op.time]) <= op.within:
+            if lr[op.key or ""] == rr[op.right_key or ""] and abs(lr[op.time] - rr[op.time]) <= op.within:
                 out.append({k: f(lr, rr) for k, f in fns.items()})
     return out
 

@@ -56,7 +56,7 @@ def finish(aggs: Sequence[Aggregate], fields: Sequence[str], acc: Accumulator) -
         if a.func == "count":
             out[a.out] = acc.count
             continue
-        i = fields.index(a.field)  # type: ignore[arg-type]
+        i = fields.index(a.field or "")
         if a.func == "sum":
             out[a.out] = acc.sums[i]
         elif a.func == "avg":

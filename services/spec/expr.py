@@ -97,7 +97,8 @@ def _check(src: str, scopes: dict[str, Iterable[str]]) -> ast.Expression:
             if node.id not in bare:
                 fields = ", ".join(sorted(bare)) or "none; use " + ", ".join(f"{s}.<field>" for s in scopes if s)
                 raise ExprError(f"unknown field '{node.id}' in {src!r} (fields: {fields})")
-    return tree  # type: ignore[return-value]
+    assert isinstance(tree, ast.Expression)
+    return tree
 
 
 class _Rewrite(ast.NodeTransformer):

@@ -164,6 +164,18 @@ class Spec:
             return []  # internal to its node: never materialized
         return [self.topic(stream, r) for r in range(self.replicas_of_stream(stream))]
 
+    def readable_topics(self, stream: str) -> list[str]:
+        """The topics a client reads for ``stream`` (one per replica); ValueError says why there are none."""
+        if stream not in self.streams:
+            raise ValueError(f"no stream '{stream}' in spec (streams: {', '.join(self.streams)})")
+        topics = self.stream_topics(stream)
+        if not topics:
+            node = self.node_producing(stream)
+            raise ValueError(
+                f"stream '{stream}' is internal to node '{node.name if node else '?'}' and not written to Kafka"
+            )
+        return topics
+
     @property
     def deadletter_topic(self) -> str:
         return f"{self.name}.deadletter"
@@ -235,7 +247,7 @@ class Spec:
         """Nodes in dataflow order (upstream first)."""
         order: list[str] = []
         deps = {
-            n: {self.node_producing(s).name for s in self.node_inputs(n) if self.node_producing(s)} for n in self.nodes
+            n: {up.name for s in self.node_inputs(n) if (up := self.node_producing(s)) is not None} for n in self.nodes
         }
         while len(order) < len(deps):
             ready = [n for n in deps if n not in order and deps[n] <= set(order)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from services.core.codec import load_schema, schema_fields
+from services.core.codec import record_fields, schema_fields
 from services.core.errors import ExprError, SpecError
 from services.spec import expr
 from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Spec, StreamDef
@@ -116,7 +116,7 @@ class _Op:
         self.in_fields = schema_fields(streams[inputs[0]].schema)
         self.out_schema = streams[output].schema
         self.out_fields = schema_fields(self.out_schema)
-        self.required_out = {f["name"] for f in load_schema(self.out_schema)["fields"] if "default" not in f}
+        self.required_out = {f["name"] for f in record_fields(self.out_schema) if "default" not in f}
 
     def err(self, sub: tuple, msg: str) -> None:
         self.ck.err(self.path + sub, msg)
@@ -272,7 +272,7 @@ def graph(ck: Problems, spec: Spec) -> None:
         for o in spec.nodes[n].operators:
             op = spec.operators[o]
             if p > 1 and op.type in ("window", "join"):
-                for s, k in zip(op.inputs, (op.key, op.right_key)):
+                for s, k in zip(op.inputs, (op.key, op.right_key), strict=False):
                     if spec.streams[s].key != k:
                         ck.err(
                             ("operators", o, "key"),
