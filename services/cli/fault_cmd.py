@@ -8,11 +8,17 @@ which tests and experiment harnesses call directly.
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Callable, TypeVar
 
 import typer
 
 from services.cli.common import fail, out
+from services.core.errors import FaultError
+
+if TYPE_CHECKING:
+    from services.deploy.local import Deployment
+
+T = TypeVar("T")
 
 fault_app = typer.Typer(
     name="fault",
@@ -28,22 +34,20 @@ DeploymentOpt = Annotated[
 ]
 
 
-def _dep(name: str | None):
-    from services.deploy.faults import FaultError, deployment
+def _dep(name: str | None) -> Deployment:
+    from services.deploy.faults import deployment
 
     try:
         return deployment(name)
     except (LookupError, FaultError) as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
 
 
-def _do(fn, *args):
-    from services.deploy.faults import FaultError
-
+def _do(fn: Callable[..., T], *args: object) -> T:
     try:
         return fn(*args)
     except (FaultError, LookupError, ProcessLookupError, PermissionError) as e:
-        raise fail(str(e))
+        raise fail(str(e)) from None
 
 
 @fault_app.command()
@@ -105,8 +109,8 @@ def stop_source(
     finally:  # Ctrl-C resumes early rather than leave the source stopped
         try:
             faults.release_source(dep, stream)
-        except faults.FaultError as e:
-            raise fail(f"could not resume source '{stream}': {e}")
+        except FaultError as e:
+            raise fail(f"could not resume source '{stream}': {e}") from None
     out.print(f"resumed source '{stream}'")
 
 

@@ -16,12 +16,11 @@ import signal
 import time
 from pathlib import Path
 
-from services.deploy.local import Deployment, Process, pid_alive
+from services.core.errors import FaultError
+from services.deploy import processes
+from services.deploy.local import Deployment, Process
 from services.deploy.local import restart as _restart
-
-
-class FaultError(LookupError):
-    """A fault that cannot be injected: unknown role or stream, or a process that is not running."""
+from services.deploy.processes import pid_alive
 
 
 def deployment(dep: Deployment | str | None = None) -> Deployment:
@@ -66,28 +65,22 @@ def _running(dep: Deployment, role: str) -> Process:
 
 def kill(dep: Deployment | str | None, role: str, timeout: float = 10) -> Process:
     """kill -9 the process of ``role`` and wait until it is gone."""
-    d = deployment(dep)
-    p = _running(d, role)
-    os.kill(p.pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while d.alive(p) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    p = _running(deployment(dep), role)
+    processes.kill(p.pid, timeout)
     return p
 
 
 def pause(dep: Deployment | str | None, role: str) -> Process:
     """SIGSTOP: the process hangs (no heartbeats, no output) but keeps its state."""
-    d = deployment(dep)
-    p = _running(d, role)
-    os.kill(p.pid, signal.SIGSTOP)
+    p = _running(deployment(dep), role)
+    processes.pause(p.pid)
     return p
 
 
 def resume(dep: Deployment | str | None, role: str) -> Process:
     """SIGCONT a paused process."""
-    d = deployment(dep)
-    p = _running(d, role)
-    os.kill(p.pid, signal.SIGCONT)
+    p = _running(deployment(dep), role)
+    processes.resume(p.pid)
     return p
 
 
@@ -153,14 +146,14 @@ def source_pid(dep: Deployment | str | None, stream: str) -> int:
 def hold_source(dep: Deployment | str | None, stream: str) -> int:
     """Stop the source: its producer buffers tuples (and boundaries) instead of sending them."""
     pid = source_pid(dep, stream)
-    os.kill(pid, signal.SIGUSR1)
+    processes.send(pid, signal.SIGUSR1)
     return pid
 
 
 def release_source(dep: Deployment | str | None, stream: str) -> int:
     """Heal the source: its producer sends everything it buffered, in order, then goes on."""
     pid = source_pid(dep, stream)
-    os.kill(pid, signal.SIGUSR2)
+    processes.send(pid, signal.SIGUSR2)
     return pid
 
 
@@ -173,5 +166,5 @@ def stop_source(dep: Deployment | str | None, stream: str, seconds: float | None
             time.sleep(seconds)
         finally:
             if pid_alive(pid):
-                os.kill(pid, signal.SIGUSR2)
+                processes.send(pid, signal.SIGUSR2)
     return pid

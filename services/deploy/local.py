@@ -2,7 +2,7 @@
 
 ``up`` provisions topics and starts one process per node replica partition (one per
 replica for a Spark node, which covers all partitions); ``down`` stops them with SIGTERM
-so each flushes and commits. The deployment's state (pids, bootstrap, logs) is a JSON
+so each flushes and commits. Processes are started and signalled through ``processes``. The deployment's state (pids, bootstrap, logs) is a JSON
 file under ``.hastream/deployments/<name>/`` so later commands can find it.
 """
 
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.paths import REPO_ROOT, hastream_home
+from services.deploy import processes
 from services.node.restart import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
 from services.spec import Spec
 
@@ -66,21 +64,7 @@ class Deployment:
         return [cls.load(p.parent.name) for p in sorted(root.glob("*/deployment.json"))]
 
     def alive(self, p: Process) -> bool:
-        return pid_alive(p.pid)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return True
+        return processes.pid_alive(p.pid)
 
 
 def service_env(bootstrap: str) -> dict[str, str]:
@@ -180,24 +164,9 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
     env = service_env(bootstrap)
     for role, argv in service_commands(spec, spec_path.resolve()):
         log = logs / f"{role}.log"
-        dep.processes.append(Process(role, spawn(argv, log, env), str(log), argv))
+        dep.processes.append(Process(role, processes.spawn(argv, log, env).pid, str(log), argv))
     dep.save()
     return dep
-
-
-def spawn(argv: list[str], log: Path | str, env: dict[str, str]) -> int:
-    """Start one service process in its own session, appending to its log; returns its pid."""
-    with open(log, "ab") as f:
-        proc = subprocess.Popen(
-            argv,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=REPO_ROOT,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-        )
-    return proc.pid
 
 
 def restart(dep: Deployment, role: str) -> Process:
@@ -209,28 +178,16 @@ def restart(dep: Deployment, role: str) -> Process:
             f"no process '{role}' in deployment '{dep.name}' (processes: {', '.join(p.role for p in dep.processes)})"
         )
     if dep.alive(proc):
-        os.kill(proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while dep.alive(proc) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    proc.pid = spawn(proc.argv, proc.log, service_env(dep.bootstrap))
+        processes.kill(proc.pid)
+    proc.pid = processes.spawn(proc.argv, proc.log, service_env(dep.bootstrap)).pid
     dep.save()
     return proc
 
 
 def down(dep: Deployment, timeout: float = 30, stop_kafka: bool = False) -> list[str]:
     """SIGTERM every service, SIGKILL what is still alive after ``timeout``; returns roles stopped."""
-    stopped = []
-    for p in dep.processes:
-        if dep.alive(p):
-            os.kill(p.pid, signal.SIGTERM)
-            stopped.append(p.role)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(dep.alive(p) for p in dep.processes):
-        time.sleep(0.1)
-    for p in dep.processes:
-        if dep.alive(p):
-            os.kill(p.pid, signal.SIGKILL)
+    signalled = set(processes.stop([p.pid for p in dep.processes], timeout))
+    stopped = [p.role for p in dep.processes if p.pid in signalled]
     dep.processes = []
     dep.save()
     if stop_kafka and dep.kafka_dir:

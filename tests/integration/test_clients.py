@@ -23,6 +23,7 @@ from services.control.heartbeat import HeartbeatSender
 from services.control.monitor import ReplicaMonitor
 from services.core.admin import TopicSpec, ensure_topics
 from services.core.codec import codec_for
+from services.core.errors import FaultError
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, make_headers, parse_headers
@@ -295,20 +296,20 @@ def test_fault_kill_pause_resume_restart_on_a_deployment(tmp_path: Path, monkeyp
     argv = [sys.executable, "-c", "import time; time.sleep(60)"]
     dep = Deployment("fdemo", str(tmp_path / "x.yaml"), "127.0.0.1:1")
     (dep.dir / "logs").mkdir(parents=True)
-    from services.deploy.local import spawn
+    from services.deploy.processes import spawn
 
     log = dep.dir / "logs" / "n.r0.p0.log"
-    dep.processes = [Process("n.r0.p0", spawn(argv, log, dict(os.environ)), str(log), argv)]
+    dep.processes = [Process("n.r0.p0", spawn(argv, log, dict(os.environ)).pid, str(log), argv)]
     dep.save()
     try:
-        with pytest.raises(faults.FaultError, match=r"no process 'n.r9.p0' in deployment 'fdemo' \(roles: n.r0.p0\)"):
+        with pytest.raises(FaultError, match=r"no process 'n.r9.p0' in deployment 'fdemo' \(roles: n.r0.p0\)"):
             faults.kill("fdemo", "n.r9.p0")
         p = faults.pause(None, "n.r0.p0")  # None: the only deployment
         assert wait_for(lambda: proc_state(p.pid) == "T"), proc_state(p.pid)  # stopped
         faults.resume("fdemo", "n.r0.p0")
         faults.kill("fdemo", "n.r0.p0")
         assert not dep.alive(p)
-        with pytest.raises(faults.FaultError, match="is not running"):
+        with pytest.raises(FaultError, match="is not running"):
             faults.pause("fdemo", "n.r0.p0")
         env = {**os.environ, "HASTREAM_HOME": str(tmp_path)}
         r = hastream("fault", "restart", "n.r0.p0", env=env)
@@ -343,7 +344,7 @@ def wait_for(cond, timeout: float = 5) -> bool:
 
 
 def pid_alive_(pid: int) -> bool:
-    from services.deploy.local import pid_alive
+    from services.deploy.processes import pid_alive
 
     return pid_alive(pid)
 
