@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,6 +13,14 @@ from rich.markup import escape
 from services.core.config import Settings
 from services.core.errors import ConfigError
 from services.spec import Spec, SpecError, load_spec
+
+SpecArg = Annotated[Path, typer.Argument(help="Query network spec (YAML).", exists=False)]
+BootstrapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap", "-b", help="Kafka bootstrap servers (default: $HASTREAM_BOOTSTRAP or the deployment's broker)."
+    ),
+]
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)

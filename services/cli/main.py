@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from services.cli.bench_cmd import bench_app
-from services.cli.common import bootstrap_for, err, fail, out, settings_or_exit, spec_or_exit
+from services.cli.common import BootstrapOpt, SpecArg, err, fail, out, settings_or_exit, spec_or_exit
 from services.cli.coordinator_cmd import coordinator as coordinator_cmd
 from services.cli.coordinator_cmd import print_replica_states
 from services.cli.fault_cmd import fault_app
 from services.cli.kafka_cmd import kafka_app
+from services.cli.streams_cmd import produce, tail
 
 app = typer.Typer(
     name="hastream",
@@ -32,16 +29,10 @@ app.add_typer(kafka_app, name="kafka")
 app.command("coordinator")(coordinator_cmd)
 app.add_typer(fault_app, name="fault")
 app.add_typer(bench_app, name="bench")
+app.command()(produce)
+app.command()(tail)
 node_app = typer.Typer(no_args_is_help=True, help="Run one node service process (used by 'up' and docker compose).")
 app.add_typer(node_app, name="node")
-
-SpecArg = Annotated[Path, typer.Argument(help="Query network spec (YAML).", exists=False)]
-BootstrapOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--bootstrap", "-b", help="Kafka bootstrap servers (default: $HASTREAM_BOOTSTRAP or the deployment's broker)."
-    ),
-]
 
 
 @app.command()
@@ -114,271 +105,6 @@ def status(name: Annotated[str | None, typer.Argument(help="Deployment name (def
             t.add_row(p.role, str(p.pid), "[green]yes[/]" if d.alive(p) else "[red]no[/]", p.log)
         out.print(t)
         print_replica_states(d)
-
-
-@app.command()
-def produce(
-    spec: SpecArg,
-    stream: Annotated[str, typer.Argument(help="Input stream to write.")],
-    count: Annotated[int, typer.Option("--count", "-n", help="Tuples to generate (0 = until Ctrl-C).")] = 1000,
-    rate: Annotated[float, typer.Option(help="Tuples per second (0 = as fast as possible).")] = 0,
-    sensors: Annotated[int, typer.Option(help="Distinct keys of the generated workload.")] = 10,
-    seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
-    json_lines: Annotated[
-        Path | None,
-        typer.Option("--json", help="Read records as JSON lines from this file ('-' = stdin) instead of generating."),
-    ] = None,
-    event_time: Annotated[
-        str,
-        typer.Option(
-            "--time",
-            help="Generated 'ts': 'wall' = the wall clock when generated (live runs), 'synthetic' = start + i * 1000/rate ms (deterministic steps).",
-        ),
-    ] = "wall",
-    deployment: Annotated[
-        str | None,
-        typer.Option(
-            "--deployment",
-            "-d",
-            help="Deployment to register with, so 'hastream fault stop-source' finds this producer (default: the spec's, else the most recent).",
-        ),
-    ] = None,
-    bootstrap: BootstrapOpt = None,
-) -> None:
-    """Write tuples to an input stream (a generated sensor workload, or JSON lines), with periodic BOUNDARY tuples.
-
-    SIGUSR1 holds the tuples back (a stopped source), SIGUSR2 sends them late, in order.
-    """
-    from services.client.source import SourceWriter, readings
-
-    if event_time not in ("wall", "synthetic"):
-        raise fail(f"--time must be 'wall' or 'synthetic', got {event_time!r}")
-    s = spec_or_exit(spec)
-    try:
-        writer = SourceWriter(
-            s, stream, bootstrap_for(s, bootstrap), wall_clock=json_lines is None and event_time == "wall"
-        )
-    except ValueError as e:
-        raise fail(str(e)) from None
-    if json_lines is not None:
-        records = _json_records(json_lines)
-        total = None
-    else:
-        if s.streams[stream].schema != "reading":
-            raise fail(
-                f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json"
-            )
-        start = int(time.time() * 1000)
-        step = int(1000 / rate) if rate > 0 else 10
-        records = readings(
-            count or None,
-            sensors=sensors,
-            seed=seed,
-            start_ms=start,
-            step_ms=max(step, 1),
-            wall_clock=event_time == "wall",
-        )
-        total = count or None
-    from services.deploy import faults
-
-    dep = _source_deployment(s.name, deployment)
-    if dep is not None:
-        faults.register_source(dep, stream)
-    writer.install_signal_handlers()
-    try:
-        sent = _send_paced(writer, records, rate, total)
-    finally:
-        if dep is not None:
-            faults.unregister_source(dep, stream)
-    out.print(f"produced {sent} tuples to '{stream}'")
-    if writer.late:
-        err.print(
-            f"[yellow]warning:[/] {writer.late} tuples had a 'ts' below an earlier boundary; nodes dead-letter "
-            "them (send records in 'ts' order)"
-        )
-
-
-def _source_deployment(spec_name: str, name: str | None):
-    """Where a producer registers: the named deployment, else the spec's, else the most recent (or none)."""
-    from services.deploy.faults import latest_deployment
-    from services.deploy.local import Deployment
-
-    try:
-        return Deployment.load(name or spec_name)
-    except LookupError as e:
-        if name:
-            raise fail(str(e)) from None
-    return latest_deployment()
-
-
-def _json_records(path: Path):
-    f = sys.stdin if str(path) == "-" else open(path)
-    for i, line in enumerate(f, 1):
-        if line.strip():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as e:
-                raise fail(f"{path}:{i}: not JSON: {e.msg}") from None
-
-
-def _send_paced(writer, records, rate: float, total: int | None) -> int:
-    """Send at ``rate`` with boundaries while idle and a final one; a held writer waits for release."""
-    from services.client.source import pump
-
-    def bad_record(i: int, e: Exception) -> None:
-        raise fail(f"record {i} does not fit the stream's schema: {e}")
-
-    with Progress(
-        TextColumn("producing"),
-        BarColumn(),
-        TextColumn("{task.completed} tuples"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    ) as prog:
-        task = prog.add_task("produce", total=total)
-        return pump(
-            writer,
-            records,
-            rate,
-            progress=lambda n: prog.update(task, completed=n),
-            on_record_error=bad_record,
-            on_wait=lambda held: err.print(
-                f"source stopped: {held} messages wait for 'hastream fault resume-source' (or Ctrl-C to send them now)"
-            ),
-        )
-
-
-@app.command()
-def tail(
-    spec: SpecArg,
-    stream: Annotated[str, typer.Argument(help="Stream to read.")],
-    replica: Annotated[
-        int | None, typer.Option(help="Read only this replica's topic, raw (default: follow the best replica).")
-    ] = None,
-    from_beginning: Annotated[
-        bool, typer.Option("--from-beginning/--new", help="Start at the oldest tuple or only show new ones.")
-    ] = True,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="Stop after this many tuples (0 = follow).")] = 0,
-    idle: Annotated[float, typer.Option(help="Stop after this many seconds without tuples (0 = never).")] = 0,
-    stable_only: Annotated[bool, typer.Option("--stable-only", help="Print only STABLE tuples.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per tuple.")] = False,
-    bootstrap: BootstrapOpt = None,
-) -> None:
-    """Print a stream's tuples, decoded: stable ones, tentative ones (T) and their undoing, following the best replica."""
-    s = spec_or_exit(spec)
-    if replica is not None:
-        _tail_raw(s, stream, bootstrap_for(s, bootstrap), replica, from_beginning, limit, idle, stable_only, as_json)
-        return
-    from services.client.view import StreamView
-
-    try:
-        view = StreamView(
-            s,
-            stream,
-            bootstrap_for(s, bootstrap),
-            stable_only=stable_only,
-            from_beginning=from_beginning,
-            keep_stable=False,
-        )
-    except ValueError as e:
-        raise fail(str(e)) from None
-    n = 0
-    switches = 0
-    try:
-        for ev in view.follow(idle_timeout=idle or None):
-            for p, old, new, _ in view.switches[switches:]:
-                if not as_json:
-                    out.print(f"[cyan]switch[/]    p{p} replica r{old} -> r{new}")
-            switches = len(view.switches)
-            if as_json:
-                out.print_json(
-                    json.dumps(
-                        {
-                            "type": ev.kind.upper(),
-                            "id": ev.id,
-                            "stime": ev.stime,
-                            "partition": ev.partition,
-                            "replica": ev.replica,
-                            "offset": ev.offset,
-                            "value": ev.record,
-                        }
-                    ),
-                    indent=None,
-                )
-            elif ev.kind == "stable":
-                out.print(
-                    f"[green]S[/] p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} {escape(json.dumps(ev.record))}"
-                )
-            elif ev.kind == "tentative":
-                out.print(
-                    f"[bold yellow]T[/] [dim]p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} "
-                    f"{escape(json.dumps(ev.record))}[/]"
-                )
-            elif ev.kind == "undo":
-                out.print(f"[magenta]undo[/]      p{ev.partition} after id {ev.id}: tentative tuples after it are void")
-            else:
-                out.print(f"[cyan]rec_done[/]  p{ev.partition} at id {ev.id}: reconciliation finished")
-            if ev.kind in ("stable", "tentative"):
-                n += 1
-                if limit and n >= limit:
-                    break
-    except KeyboardInterrupt:
-        pass
-    finally:
-        view.close()
-
-
-def _tail_raw(
-    s,
-    stream: str,
-    bootstrap: str,
-    replica: int,
-    from_beginning: bool,
-    limit: int,
-    idle: float,
-    stable_only: bool,
-    as_json: bool,
-) -> None:
-    """One replica's topic as it is: every tuple with its type, no replica choice, no undo applied."""
-    from services.client.reader import StreamReader
-
-    try:
-        reader = StreamReader(s, stream, bootstrap, replica, from_beginning)
-    except ValueError as e:
-        raise fail(str(e)) from None
-    n = 0
-    try:
-        for t in reader.follow(idle_timeout=idle or None):
-            if stable_only and t.meta.type.value != "STABLE":
-                continue
-            if as_json:
-                out.print_json(
-                    json.dumps(
-                        {
-                            "type": t.meta.type.value,
-                            "id": t.meta.id,
-                            "stime": t.meta.stime,
-                            "partition": t.partition,
-                            "offset": t.offset,
-                            "value": t.value,
-                        }
-                    ),
-                    indent=None,
-                )
-            else:
-                colour = "green" if t.meta.type.value == "STABLE" else "yellow"
-                out.print(
-                    f"[{colour}]{t.meta.type.value:9}[/] p{t.partition} id={t.meta.id:<6} stime={t.meta.stime} "
-                    f"{escape(json.dumps(t.value))}"
-                )
-            n += 1
-            if limit and n >= limit:
-                break
-    except KeyboardInterrupt:
-        pass
-    finally:
-        reader.close()
 
 
 @node_app.command("run")
