@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-faults test test-all bench jars clean
+.PHONY: demo demo-faults test test-all lint bench jars clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("hastream needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -34,6 +34,11 @@ demo: $(VENV)/.jars-kafka
 
 demo-faults: $(VENV)/.jars-kafka
 	$(VENV)/bin/hastream demo --faults
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check services spark_jobs infra bench tests
+	$(VENV)/bin/ruff format --check services spark_jobs infra bench tests
+	$(VENV)/bin/mypy
 
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)
