@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from infra.maven import MavenError, fetch_jars, pom_properties
+from services.core.errors import HastreamError
 from services.core.paths import REPO_ROOT, jars_dir
 
 POM_PATH = REPO_ROOT / "infra" / "spark" / "pom.xml"
@@ -24,7 +25,7 @@ REQUIRED_PREFIXES = (
 )
 
 
-class SparkJarsError(RuntimeError):
+class SparkJarsError(HastreamError, RuntimeError):
     """The connector jars could not be fetched; the message is one line saying why."""
 
 

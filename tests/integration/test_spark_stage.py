@@ -30,7 +30,9 @@ from services.core.paths import REPO_ROOT
 from services.core.tuples import Tuple, TupleType, make_headers
 from services.operators.reference import evaluate
 from services.spec import Spec, load_spec
-from spark_jobs.window_stage import StageStats, run_stage, spark_session
+from spark_jobs.session import spark_session
+from spark_jobs.sink import StageStats
+from spark_jobs.window_stage import run_stage
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
