@@ -295,3 +295,41 @@ def test_done_without_request_is_harmless(stagger: bool) -> None:
     c, _, recon = make()
     assert c.on_control(ctl(DONE, "n", 0, 100, stagger=stagger), now=100) == []
     assert recon["n/p0/r0"]["status"] == IDLE
+
+
+# -- the same rule without the coordinator -----------------------------------------------------
+
+from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles  # noqa: E402
+from services.dpc.policies import Policy  # noqa: E402
+from services.dpc.states import NodeState  # noqa: E402
+
+S, UF, STAB, F = NodeState.STABLE, NodeState.UPSTREAM_FAILURE, NodeState.STABILIZATION, NodeState.FAILED
+
+
+def test_without_coordinator_replicas_take_turns_by_number() -> None:
+    # replica 0 (partner r1 also failed over) goes first; replica 1 waits for replica 0
+    assert may_reconcile_alone(0, [UF], stagger=True)
+    assert not may_reconcile_alone(1, [UF], stagger=True)
+    assert may_reconcile_alone(1, [S], stagger=True) and may_reconcile_alone(1, [F], stagger=True)
+    # never while a partner reconciles, whatever the numbers
+    assert not may_reconcile_alone(0, [STAB], stagger=True)
+    assert not may_reconcile_alone(2, [S, STAB], stagger=True)
+
+
+def test_without_staggering_everyone_may_reconcile() -> None:
+    assert may_reconcile_alone(1, [STAB], stagger=False)
+
+
+@given(st.lists(st.sampled_from([S, UF, STAB, F]), min_size=1, max_size=3))
+def test_at_most_one_replica_of_a_node_starts_alone_at_a_time(states: list[NodeState]) -> None:
+    """Among replicas that all want to reconcile (UF) with the others' states fixed, the rule lets at most one go."""
+    n = len(states) + 1
+    wanting = [r for r in range(n) if may_reconcile_alone(r, [UF] * r + states[r:], stagger=True)]
+    assert len(wanting) <= 1
+
+
+def test_partner_reconciling_switches_to_the_delay_stabilization_policy() -> None:
+    assert policy_while_partner_reconciles([STAB], Policy.DELAY, Policy.PROCESS) is Policy.DELAY
+    assert policy_while_partner_reconciles([S], Policy.DELAY, Policy.PROCESS) is Policy.PROCESS
+    assert policy_while_partner_reconciles([STAB], Policy.PROCESS, Policy.DELAY) is Policy.DELAY
+    assert policy_while_partner_reconciles([STAB], Policy.SUSPEND, Policy.PROCESS) is Policy.PROCESS

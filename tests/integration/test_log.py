@@ -1,0 +1,48 @@
+"""The output-log helpers every scheme uses, on a real broker: tail readers, seek after an id, trim."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from services.core.admin import TopicSpec, ensure_topics
+from services.core.kafka import BatchProducer
+from services.core.tuples import TupleType, make_headers
+from services.log.tail import last_stable_id, next_tuple_id, offset_after_stable
+from services.log.trim import trim_before
+
+pytestmark = pytest.mark.integration
+S, T, U, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.BOUNDARY
+
+
+def write(bootstrap: str, topic: str, msgs: list[tuple[TupleType, int]]) -> None:
+    p = BatchProducer(bootstrap)
+    for t, tid in msgs:
+        p.send(topic, b"v" if t in (S, T) else None, None, 0, make_headers(t, tid, 0))
+    p.flush()
+
+
+def test_tail_readers(kafka: Any, topic_name: Callable[..., str]) -> None:
+    topic = topic_name()
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic)])
+    assert last_stable_id(kafka.bootstrap, topic, 0) is None and next_tuple_id(kafka.bootstrap, topic, 0) == 0
+    #          offsets: 0      1      2      3      4      5      6
+    write(kafka.bootstrap, topic, [(S, 0), (S, 1), (T, 2), (T, 3), (U, 1), (S, 2), (T, 3)])
+    assert last_stable_id(kafka.bootstrap, topic, 0) == 2  # tentative tuples name no stable id
+    assert next_tuple_id(kafka.bootstrap, topic, 0) == 4  # after the newest message's id
+    assert offset_after_stable(kafka.bootstrap, topic, 0, 0) == 1
+    assert offset_after_stable(kafka.bootstrap, topic, 0, 1) == 5  # after the UNDO naming stable id 1
+    assert offset_after_stable(kafka.bootstrap, topic, 0, 2) == 6
+    assert offset_after_stable(kafka.bootstrap, topic, 0, -1) == 0
+
+
+def test_trim_moves_the_log_start_forward_only(kafka: Any, topic_name: Callable[..., str]) -> None:
+    topic = topic_name()
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic)])
+    write(kafka.bootstrap, topic, [(S, i) for i in range(10)])
+    assert trim_before(kafka.bootstrap, topic, 0, 4) == 4
+    assert trim_before(kafka.bootstrap, topic, 0, 2) == 4  # never backwards
+    assert offset_after_stable(kafka.bootstrap, topic, 0, -1) == 4  # readers start at the new log start
+    assert last_stable_id(kafka.bootstrap, topic, 0) == 9  # the tail is untouched

@@ -1,0 +1,59 @@
+"""The header codec: what one writer writes, every reader reads back; bad headers say what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.core.errors import HeaderError
+from services.core.tuples import (
+    HeaderWriter,
+    TupleType,
+    deadletter_headers,
+    make_headers,
+    parse_headers,
+    peek_type_and_id,
+    read_headers,
+)
+
+
+@given(st.sampled_from(list(TupleType)), st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 9))
+def test_written_headers_read_back(ttype: TupleType, tid: int, stime: int, replica: int) -> None:
+    h = HeaderWriter(replica, epoch=7)(ttype, tid, stime)
+    assert h == make_headers(ttype, tid, stime, replica, 7)
+    assert read_headers(h) == (ttype, tid, stime)
+    meta = parse_headers(h)
+    assert (meta.type, meta.id, meta.stime, meta.replica, meta.epoch) == (ttype, tid, stime, replica, 7)
+    assert peek_type_and_id(h) == (ttype, tid)
+
+
+@pytest.mark.parametrize(
+    "headers,reason",
+    [
+        (None, "missing ht.* headers"),
+        ([("ht.id", b"1"), ("ht.stime", b"2")], "missing ht.type header"),
+        ([("ht.type", b"STABLE"), ("ht.stime", b"2")], "missing ht.id header"),
+        ([("ht.type", b"NOPE"), ("ht.id", b"1"), ("ht.stime", b"2")], "unknown tuple type"),
+        ([("ht.type", b"STABLE"), ("ht.id", b"x"), ("ht.stime", b"2")], "malformed header value"),
+    ],
+)
+def test_bad_headers_say_what_is_wrong(headers: list | None, reason: str) -> None:
+    with pytest.raises(HeaderError, match=reason):
+        read_headers(headers)
+
+
+def test_peek_tolerates_what_read_refuses() -> None:
+    assert peek_type_and_id([("ht.type", b"UNDO")]) == (TupleType.UNDO, None)
+    assert peek_type_and_id(None) == (None, None)
+
+
+def test_deadletter_headers_keep_the_original_and_add_why_and_whence() -> None:
+    h = deadletter_headers([("x", b"1")], "bad", "t", 2, 40)
+    assert h == [
+        ("x", b"1"),
+        ("ht.error", b"bad"),
+        ("ht.src.topic", b"t"),
+        ("ht.src.partition", b"2"),
+        ("ht.src.offset", b"40"),
+    ]
