@@ -29,20 +29,13 @@ from services.control.replicas import choose_replica
 from services.core.codec import codec_for
 from services.core.errors import HeaderError
 from services.core.kafka import plain_consumer
-from services.core.tuples import TupleType, read_headers
+from services.core.tuples import BOUNDARY, REC_DONE, STABLE, TENTATIVE, UNDO, TupleType, read_headers
 from services.dpc.states import NodeState
 from services.node.ports import ReplicaReader
 from services.spec import Spec
 
 log = logging.getLogger(__name__)
 
-STABLE, TENTATIVE, UNDO, REC_DONE, BOUNDARY = (
-    TupleType.STABLE,
-    TupleType.TENTATIVE,
-    TupleType.UNDO,
-    TupleType.REC_DONE,
-    TupleType.BOUNDARY,
-)
 EVENT_KINDS = ("stable", "tentative", "undo", "rec_done")
 
 

@@ -25,6 +25,15 @@ class TupleType(str, Enum):
     REC_DONE = "REC_DONE"
 
 
+# The types by their short names, for code that tests them per tuple (``t is STABLE``).
+STABLE, TENTATIVE, BOUNDARY, UNDO, REC_DONE = (
+    TupleType.STABLE,
+    TupleType.TENTATIVE,
+    TupleType.BOUNDARY,
+    TupleType.UNDO,
+    TupleType.REC_DONE,
+)
+
 H_TYPE = "ht.type"
 H_ID = "ht.id"
 H_STIME = "ht.stime"

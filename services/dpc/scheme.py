@@ -24,7 +24,7 @@ from confluent_kafka import Message
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
 from services.core.errors import DecodeError, HeaderError
-from services.core.tuples import TupleType, read_headers
+from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, read_headers
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
 from services.dpc.policies import Policy
 from services.dpc.reconciler import reconciler
@@ -38,13 +38,6 @@ from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
 
-STABLE, TENTATIVE, BOUNDARY, UNDO, REC_DONE = (
-    TupleType.STABLE,
-    TupleType.TENTATIVE,
-    TupleType.BOUNDARY,
-    TupleType.UNDO,
-    TupleType.REC_DONE,
-)
 REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
 
 

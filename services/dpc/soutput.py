@@ -20,15 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.core.tuples import TupleType
+from services.core.tuples import BOUNDARY, REC_DONE, STABLE, TENTATIVE, UNDO, TupleType
 
-STABLE, TENTATIVE, UNDO, REC_DONE, BOUNDARY = (
-    TupleType.STABLE,
-    TupleType.TENTATIVE,
-    TupleType.UNDO,
-    TupleType.REC_DONE,
-    TupleType.BOUNDARY,
-)
 # (type, id, stime, record or None): one message to write.
 Out = tuple[TupleType, int, int, Any]
 

@@ -28,10 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.core.tuples import TupleType
+from services.core.tuples import STABLE, TENTATIVE, TupleType
 from services.dpc.policies import FAILURE_POLICIES, Policy
-
-STABLE, TENTATIVE = TupleType.STABLE, TupleType.TENTATIVE
 
 
 @dataclass(slots=True)

@@ -15,9 +15,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from services.core.errors import HeaderError
 from services.core.kafka import plain_consumer, retry_transient
-from services.core.tuples import TupleType, parse_headers, peek_type_and_id
+from services.core.tuples import STABLE, TENTATIVE, UNDO, TupleType, parse_headers, peek_type_and_id
 
-STABLE, UNDO, TENTATIVE = TupleType.STABLE, TupleType.UNDO, TupleType.TENTATIVE
 Meta = tuple[TupleType | None, int | None]  # what a backward scan needs of a message: type and id
 
 
