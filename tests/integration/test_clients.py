@@ -194,7 +194,7 @@ class Beats:
             s.start()
 
     def stop(self, replica: int) -> None:
-        for (p, r), s in self.senders.items():
+        for (_, r), s in self.senders.items():
             if r == replica:
                 s.stop()
 

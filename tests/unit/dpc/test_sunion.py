@@ -30,7 +30,7 @@ def input_events(draw: Any, port: int) -> list[tuple]:
 def interleave(draw: Any, streams: list[list[tuple]]) -> list[tuple]:
     """One arrival order of the inputs' events, each input's own order kept."""
     idx, out = [0] * len(streams), []
-    while any(i < len(s) for i, s in zip(idx, streams)):
+    while any(i < len(s) for i, s in zip(idx, streams, strict=True)):
         live = [p for p, s in enumerate(streams) if idx[p] < len(s)]
         p = draw(st.sampled_from(live))
         out.append(streams[p][idx[p]])
