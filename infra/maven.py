@@ -17,13 +17,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Sequence
 
+from services.core.errors import HastreamError
 from services.core.paths import REPO_ROOT
 
 MARKER_FILE = ".hastream-jars"
 _NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
-class MavenError(RuntimeError):
+class MavenError(HastreamError, RuntimeError):
     """The jars could not be fetched; the message is one line saying why."""
 
 

@@ -40,6 +40,7 @@ from tenacity import (
 )
 
 from infra.maven import MavenError, fetch_jars, pom_properties
+from services.core.errors import HastreamError
 from services.core.paths import hastream_home, jars_dir
 
 __all__ = [
@@ -66,7 +67,7 @@ _quiet_rdkafka.addHandler(logging.NullHandler())
 _quiet_rdkafka.propagate = False
 
 
-class KafkaClusterError(RuntimeError):
+class KafkaClusterError(HastreamError, RuntimeError):
     """Anything that stops a broker from being fetched, started, reached or stopped."""
 
 

@@ -39,7 +39,7 @@ from services.control.messages import COORDINATOR, ControlKind, ControlMessage, 
 from services.control.monitor import ReplicaMonitor
 from services.coordinator.page import STATUS_HTML
 from services.core.admin import TopicSpec, broker_count, ensure_topics
-from services.core.errors import DecodeError
+from services.core.errors import DecodeError, HastreamError
 from services.dpc.consistency import LEASE_MS, Coordination, Grant
 from services.dpc.states import NodeState
 from services.spec import Spec
@@ -50,7 +50,7 @@ DEFAULT_PORT = 6066
 PORT_ENV = "HASTREAM_COORDINATOR_PORT"
 
 
-class AnotherCoordinator(RuntimeError):
+class AnotherCoordinator(HastreamError, RuntimeError):
     """A coordinator of the same spec is already running."""
 
 
