@@ -28,7 +28,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, cast
 
 import faust
 from aiohttp.web import TCPSite
@@ -62,7 +62,7 @@ class _Web(AiohttpWeb):
 
     async def start_server(self) -> None:
         await self._runner.setup()
-        app: _App = self.app  # type: ignore[assignment]
+        app = cast(_App, self.app)
         try:
             await TCPSite(self._runner, app.conf.web_bind, app.conf.web_port).start()
         except OSError as e:

@@ -74,7 +74,9 @@ class Codec:
             raise DecodeError(f"not valid Avro for schema '{self.name}': {type(e).__name__}: {e}") from None
         if bio.tell() != len(payload):
             raise DecodeError(f"not valid Avro for schema '{self.name}': {len(payload) - bio.tell()} trailing bytes")
-        return rec  # type: ignore[return-value]
+        if not isinstance(rec, dict):
+            raise DecodeError(f"schema '{self.name}' is not a record schema")
+        return rec
 
 
 @cache

@@ -94,7 +94,7 @@ class DpcScheme:
         su, by_topic, stats = self.sunion, node.inputs.by_topic, node.stats
         bounds = su.boundaries
         for m in msgs:
-            port = by_topic.get(m.topic())  # type: ignore[arg-type]
+            port = by_topic.get(m.topic() or "")
             if port is None:
                 continue  # in flight from a replica the port just left
             try:

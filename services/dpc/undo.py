@@ -22,6 +22,7 @@ Nothing of this runs unless the node is built with ``undo=True``.
 from __future__ import annotations
 
 import pickle
+from typing import cast
 
 from services.operators.base import Item, Operator, _discard
 
@@ -33,7 +34,7 @@ Entry = tuple[int, "list[Item] | int"]
 
 def _last_time(entry: Entry) -> int:
     port, x = entry
-    return x if port == ADVANCE else x[-1][1]  # type: ignore[index,return-value]
+    return x if isinstance(x, int) else x[-1][1]
 
 
 class UndoLog:
@@ -110,9 +111,9 @@ class UndoLog:
         try:
             for port, x in self.entries:
                 if port == ADVANCE:
-                    op.advance(x)  # type: ignore[arg-type]
+                    op.advance(cast(int, x))
                 else:
-                    op.push(port, x)  # type: ignore[arg-type]
+                    op.push(port, cast("list[Item]", x))
         finally:
             op.emit = emit
 

@@ -8,10 +8,13 @@ until the other side's time (or an ``advance``) has moved past it by more than `
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 from services.operators.base import Item, Operator
 from services.spec.expr import compile_expr
+
+# What the join keeps: per side, key -> tuples; per side, arrival order; per side, the time promised.
+JoinState = tuple[tuple[dict[Any, deque], dict[Any, deque]], tuple[deque, deque], list[int | None]]
 
 
 class WindowJoin(Operator):
@@ -47,7 +50,7 @@ class WindowJoin(Operator):
         return (self.sides, self.order, self.watermark)
 
     def set_state(self, state: object) -> None:
-        self.sides, self.order, self.watermark = state  # type: ignore[misc]
+        self.sides, self.order, self.watermark = cast(JoinState, state)
 
     def oldest_time(self, port: int) -> int | None:
         """Stime of that side's oldest kept tuple (the head of its arrival order)."""
@@ -58,7 +61,8 @@ class WindowJoin(Operator):
         """No tuple of either side can still match a kept tuple older than ``stime - within``: drop them."""
         wm = self.watermark
         for side in (0, 1):
-            if wm[side] is None or stime > wm[side]:  # type: ignore[operator]
+            seen = wm[side]
+            if seen is None or stime > seen:
                 wm[side] = stime
                 self._expire(1 - side, stime)
 

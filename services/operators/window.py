@@ -8,7 +8,7 @@ when ``advance`` promises that time without a tuple. Closed windows are emitted 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from services.operators.base import Item, Operator
 from services.spec import Aggregate
@@ -87,7 +87,7 @@ class WindowAggregate(Operator):
         return (self.windows, self.watermark, self.late)
 
     def set_state(self, state: object) -> None:
-        self.windows, self.watermark, self.late = state  # type: ignore[misc]
+        self.windows, self.watermark, self.late = cast(tuple[dict[int, dict[Any, Accumulator]], int | None, int], state)
 
     def oldest_time(self, port: int) -> int | None:
         """Start of the oldest open window: only tuples from there on are in the state."""
