@@ -40,7 +40,8 @@ class RecordingScheme:
     """Forwards every data tuple as a stable output with its own id; records each call."""
 
     def __init__(self, node: NodeRuntime) -> None:
-        self.node, self.calls, self.seen = node, [], 0
+        self.node, self.seen = node, 0
+        self.calls: list[str] = []
 
     def on_restart(self) -> dict[str, int]:
         self.calls.append("on_restart")
