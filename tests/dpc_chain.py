@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 import pytest
 
-from services.client.source import readings
+from bench.harness import Recorder, ServiceProcesses
+from bench.workload import PacedSources, readings_workload
 from services.control.monitor import ReplicaMonitor
 from services.core.tuples import TupleType
-from services.deploy.harness import PacedSources, Recorder, Services
 from services.deploy.local import provision
 from services.dpc.states import NodeState
 from tests.integration.helpers import unique_spec
@@ -57,10 +57,7 @@ BASE = 1_700_000_000_000
 
 
 def workload(names: list[str]) -> dict[str, list[dict[str, Any]]]:
-    return {
-        s: list(readings(RATE * SECONDS, sensors=4, seed=i + 1, step_ms=1000 // RATE, start_ms=BASE))
-        for i, s in enumerate(names)
-    }
+    return readings_workload(names, RATE * SECONDS, RATE, sensors=4, start_ms=BASE)
 
 
 @dataclass
@@ -77,7 +74,7 @@ class Run:
         return self.recorder.replica(self.stream(base), replica).final_stable()
 
 
-Fault = Callable[[Services, PacedSources], None]
+Fault = Callable[[ServiceProcesses, PacedSources], None]
 
 
 def run_chain(
@@ -90,7 +87,7 @@ def run_chain(
     spec, path = unique_spec(CHAIN.replace("RECONCILIATION", reconciliation), tmp_path)
     assert all(spec.reconciliation_of(n) == reconciliation for n in spec.nodes)
     provision(spec, kafka.bootstrap)
-    services = Services(spec, path, kafka.bootstrap, tmp_path / "logs")
+    services = ServiceProcesses(spec, path, kafka.bootstrap, tmp_path / "logs")
     services.start()
     mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     names = [s for s in spec.sources()]
@@ -181,7 +178,7 @@ def resume(role: str) -> Fault:
 
 
 def stop_source(n: int, seconds: float) -> Fault:
-    def f(_: Services, src: PacedSources) -> None:
+    def f(_: ServiceProcesses, src: PacedSources) -> None:
         src.hold(next(s for s in src.writers if s.startswith(f"s{n}_")), seconds)
 
     return f

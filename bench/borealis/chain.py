@@ -31,18 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis import metrics
+from bench.harness import Recorder, ServiceProcesses
+from bench.workload import BASE_TS, PacedSources, tick_workload
 from services.client.view import StreamView
 from services.control.messages import COORDINATOR
 from services.control.monitor import ReplicaMonitor
 from services.core.admin import delete_topics
 from services.core.tuples import TupleType
-from services.deploy.harness import PacedSources, Recorder, Services
 from services.deploy.local import provision
 from services.dpc.states import NodeState
 from services.spec import Spec, parse_spec
 
 INPUTS = 3
-BASE_TS = 1_700_000_000_000
 FAILED_INPUT = 2  # s2 is the input that is cut off
 WARMUP_S = 1.0  # tuples generated in the first second do not count for Delay_new (first fetches)
 
@@ -117,12 +117,7 @@ def chain_spec(cfg: RunConfig, suffix: str) -> str:
 
 def workload(cfg: RunConfig, names: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Input i's record j: sensor ``in<i>``, event time ``BASE_TS + j * step``, seq j (all inputs in step)."""
-    step = 1000 // cfg.rate
-    ticks = int(cfg.seconds * cfg.rate)
-    return {
-        s: [{"sensor": f"in{i}", "ts": BASE_TS + j * step, "value": float(j % 50), "seq": j} for j in range(ticks)]
-        for i, s in enumerate(names, 1)
-    }
+    return tick_workload(names, cfg.rate, int(cfg.seconds * cfg.rate))
 
 
 class Client(threading.Thread):
@@ -197,7 +192,7 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
     path.write_text(chain_spec(cfg, suffix))
     spec = parse_spec(path.read_text(), str(path), path)
     provision(spec, bootstrap)
-    services = Services(spec, path, bootstrap, log_dir or tmp / "logs")
+    services = ServiceProcesses(spec, path, bootstrap, log_dir or tmp / "logs")
     mon = ReplicaMonitor(bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     names = spec.sources()
     outputs = [f"out{j}_{suffix}" for j in range(1, cfg.k + 1)]

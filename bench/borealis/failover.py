@@ -45,12 +45,12 @@ from typing import Any
 from rich.progress import Progress
 
 from bench.borealis.reconcile import Steps
-from services.client.source import SourceWriter
+from bench.harness import ServiceProcesses
+from bench.workload import BASE_TS, PacedSources, tick_records
 from services.client.view import StreamView
 from services.control.messages import now_ms
 from services.control.monitor import ReplicaMonitor
 from services.core.admin import delete_topics
-from services.deploy.harness import END_OF_TIME, Services
 from services.deploy.local import provision
 from services.dpc.states import NodeState
 from services.log.tail import last_stable_id
@@ -58,7 +58,6 @@ from services.spec import Spec, parse_spec
 
 NAME = "failover"
 RATE = 100  # tuples/s from the source
-BASE_TS = 1_700_000_000_000
 NODE = "n1"
 SETTINGS = [  # (label, heartbeat_interval ms, failure_timeout ms)
     ("default (200/1000 ms)", 200, 1000),
@@ -88,29 +87,14 @@ nodes:
 """
 
 
-class Source(threading.Thread):
-    """Sends record ``seq`` at ``seq / RATE`` s after start, a BOUNDARY after each batch; stops on request."""
+def source(spec: Spec, stream: str, bootstrap: str) -> PacedSources:
+    """Input 1's records at ``RATE`` tuples/s, a BOUNDARY after each batch, until ``stop()``."""
+    return PacedSources(spec, bootstrap, {stream: tick_records(1, RATE)}, RATE)
 
-    def __init__(self, spec: Spec, stream: str, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.writer = SourceWriter(spec, stream, bootstrap)
-        self.sent_at: list[float] = []  # seq -> monotonic time it was sent
-        self.stop_event = threading.Event()
 
-    def run(self) -> None:
-        t0 = time.monotonic()
-        w, sent = self.writer, self.sent_at
-        while not self.stop_event.is_set():
-            now = time.monotonic()
-            due = int((now - t0) * RATE) + 1
-            for seq in range(len(sent), due):
-                w.send({"sensor": "in1", "ts": BASE_TS + seq * 1000 // RATE, "value": float(seq % 50), "seq": seq})
-                sent.append(now)
-            w.boundary(BASE_TS + (due - 1) * 1000 // RATE + 1)
-            w.flush()
-            time.sleep(max(0.0, t0 + due / RATE - time.monotonic()))
-        w.boundary(END_OF_TIME)
-        w.flush()
+def sent_at(src: PacedSources, seq: int) -> float:
+    """When record ``seq`` was sent (monotonic)."""
+    return src.sent_at[BASE_TS + seq * (1000 // RATE)]
 
 
 class Client(threading.Thread):
@@ -159,7 +143,7 @@ def _check_sequence(client: Client) -> tuple[bool, int]:
 
 
 def trial(
-    services: Services, spec: Spec, client: Client, source: Source, bootstrap: str, hb_s: float
+    services: ServiceProcesses, spec: Spec, client: Client, src: PacedSources, bootstrap: str, hb_s: float
 ) -> dict[str, Any]:
     """One kill of the replica the client reads, its restart, and the client's view of both."""
     view, mon = client.view, client.view.monitor
@@ -193,7 +177,7 @@ def trial(
         out["first_kind"] = first[3]
         # How late the tuples received right after the switch were, from when the source sent them.
         burst = [e for e in after if e[1] != victim and e[0] <= first[0] + 0.2]
-        out["max_delay_ms"] = max((e[0] - source.sent_at[e[2]]) * 1e3 for e in burst)
+        out["max_delay_ms"] = max((e[0] - sent_at(src, e[2])) * 1e3 for e in burst)
     if switch is not None:
         out["detect_ms"] = (switch[0] - t_kill) * 1e3
         if first is not None:
@@ -231,9 +215,9 @@ def run_setting(label: str, hb_ms: int, timeout_ms: int, trials: int, bootstrap:
     path.write_text(spec_text(u, hb_ms, timeout_ms))
     spec = parse_spec(path.read_text(), str(path), path)
     provision(spec, bootstrap)
-    services = Services(spec, path, bootstrap, tmp / "logs", coordinator=False)
+    services = ServiceProcesses(spec, path, bootstrap, tmp / "logs", coordinator=False)
     mon = ReplicaMonitor(bootstrap, spec.heartbeat_topic, timeout_ms / 1000)
-    client = source = None
+    client = src = None
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
     try:
@@ -242,21 +226,20 @@ def run_setting(label: str, hb_ms: int, timeout_ms: int, trials: int, bootstrap:
             raise TimeoutError(f"replicas not STABLE within 90 s (logs in {tmp / 'logs'})")
         client = Client(spec, f"out_{u}", bootstrap)
         client.start()
-        source = Source(spec, f"in_{u}", bootstrap)
-        source.start()
+        src = source(spec, f"in_{u}", bootstrap).start()
         _wait(lambda: len(client.events) > 2 * RATE, 60)  # two seconds of steady output
         for i in range(trials):
-            r = trial(services, spec, client, source, bootstrap, hb_ms / 1000)
+            r = trial(services, spec, client, src, bootstrap, hb_ms / 1000)
             rows.append(r)
             steps.advance(f"{label} trial {i + 1}/{trials}: {r.get('failover_ms', float('nan')):.0f} ms")
-        source.stop_event.set()
-        source.join(10)
-        sent = len(source.sent_at)
+        src.stop()
+        src.join(10)
+        sent = len(src.sent_at)
         final_ok = _wait(lambda: len(client.view.stable(0)) >= sent, 60, 0.2)
         seq_ok, n = _check_sequence(client)
         # Steady-state latency (no kill in the 3 s before a tuple arrived) for comparison.
         kills = [r["t_kill"] for r in rows]
-        base = [(t - source.sent_at[s]) * 1e3 for t, _, s, _ in client.events if not any(0 <= t - k < 3 for k in kills)]
+        base = [(t - sent_at(src, s)) * 1e3 for t, _, s, _ in client.events if not any(0 <= t - k < 3 for k in kills)]
         return {
             "label": label,
             "heartbeat_ms": hb_ms,
@@ -273,8 +256,8 @@ def run_setting(label: str, hb_ms: int, timeout_ms: int, trials: int, bootstrap:
             "elapsed_s": time.monotonic() - t0,
         }
     finally:
-        if source is not None:
-            source.stop_event.set()
+        if src is not None:
+            src.stop()
         if client is not None:
             client.close()
         mon.close()

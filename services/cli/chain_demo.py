@@ -19,7 +19,7 @@ from services.cli.common import out
 from services.control.monitor import ReplicaMonitor
 from services.core.paths import REPO_ROOT
 from services.dpc.states import NodeState
-from services.spec import load_spec
+from services.spec import Spec, load_spec
 
 CHAIN_SPEC = REPO_ROOT / "examples" / "chain.yaml"
 STATE_STYLE = {
@@ -58,7 +58,7 @@ def run_chain_demo(seconds: float, rate: float) -> None:
         time.sleep(0.2)
     writers = {s: SourceWriter(spec, s, dep.bootstrap, wall_clock=True) for s in spec.sources()}
     stop = threading.Event()
-    for i, (s, w) in enumerate(writers.items()):
+    for i, w in enumerate(writers.values()):
         recs = readings(int(seconds * rate), sensors=4, seed=i + 1, wall_clock=True)
         threading.Thread(target=pump, args=(w, recs, rate), kwargs={"stop": stop.is_set}, daemon=True).start()
 
@@ -129,13 +129,33 @@ def run_chain_demo(seconds: float, rate: float) -> None:
         )
 
 
-def replicas_agree(spec, bootstrap: str, timeout: float = 30) -> bool:
-    """Whether every replica topic of the output ends with the same stable sequence."""
-    from services.deploy.harness import Recorder
+def replicas_agree(spec: Spec, bootstrap: str, stream: str = "stats", timeout: float = 30) -> bool:
+    """Whether every replica topic of ``stream`` ends with the same, non-empty, stable sequence.
 
-    rec = Recorder(spec, bootstrap, ["stats"])
+    Each replica is read as a client reads it (``StreamReader`` into one ``PartitionView`` per
+    partition, applying UNDO and dropping duplicates), until they agree or ``timeout`` passes.
+    """
+    from services.client.reader import StreamReader
+    from services.client.view import PartitionView
+
+    replicas = range(len(spec.stream_topics(stream)))
+    readers = [StreamReader(spec, stream, bootstrap, replica=r) for r in replicas]
+    views = [[PartitionView(p) for p in range(rd.partitions)] for rd in readers]
+
+    def agree() -> bool:
+        for reader, vs in zip(readers, views, strict=True):
+            for t in reader.poll(timeout=0.05):
+                vs[t.partition].apply(t.meta.type, t.meta.id, t.meta.stime, t.value, [])
+        finals = {tuple(tuple(map(repr, v.stable)) for v in vs) for vs in views}
+        return len(finals) == 1 and any(v.stable for v in views[0])
+
     try:
-        same = lambda: len({tuple(map(repr, rec.replica("stats", r).final_stable())) for r in range(2)}) == 1
-        return rec.wait_for(lambda: same() and bool(rec.replica("stats", 0).final_stable()), timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if agree():
+                return True
+            time.sleep(0.2)
+        return agree()
     finally:
-        rec.close()
+        for reader in readers:
+            reader.close()

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from bench.workload import END_OF_TIME
 from services.client.source import SourceWriter, readings
 from services.core.tuples import TupleType, make_headers
-from services.deploy.harness import END_OF_TIME
 from services.operators.reference import canonical, evaluate
 from tests.integration.helpers import by_partition, create_topics, read_stream, run_nodes_until_idle, unique_spec
 

@@ -1,0 +1,153 @@
+"""Drive a deployment through a fault schedule and record what its outputs looked like.
+
+Fault tests and the experiments share this: node replicas run as real processes
+(``ServiceProcesses``, so kill -9 and SIGSTOP are real), sources send a deterministic
+workload paced by the wall clock (``bench.workload.PacedSources``, so failures overlap the
+stream), and a ``Recorder`` reads every replica topic of the output streams with arrival
+times. From the record come the final stable output of each replica, how many tentative
+tuples were sent, and how late new results were.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from services.core.codec import codec_for
+from services.core.errors import HeaderError
+from services.core.kafka import plain_consumer
+from services.core.tuples import TupleType, read_headers
+from services.deploy import processes
+from services.deploy.local import service_commands, service_env
+from services.spec import Spec
+
+
+class ServiceProcesses:
+    """Every process of a spec (node replicas, and the coordinator unless left out), by role,
+    started as children of this process with the commands and environment of a local deployment."""
+
+    def __init__(self, spec: Spec, spec_path: Path, bootstrap: str, log_dir: Path, coordinator: bool = True) -> None:
+        self.spec, self.bootstrap, self.log_dir = spec, bootstrap, log_dir
+        self.commands = dict(service_commands(spec, spec_path))
+        if not coordinator:
+            self.commands.pop("coordinator", None)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = service_env(bootstrap)
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self, role: str | None = None) -> None:
+        for r in [role] if role else list(self.commands):
+            self.procs[r] = processes.spawn(self.commands[r], self.log_dir / f"{r}.log", self.env)
+
+    def kill(self, role: str) -> None:
+        """kill -9: no flush, no commit, no goodbye."""
+        processes.kill(self.procs[role], timeout=None)
+
+    def pause(self, role: str) -> None:
+        processes.pause(self.procs[role])
+
+    def resume(self, role: str) -> None:
+        processes.resume(self.procs[role])
+
+    def alive(self, role: str) -> bool:
+        return processes.alive(self.procs[role])
+
+    def stop(self) -> None:
+        """SIGTERM every process (a paused one is continued first), kill -9 what is left after 20 s."""
+        processes.stop(self.procs.values(), timeout=20, resume_first=True)
+
+
+@dataclass
+class Received:
+    topic: str
+    partition: int
+    type: TupleType
+    id: int
+    stime: int
+    value: dict[str, Any] | None
+    at: float  # monotonic arrival time
+
+
+@dataclass
+class ReplicaOutput:
+    """One replica topic partition's history, and the stream a reader applying UNDO ends with."""
+
+    messages: list[Received] = field(default_factory=list)
+
+    def final_stable(self) -> list[tuple[int, dict[str, Any] | None]]:
+        out: list[tuple[int, dict[str, Any] | None]] = []
+        for m in self.messages:
+            if m.type is TupleType.STABLE and m.id == len(out):
+                out.append((m.id, m.value))
+        return out
+
+    def undid_stable(self) -> list[str]:
+        """Violations of "stable tuples are never undone": an UNDO naming an id below the last stable one."""
+        last, bad = -1, []
+        for m in self.messages:
+            if m.type is TupleType.STABLE:
+                last = max(last, m.id)
+            elif m.type is TupleType.UNDO and m.id < last:
+                bad.append(f"{m.topic}[{m.partition}]: UNDO({m.id}) after stable tuple {last}")
+        return bad
+
+    def count(self, t: TupleType) -> int:
+        return sum(1 for m in self.messages if m.type is t)
+
+
+class Recorder:
+    """Reads every replica topic of ``streams`` from the beginning, with arrival times."""
+
+    def __init__(self, spec: Spec, bootstrap: str, streams: list[str]) -> None:
+        self.spec = spec
+        self.outputs: dict[tuple[str, int], ReplicaOutput] = {}
+        self.decode = {t: codec_for(spec.streams[s].schema).decode for s in streams for t in spec.stream_topics(s)}
+        self.topic_stream = {t: s for s in streams for t in spec.stream_topics(s)}
+        self._c = plain_consumer(bootstrap, "rec", unique=True)
+        self._c.assign(
+            [
+                TopicPartition(t, p, OFFSET_BEGINNING)
+                for t in self.decode
+                for p in range(spec.streams[self.topic_stream[t]].partitions)
+            ]
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._c.consume(1000, 0.1):
+                topic, partition = m.topic(), m.partition()
+                if m.error() is not None or topic is None or partition is None:
+                    continue
+                try:
+                    t, tid, stime = read_headers(m.headers())
+                except HeaderError:
+                    continue  # not a tuple: nothing a reader of the stream would see
+                payload = m.value()
+                v = self.decode[topic](payload) if payload is not None else None
+                r = Received(topic, partition, t, tid, stime, v, time.monotonic())
+                self.outputs.setdefault((topic, partition), ReplicaOutput()).messages.append(r)
+
+    def replica(self, stream: str, replica: int, partition: int = 0) -> ReplicaOutput:
+        return self.outputs.get((self.spec.topic(stream, replica), partition), ReplicaOutput())
+
+    def wait_for(self, pred: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            time.sleep(0.2)
+        return pred()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._c.close()

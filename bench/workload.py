@@ -1,0 +1,134 @@
+"""The workloads of the benches and the fault tests: what the sources send, and the paced sending of it.
+
+Two loops pace a workload, and only two:
+
+* ``services.client.source.pump`` (the product's, behind ``hastream produce``): one source,
+  records sent at a rate, a BOUNDARY every ``dpc.boundary_interval`` of wall clock. The
+  throughput bench uses it for its pre-loaded and its paced inputs.
+* ``PacedSources`` (here): several sources in lockstep on the wall clock, a BOUNDARY after
+  every batch at the batch's event time, and a source that can be cut off for a while (its
+  tuples generated on time, delivered when it heals). The Borealis experiments and the fault
+  tests use it, so failures overlap a stream whose timing is known tuple by tuple.
+
+The records are deterministic: ``tick_records`` (input ``i``'s record ``j``, the Borealis
+chain's pass-through workload) and ``readings_workload`` (the sensor readings of
+``services.client.source.readings``, for nodes that aggregate).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sized
+from typing import Any
+
+from services.client.source import SourceWriter, readings
+from services.spec import Spec
+
+END_OF_TIME = 2**62  # the final boundary: no tuple will ever come again
+BASE_TS = 1_700_000_000_000  # event time of every workload's first tuple
+
+Record = dict[str, Any]
+
+
+def tick_records(i: int, rate: int, ticks: int | None = None, base_ts: int = BASE_TS) -> Iterator[Record]:
+    """Input ``i``'s records ``j = 0, 1, ...`` (``ticks`` of them, or without end): sensor ``in<i>``,
+    event time ``base_ts + j * (1000 // rate)``, value ``j % 50``, seq ``j``. Every input is in step."""
+    step = 1000 // rate
+    for j in range(ticks) if ticks is not None else itertools.count():
+        yield {"sensor": f"in{i}", "ts": base_ts + j * step, "value": float(j % 50), "seq": j}
+
+
+def tick_workload(names: list[str], rate: int, ticks: int) -> dict[str, list[Record]]:
+    """``tick_records`` of input 1, 2, ... for each stream of ``names``."""
+    return {s: list(tick_records(i, rate, ticks)) for i, s in enumerate(names, 1)}
+
+
+def readings_workload(
+    names: list[str], n: int, rate: int, sensors: int = 4, start_ms: int = BASE_TS
+) -> dict[str, list[Record]]:
+    """``n`` sensor readings per stream (stream k seeded ``k + 1``), event time advancing ``1000 // rate`` ms."""
+    return {
+        s: list(readings(n, sensors=sensors, seed=i + 1, step_ms=1000 // rate, start_ms=start_ms))
+        for i, s in enumerate(names)
+    }
+
+
+class PacedSources:
+    """Sends ``workload[stream]`` records at ``rate`` per second per stream from a thread.
+
+    Record k of every stream is due ``k / rate`` s after the start, so the streams advance
+    together; a BOUNDARY at the last record's event time + 1 follows every batch. A workload
+    may be an endless iterable: then the sources run until ``stop()``. ``hold(stream,
+    seconds)`` models a disconnected input: its tuples are generated on time but delivered
+    when it heals. At the end every source sends the final boundary (``END_OF_TIME``).
+    ``sent_at`` maps each record's event time to the wall time (monotonic) it was generated.
+    """
+
+    def __init__(self, spec: Spec, bootstrap: str, workload: Mapping[str, Iterable[Record]], rate: float) -> None:
+        self.spec, self.rate = spec, rate
+        self.writers = {s: SourceWriter(spec, s, bootstrap) for s in workload}
+        self._records = {s: iter(w) for s, w in workload.items()}
+        sized = [len(w) for w in workload.values() if isinstance(w, Sized)]
+        self._total = max(sized) if len(sized) == len(workload) else None  # None: until stop() or exhausted
+        self.held_until: dict[str, float] = {}
+        self.sent_at: dict[int, float] = {}  # event time -> wall time it was generated
+        self.done = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PacedSources:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End an endless workload: no record after the current batch, then the final boundary."""
+        self._stop.set()
+
+    def hold(self, stream: str, seconds: float) -> None:
+        self.writers[stream].hold()
+        self.held_until[stream] = time.monotonic() + seconds
+
+    def _run(self) -> None:
+        n = self._total
+        exhausted: set[str] = set()
+        t0 = time.monotonic()
+        k = 0
+        while (n is None or k < n) and not self._stop.is_set():
+            now = time.monotonic()
+            due = int((now - t0) * self.rate) + 1
+            if n is not None:
+                due = min(n, due)
+            for s, w in self.writers.items():
+                until = self.held_until.get(s)
+                if until is not None and now >= until:
+                    del self.held_until[s]
+                    w.release()
+                recs = list(itertools.islice(self._records[s], due - k))
+                if len(recs) < due - k:
+                    exhausted.add(s)
+                for rec in recs:
+                    w.send(rec)
+                    self.sent_at.setdefault(rec["ts"], now)
+                if recs:
+                    w.boundary(recs[-1]["ts"] + 1)
+                if s not in self.held_until:
+                    w.flush()
+            k = due
+            if len(exhausted) == len(self.writers):
+                break
+            time.sleep(max(0.0, t0 + k / self.rate - time.monotonic()))
+        while self.held_until:
+            time.sleep(0.05)
+            for s in list(self.held_until):
+                if time.monotonic() >= self.held_until[s]:
+                    del self.held_until[s]
+                    self.writers[s].release()
+        for w in self.writers.values():
+            w.boundary(END_OF_TIME)
+            w.flush()
+        self.done.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
