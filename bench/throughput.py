@@ -78,18 +78,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Producer, TopicPartition
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bench.borealis.common import machine
+from bench.workload import END_OF_TIME
+from services.client.source import SourceWriter, pump, readings
 from services.core.admin import TopicSpec, delete_topics, ensure_topics
 from services.core.codec import codec_for
 from services.core.config import Settings
-from services.core.kafka import BatchConsumer, BatchProducer
+from services.core.errors import HeaderError
+from services.core.kafka import BatchConsumer, BatchProducer, plain_consumer
 from services.core.paths import REPO_ROOT
-from services.core.tuples import H_ID, H_STIME, H_TYPE, TYPE_BYTES, TupleType
+from services.core.tuples import RawHeaders, TupleType, read_headers
+from services.deploy import processes
 from services.deploy.local import topic_specs
 from services.dpc.sunion import STuple, SUnion
 from services.spec import Spec, parse_spec
@@ -104,8 +108,7 @@ WINDOW_SIZE_MS, WINDOW_SLIDE_MS = 2000, 500
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 PROCESSORS = ("bare", "filter+map", "window")
 LATENCY_PROCESSORS = ("bare", "filter+map", "window")
-FINAL_BOUNDARY = 2**62  # the sources' last BOUNDARY: nothing more will come, every bucket is complete
-_BOUNDARY_B, _FINAL_B = TYPE_BYTES[TupleType.BOUNDARY], b"%d" % FINAL_BOUNDARY
+FINAL_BOUNDARY = END_OF_TIME  # the sources' last BOUNDARY: nothing more will come, every bucket is complete
 NOT_RESULTS = ("TENTATIVE", "UNDO", "REC_DONE")  # must never appear in a failure-free node's output
 
 console = Console(stderr=True, highlight=False)  # progress and status
@@ -217,12 +220,13 @@ def _topics_of(job: Job, spec: Spec | None) -> list[TopicSpec]:
     return topic_specs(spec, 1, TOPIC_CONFIG)
 
 
-def _is_final(headers: list | None) -> bool:
+def _is_final(headers: RawHeaders) -> bool:
     """The message is the source's final BOUNDARY (stime 2**62)."""
-    if not headers:
+    try:
+        ttype, _, stime = read_headers(headers)
+    except HeaderError:
         return False
-    h = dict(headers)
-    return h.get(H_TYPE) == _BOUNDARY_B and h.get(H_STIME) == _FINAL_B
+    return ttype is TupleType.BOUNDARY and stime == FINAL_BOUNDARY
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -406,11 +410,7 @@ class Worker:
         while self.proc.poll() is None:
             on_tick()
             if time.monotonic() > deadline:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
+                processes.stop([self.proc], timeout=10)
                 break
             time.sleep(0.1)
         self._reader.join(5)
@@ -442,14 +442,7 @@ class OutMsg:
 
 def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
     """Every message of partition 0 of ``topic``, in log order, with its broker append time and type."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench.read.{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-        }
-    )
+    c = plain_consumer(bootstrap, "bench.read", unique=True)
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out: list[OutMsg] = []
@@ -465,12 +458,11 @@ def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
                 ttype, ts = m.timestamp()
                 if ttype != TIMESTAMP_LOG_APPEND_TIME:
                     raise RuntimeError(f"{topic} has timestamp type {ttype}, expected LogAppendTime")
-                h = dict(m.headers() or ())
-                out.append(
-                    OutMsg(
-                        ts, (h.get(H_TYPE) or b"?").decode(), int(h.get(H_ID, -1)), int(h.get(H_STIME, -1)), m.value()
-                    )
-                )
+                try:
+                    t, tid, stime = read_headers(m.headers())
+                    out.append(OutMsg(ts, t.value, tid, stime, m.value()))
+                except HeaderError:
+                    out.append(OutMsg(ts, "?", -1, -1, m.value()))
                 last = m.offset()
         if last < high - 1:
             raise RuntimeError(f"read {topic} only up to offset {last} of {high - 1}")
@@ -540,10 +532,8 @@ def _warm_up(bootstrap: str, topic: str) -> None:
     p.flush(60)
 
 
-def _reading_records(n: int, rng_seed: int = 7) -> Iterator[dict[str, Any]]:
-    from services.client.source import readings
-
-    return readings(n, sensors=SENSORS, seed=rng_seed)
+def _reading_records(n: int, rng_seed: int = 7, wall_clock: bool = False) -> Iterator[dict[str, Any]]:
+    return readings(n, sensors=SENSORS, seed=rng_seed, wall_clock=wall_clock)
 
 
 def summarize_runs(rs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -582,8 +572,6 @@ class Bench:
     def preload(self, progress: Progress) -> tuple[str, int]:
         """Write the throughput input, with boundaries as a DPC source sends them; returns the
         topic and its message count (data tuples plus boundaries)."""
-        from services.client.source import SourceWriter
-
         n = self.args.tuples
         source = f"{self.tag}_in"
         _, spec = _job("filter+map", f"{self.tag}_src", source, self.bootstrap, 0, 0)
@@ -591,13 +579,14 @@ class Bench:
         self._provision([TopicSpec(source, 1, 1, dict(TOPIC_CONFIG))])
         writer = SourceWriter(spec, source, self.bootstrap)
         task = progress.add_task(f"pre-loading {n:,} tuples", total=n)
-        for i, rec in enumerate(_reading_records(n), 1):
-            writer.send(rec)
-            writer.maybe_boundary()  # every dpc.boundary_interval of wall clock, as pump() does
-            if i % 5000 == 0:
-                progress.update(task, completed=i)
-        writer.boundary(FINAL_BOUNDARY)
-        writer.flush()
+        # As fast as it goes, a boundary every dpc.boundary_interval of wall clock, the final one at 2**62.
+        pump(
+            writer,
+            _reading_records(n),
+            progress=lambda i: progress.update(task, completed=i),
+            wait_release=False,
+            final_boundary=FINAL_BOUNDARY,
+        )
         self.input_boundaries = writer.boundaries
         del writer
         gc.collect()  # free the producer now: one still alive when the broker stops logs disconnects
@@ -646,8 +635,6 @@ class Bench:
     def paced_run(
         self, processor: str, progress: Progress, bucket_ms: int | None = None, passthrough: bool = False
     ) -> dict[str, Any]:
-        from services.client.source import SourceWriter
-
         rate, secs = self.args.rate, self.args.paced_seconds
         total = int(rate * secs)
         tag = f"{self.tag}_p{processor.replace('+', '')}{_variant(bucket_ms, passthrough)}"
@@ -662,23 +649,16 @@ class Bench:
         w = Worker(job, self.log_dir)
         w.wait_ready()
         time.sleep(0.5)  # let the consumer's first fetch start before the clock does
-        gen = _reading_records(total, rng_seed=11)
-        t0 = time.monotonic()
-        wall0 = int(time.time() * 1000)
-        sent = 0
-        while sent < total:
-            due = min(total, int((time.monotonic() - t0) * rate) + 1)
-            while sent < due:
-                rec = next(gen)
-                rec["ts"] = wall0 + int((time.monotonic() - t0) * 1000)  # event time = generation time
-                writer.send(rec)
-                sent += 1
-            writer.maybe_boundary()  # every dpc.boundary_interval: the promise a live source keeps
-            writer.producer.poll(0)
-            progress.update(task, completed=sent)
-            time.sleep(0.001)
-        writer.boundary(FINAL_BOUNDARY)
-        writer.flush()
+        # A live source: event time = generation time (the wall clock), a boundary every
+        # dpc.boundary_interval (the promise a live source keeps), the final one at 2**62.
+        sent = pump(
+            writer,
+            _reading_records(total, rng_seed=11, wall_clock=True),
+            rate,
+            progress=lambda i: progress.update(task, completed=i),
+            wait_release=False,
+            final_boundary=FINAL_BOUNDARY,
+        )
         del writer
         gc.collect()
         res = w.wait(timeout=60, on_tick=lambda: progress.update(task, completed=sent))

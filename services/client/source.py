@@ -203,12 +203,14 @@ def pump(
     on_record_error: Callable[[int, Exception], None] | None = None,
     wait_release: bool = True,
     on_wait: Callable[[int], None] | None = None,
+    final_boundary: int | None = None,
 ) -> int:
     """Send ``records`` at ``rate`` per second (0: as fast as possible) with periodic boundaries.
 
     Boundaries go out every ``boundary_interval``, also while waiting for the rate (not
     while blocked inside ``records``, e.g. on stdin), plus a final one at the end, also
-    when stopped early. If the writer is held at the end and ``wait_release``, it waits
+    when stopped early: at ``final_boundary`` if given (a source that ends for good), else
+    at the largest stime sent. If the writer is held at the end and ``wait_release``, it waits
     (``on_wait(buffered)`` is called once) until released, or until ``stop()``, Ctrl-C or
     ``writer.stop_requested``, which release: no tuple is left unsent. ``stop()`` is
     checked between records. Returns the number of records sent.
@@ -248,7 +250,7 @@ def pump(
             writer.stop_requested = True  # interrupted: end now, but cleanly
         if progress is not None:
             progress(n)
-        writer.boundary()  # the final promise: nothing older will follow
+        writer.boundary(final_boundary)  # the final promise: nothing older will follow
         if wait_release and writer.held_or_pending and not stopped():
             if on_wait is not None:
                 on_wait(writer.held_count)
