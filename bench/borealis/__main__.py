@@ -51,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.names = [n.strip() for n in a.only.split(",") if n.strip()] or list(EXPERIMENTS)
     unknown = [n for n in a.names if n not in EXPERIMENTS]
     if unknown:
-        ap.error(f"unknown experiment(s) {', '.join(unknown)} (known: {', '.join(EXPERIMENTS)})")
+        # One line, as every hastream error (``hastream bench borealis`` passes it on).
+        ap.exit(2, f"error: unknown experiment(s) {', '.join(unknown)} (known: {', '.join(EXPERIMENTS)})\n")
     return a
 
 

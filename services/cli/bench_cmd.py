@@ -1,12 +1,19 @@
-"""``hastream bench``: the benchmarks that reproduce published experiments on a real broker."""
+"""``hastream bench``: the benchmarks that reproduce published experiments on a real broker.
+
+The benchmarks live in ``bench/`` beside the product, not in it: this command finds that
+folder at run time and runs ``python -m bench.borealis`` from the repository root with the
+same arguments, passing its exit code on.
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
 from services.cli.common import fail
+from services.core.paths import REPO_ROOT
 
 bench_app = typer.Typer(
     name="bench",
@@ -14,6 +21,16 @@ bench_app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Run benchmarks that reproduce published experiments (results in bench/results/, figures in docs/).",
 )
+
+
+def run_bench(module: str, args: list[str]) -> int:
+    """Run ``python -m <module> <args>`` from the repository root; its exit code."""
+    entry = REPO_ROOT.joinpath(*module.split("."), "__main__.py")
+    if not entry.is_file():
+        raise fail(f"no benchmarks: {entry.parent} is missing (hastream bench runs from a source checkout with bench/)")
+    from services.deploy.processes import run
+
+    return run([sys.executable, "-m", module, *args])
 
 
 @bench_app.command("borealis")
@@ -37,14 +54,7 @@ def borealis(
     Starts a 1-broker Kafka (unless $HASTREAM_BOOTSTRAP names one), writes
     bench/results/borealis.json, docs/borealis_*.png and docs/experiments.md.
     """
-    from bench.borealis.__main__ import EXPERIMENTS, main
-
-    names = [n.strip() for n in (only or "").split(",") if n.strip()]
-    unknown = [n for n in names if n not in EXPERIMENTS]
-    if unknown:
-        raise fail(f"unknown experiment(s) {', '.join(unknown)} (known: {', '.join(EXPERIMENTS)})")
-    main(
-        (["--quick"] if quick else [])
-        + (["--only", ",".join(names)] if names else [])
-        + (["--replot"] if replot else [])
-    )
+    args = (["--quick"] if quick else []) + (["--only", only] if only else []) + (["--replot"] if replot else [])
+    code = run_bench("bench.borealis", args)
+    if code:
+        raise typer.Exit(code)

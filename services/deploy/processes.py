@@ -34,6 +34,17 @@ def spawn(argv: list[str], log: Path | str, env: dict[str, str]) -> subprocess.P
         )
 
 
+def run(argv: list[str], cwd: Path = REPO_ROOT) -> int:
+    """Run a command in the foreground on this terminal and return its exit code. Ctrl-C reaches
+    the command too (same process group), so this waits for it to end on its own terms."""
+    proc = subprocess.Popen(argv, cwd=cwd)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
+
+
 def pid_of(p: Proc) -> int:
     return p if isinstance(p, int) else p.pid
 
