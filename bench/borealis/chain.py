@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis import metrics
+from bench.borealis.common import fill
 from bench.harness import Recorder, ServiceProcesses
 from bench.workload import BASE_TS, PacedSources, tick_workload
 from services.client.view import StreamView
@@ -45,6 +46,7 @@ from services.spec import Spec, parse_spec
 INPUTS = 3
 FAILED_INPUT = 2  # s2 is the input that is cut off
 WARMUP_S = 1.0  # tuples generated in the first second do not count for Delay_new (first fetches)
+NOTES = "chain"  # docs/templates/chain.md: the notes on runs that the sections add
 
 POLICIES = {  # label -> (failure_policy, stabilization_policy)
     "Process & Process": ("process", "process"),
@@ -365,18 +367,11 @@ def outlier_note(runs: list[dict[str, Any]]) -> str:
     if not bad:
         return ""
     which = "; ".join(
-        f"{r['label']}: Delay_new {r['delay_new_s']:.1f} s against a p99 of {r['p99_s']:.1f} s" for r in bad
+        fill(NOTES, "outlier-run", label=r["label"], delay=f"{r['delay_new_s']:.1f}", p99=f"{r['p99_s']:.1f}")
+        for r in bad
     )
-    where = (
-        "the run's timeline and `late_tuples` in the JSON"
-        if all(r.get("late_tuples") for r in bad)
-        else "the run's timeline"
-    )
-    return (
-        f"- *Single late tuples.* {which}. The maximum comes from a few tuples of inputs that stayed up, "
-        f"delivered far later than the rest ({where}). SUnion waits for every live input before it "
-        f"releases a bucket during a failure, so this is not expected; the run is kept as measured.\n"
-    )
+    where = fill(NOTES, "outlier-where-late" if all(r.get("late_tuples") for r in bad) else "outlier-where")
+    return fill(NOTES, "outlier", runs=which, where=where) + "\n"
 
 
 def repeat_note(runs: list[dict[str, Any]]) -> str:
@@ -384,13 +379,11 @@ def repeat_note(runs: list[dict[str, Any]]) -> str:
     rep = [r for r in runs if "error" not in r and r["n_tentative"] > r.get("tentative_unique", r["n_tentative"])]
     if not rep:
         return ""
-    which = "; ".join(f"{r['label']}: {r['n_tentative']} received, {r['tentative_unique']} distinct" for r in rep)
-    return (
-        f"- *Tentative tuples received twice.* {which}. In these runs the client switched replica while both "
-        f"were tentative (one had gone into STABILIZATION to reconcile) and read the partner's tentative output "
-        f"again from its last stable tuple on: hastream switches without the paper's t_max timestamp "
-        f"(docs/dpc.md). N_tentative counts every receipt, as the paper counts them at the client.\n"
+    which = "; ".join(
+        fill(NOTES, "repeat-run", label=r["label"], received=r["n_tentative"], distinct=r["tentative_unique"])
+        for r in rep
     )
+    return fill(NOTES, "repeat", runs=which) + "\n"
 
 
 def peak_before_heal(r: dict[str, Any]) -> float | None:
@@ -414,8 +407,14 @@ def over_x_note(runs: list[dict[str, Any]]) -> str:
     if not bad:
         return ""
     which = "; ".join(
-        f"{r['label']}: {r['delay_new_s']:.2f} s, peak on tuples generated "
-        f"{peak_before_heal(r) or 0:.1f} s before the heal, {r['client_switches']} switch(es)"
+        fill(
+            NOTES,
+            "over-x-run",
+            label=r["label"],
+            delay=f"{r['delay_new_s']:.2f}",
+            before=f"{peak_before_heal(r) or 0:.1f}",
+            switches=r["client_switches"],
+        )
         for r in bad
     )
     kept = [
@@ -424,20 +423,14 @@ def over_x_note(runs: list[dict[str, Any]]) -> str:
         if "error" not in r and r["config"]["policy"] == "Delay & Delay" and not r.get("client_switches")
     ]
     within = (
-        (
-            " Delay & Delay runs without a switch stayed within k·X ("
-            + ", ".join(f"{r['label']}: {r['delay_new_s']:.2f} s" for r in kept)
-            + ")."
+        fill(
+            NOTES,
+            "over-x-kept",
+            runs=", ".join(
+                fill(NOTES, "over-x-kept-run", label=r["label"], delay=f"{r['delay_new_s']:.2f}") for r in kept
+            ),
         )
         if kept
         else ""
     )
-    return (
-        f"- *Over X after a switch.* {which}. The late tuples are the ones generated about k·αX before the "
-        f"failure healed: they are due just as the replica the client reads goes into STABILIZATION to "
-        f"reconcile. The client then switches to the partner, which under Delay still holds them for its αX, "
-        f"and the switch itself costs time: the state change is seen through heartbeats, and the partner is "
-        f"read from its last stable tuple on, which means looking back over its tentative output and reading "
-        f"it again. That part grows with the failure, as these runs' excess does; the paper's t_max switch "
-        f"would avoid it.{within}\n"
-    )
+    return fill(NOTES, "over-x", runs=which, kept=within) + "\n"

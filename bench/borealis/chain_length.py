@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis.chain import POLICIES, RunConfig, outlier_note, over_x_note, repeat_note, run_series, verdict
-from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
+from bench.borealis.common import fill, footer, md_table, pyplot, save_figure, seconds
 
-TITLE = "Chain length: an input failure through a chain of nodes (the paper's headline)"
+PAGE = "chain_length"  # docs/templates/chain_length.md: the section's text
 FIGURE = "borealis_chain.png"
 
 
@@ -107,33 +107,26 @@ def section(result: dict[str, Any]) -> str:
     pp = [by[k] for k in sorted(by) if k[0] == "Process & Process"]
     ax = pp[0]["config"]["alpha_x_s"] if pp else 2.7
     c = runs[0]["config"] if runs else {"fault_s": 0, "rate": 0}
-    return f"""## {TITLE}
-
-![chain]({FIGURE})
-
-**Setup.** Chains of k = {", ".join(map(str, s["ks"]))} nodes, policies {", ".join(s["policies"])}. Input s2
-is cut off {s["fault_at"]:.0f} s into the run for {s["fault_s"]:.0f} s; the workload goes on
-{s["tail_s"]:.0f} s after the failure heals. One run per point{" (quick mode)" if result["quick"] else ""}.
-
-{table}
-
-**The paper** (section 7.2 and the project page: a 15 s failure, chains of 1 to 4 nodes,
-X = 3 s per node) reports that Process & Process has the lowest Delay_new, "equal to only αX
-plus the normal processing delay through the chain"; that for Delay & Delay "Delay_new increases
-by αX for each node in the sequence", both staying within kX; that Process & Suspend "is clearly
-unviable", its Delay_new being the sum of the stabilization delays of all nodes; and that with
-Process & Process N_tentative "increases with the length of the chain", while Delay & Delay "not
-only does not provide any benefit but can even hurt".
-
-**Ours** (αX = {ax:.1f} s per node): {_chain_reading(by, ax)}
-
-**Why they differ.**
-{_why(by, ax, c)}
-{outlier_note(runs)}{over_x_note(runs)}{repeat_note(runs)}- Rates and machine: {runs[0]["config"]["rate"] if runs else "?"} tuples/s per input on 2 cores shared by the broker,
-  the coordinator, 2k node processes and the client; the paper ran each pair of replicas on its
-  own machine. One run per point, so a few hundred tentative tuples either way is noise
-  (switch timing).
-"""
+    return (
+        fill(
+            PAGE,
+            "section",
+            figure=FIGURE,
+            ks=", ".join(map(str, s["ks"])),
+            policies=", ".join(s["policies"]),
+            fault_at=f"{s['fault_at']:.0f}",
+            fault_s=f"{s['fault_s']:.0f}",
+            tail_s=f"{s['tail_s']:.0f}",
+            quick_mode=fill(PAGE, "quick-mode") if result["quick"] else "",
+            table=table,
+            ax=f"{ax:.1f}",
+            reading=_chain_reading(by, ax),
+            why=_why(by, ax, c),
+            notes=outlier_note(runs) + over_x_note(runs) + repeat_note(runs),
+            rate=runs[0]["config"]["rate"] if runs else "?",
+        )
+        + "\n"
+    )
 
 
 def _chain_reading(by: dict[tuple[str, int], dict[str, Any]], ax: float) -> str:
@@ -143,9 +136,16 @@ def _chain_reading(by: dict[tuple[str, int], dict[str, Any]], ax: float) -> str:
         rs = [by[k] for k in sorted(by) if k[0] == p]
         if not rs:
             continue
-        d = ", ".join(f"{r['delay_new_s']:.1f}" for r in rs)
-        n = ", ".join(str(r["n_tentative"]) for r in rs)
-        out.append(f"{p}: Delay_new {d} s and N_tentative {n} for k = {', '.join(str(r['config']['k']) for r in rs)}.")
+        out.append(
+            fill(
+                PAGE,
+                "reading",
+                policy=p,
+                delays=", ".join(f"{r['delay_new_s']:.1f}" for r in rs),
+                counts=", ".join(str(r["n_tentative"]) for r in rs),
+                ks=", ".join(str(r["config"]["k"]) for r in rs),
+            )
+        )
     return " ".join(out)
 
 
@@ -157,7 +157,7 @@ def _series(by: dict[tuple[str, int], dict[str, Any]], policy: str, key: str, fm
 def _why(by: dict[tuple[str, int], dict[str, Any]], ax: float, c: dict[str, Any]) -> str:
     """The comparison with the paper, from the numbers of this run."""
     if not by:
-        return "- No run finished."
+        return fill(PAGE, "why-none")
     x = c["x_ms"] / 1000
     pp = sorted((r for (p, _), r in by.items() if p == "Process & Process"), key=lambda r: r["config"]["k"])
     dd = sorted((r for (p, _), r in by.items() if p == "Delay & Delay"), key=lambda r: r["config"]["k"])
@@ -165,58 +165,52 @@ def _why(by: dict[tuple[str, int], dict[str, Any]], ax: float, c: dict[str, Any]
     if pp:
         spread = max(r["delay_new_s"] for r in pp) - ax
         out.append(
-            f"- *Process & Process: Delay_new stays near αX whatever k* ({_series(by, 'Process & Process', 'delay_new_s', '{:.2f}')} s), "
-            f"as in the paper: the first node holds its first tentative bucket for αX, and downstream nodes pass "
-            f"tentative input on as soon as their live inputs have passed a bucket, without a second wait "
-            f"(`services/operators/sunion.py`). The {spread:.2f} s above αX is the normal processing through the "
-            f"chain: the source's batches, a 100 ms bucket and a boundary per node, and the client's polls."
+            fill(
+                PAGE,
+                "why-pp-delay",
+                delays=_series(by, "Process & Process", "delay_new_s", "{:.2f}"),
+                spread=f"{spread:.2f}",
+            )
         )
         base = round(c["fault_s"] * 2 * c["rate"])
         out.append(
-            f"- *Process & Process: N_tentative* ({_series(by, 'Process & Process', 'n_tentative')}) is the failure × 2 "
-            f"live inputs × rate ({c['fault_s']:.0f} s × 2 × {c['rate']} = {base}), since every tuple of the live inputs "
-            f"during the failure reaches the client tentatively, plus up to {max(r['n_tentative'] for r in pp) - base} "
-            f"produced while nodes wait for their corrections and their turn to reconcile. In the paper it grew "
-            f"with k because each node's stabilization took long and came in sequence; here a reconciliation "
-            f"re-runs a few thousand buffered tuples through stateless operators in tens of milliseconds (the "
-            f"nodes log it), so the chain adds little, and switch timing makes a few hundred either way."
+            fill(
+                PAGE,
+                "why-pp-tentative",
+                counts=_series(by, "Process & Process", "n_tentative"),
+                fault_s=f"{c['fault_s']:.0f}",
+                rate=c["rate"],
+                base=base,
+                extra=max(r["n_tentative"] for r in pp) - base,
+            )
         )
     if dd:
         over = [r for r in dd if r["delay_new_s"] > r["config"]["k"] * x]
         bound = (
-            "all within kX"
+            fill(PAGE, "dd-within")
             if not over
-            else "; ".join(
-                f"k = {r['config']['k']}: {r['delay_new_s']:.2f} s is above kX = {r['config']['k'] * x:.0f} s "
-                f"by {r['delay_new_s'] - r['config']['k'] * x:.2f} s"
-                for r in over
+            else fill(
+                PAGE,
+                "dd-over",
+                runs="; ".join(
+                    fill(
+                        PAGE,
+                        "dd-over-run",
+                        k=r["config"]["k"],
+                        delay=f"{r['delay_new_s']:.2f}",
+                        kx=f"{r['config']['k'] * x:.0f}",
+                        excess=f"{r['delay_new_s'] - r['config']['k'] * x:.2f}",
+                    )
+                    for r in over
+                ),
             )
-            + ". The (1 − α)X left for processing (0.3 s) is about what a 100 ms bucket, the boundary "
-            "interval, the source's batches and the client's polls take together, so a node that waits "
-            "its whole αX share has little slack"
         )
         est = ", ".join(
             str(max(0, round((r["config"]["fault_s"] - r["config"]["k"] * ax) * 2 * r["config"]["rate"]))) for r in dd
         )
         out.append(
-            f"- *Delay & Delay adds αX per node* ({_series(by, 'Delay & Delay', 'delay_new_s', '{:.2f}')} s), as in the "
-            f"paper: every node holds every bucket for its share, tentative input included ({bound})."
+            fill(PAGE, "why-dd-delay", delays=_series(by, "Delay & Delay", "delay_new_s", "{:.2f}"), bound=bound)
         )
-        out.append(
-            f"- *Delay & Delay saves tentative tuples here; in the paper it did not* "
-            f"({_series(by, 'Delay & Delay', 'n_tentative')}). The client sees tentative results k·αX after the failure "
-            f"starts instead of αX, so about (failure − k·αX) × 2 × rate of them ({est}), and the buckets a node "
-            f"still holds when the failure heals leave STABLE once it has reconciled. The paper's penalty came from "
-            f"stabilization: a node's partner, which keeps processing while the node reconciles, runs αX behind and "
-            f"catches up on tentative tuples. A hastream reconciliation lasts tens of milliseconds, far less than "
-            f"αX, so the partner is still holding those buckets when its own turn comes, and they too leave "
-            f"stable. The price is availability: Delay_new grows with k."
-        )
-    out.append(
-        "- *Process & Suspend is as good as Process & Process here, not unviable.* Suspending new tuples during "
-        "a reconciliation of tens of milliseconds is invisible against αX; the paper's nodes re-ran a join "
-        "with state at 2005 speeds, so their stabilizations took seconds and added up along the chain. The "
-        "reconciliation section below measures when suspending would start to cost: at hundreds of "
-        "thousands of tuples of state."
-    )
+        out.append(fill(PAGE, "why-dd-tentative", counts=_series(by, "Delay & Delay", "n_tentative"), estimates=est))
+    out.append(fill(PAGE, "why-suspend"))
     return "\n".join(out)

@@ -1,9 +1,16 @@
-"""What every Borealis experiment shares: the broker, the progress reporter, machine facts, plot footers.
+"""What every Borealis experiment shares: the broker, the progress reporter, machine facts, plot footers,
+the page's templates.
 
 Experiments are modules exposing ``run(quick, progress) -> dict``, ``plot(result, docs_dir) ->
 list[Path]`` and ``section(result) -> str``; ``bench/borealis/__main__.py`` runs them on one
 broker, keeps their results in ``bench/results/borealis.json`` and writes
 ``docs/experiments.md`` from their sections.
+
+The page's prose lives in ``docs/templates/<module>.md``, not in the code: each file holds
+named blocks (``<!-- block: NAME -->`` on a line of its own, then the text up to the next
+block, trailing newlines excluded) with ``$placeholders`` (``string.Template``). A section
+fills them with its run's numbers (``fill``) and picks which apply; the code keeps only the
+numbers, their formatting and the tables' rows.
 
 The broker: while experiments run, ``HASTREAM_BOOTSTRAP`` names it (the orchestrator sets it
 after starting an embedded one), so an experiment calls ``bootstrap()`` and never starts its
@@ -13,18 +20,35 @@ own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
+import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from string import Template
 from typing import Any, Callable, Iterator
 
 from services.core.paths import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results" / "borealis.json"
 DOCS = REPO_ROOT / "docs"
+TEMPLATES = DOCS / "templates"
+_BLOCK = re.compile(r"^<!-- block: ([\w-]+) -->\n", re.MULTILINE)
+
+
+@functools.cache
+def templates(name: str) -> dict[str, Template]:
+    """The named blocks of ``docs/templates/<name>.md`` (what precedes the first block is a comment)."""
+    parts = _BLOCK.split((TEMPLATES / f"{name}.md").read_text())
+    return {key: Template(text.rstrip("\n")) for key, text in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def fill(template: str, block: str, /, **values: object) -> str:
+    """Block ``block`` of ``docs/templates/<template>.md`` with its placeholders filled (each one must be given)."""
+    return templates(template)[block].substitute({k: str(v) for k, v in values.items()})
 
 
 class Progress:

@@ -44,6 +44,7 @@ from typing import Any
 
 from rich.progress import Progress
 
+from bench.borealis.common import fill
 from bench.borealis.reconcile import Steps
 from bench.harness import ServiceProcesses
 from bench.workload import BASE_TS, PacedSources, tick_records
@@ -57,6 +58,7 @@ from services.log.tail import last_stable_id
 from services.spec import Spec, parse_spec
 
 NAME = "failover"
+PAGE = "failover"  # docs/templates/failover.md: the section's text
 RATE = 100  # tuples/s from the source
 NODE = "n1"
 SETTINGS = [  # (label, heartbeat_interval ms, failure_timeout ms)
@@ -398,60 +400,47 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
 
 def section(result: dict[str, Any]) -> str:
     s, m = result["settings"], result["machine"]
-    lines = [
-        "## Failover seen by a client (beyond the paper)",
-        "",
-        f"*`python -m bench.borealis.failover{' --quick' if result['quick'] else ''}`: a real broker, real "
-        f"processes, on {m.get('cores')} × {m.get('cpu')}, Python {m.get('python')}, Kafka {m.get('kafka')}; took "
-        f"{result['elapsed_s']:.0f} s.*",
-        "",
-        "One node runs as two replicas (a pass-through filter), fed by one source at "
-        f"{s['rate']} tuples/s. A client (`StreamView`) follows the best replica of the output. Each trial kill -9s "
-        "the replica the client is reading, measures the time until the client receives its next tuple from the "
-        "other replica, restarts the killed replica, and waits until it is STABLE and has caught up. That "
-        f"makes {s['trials']} trials per detection setting. Detection is split from switching: the client's "
-        "replica monitor declares a replica failed once its last heartbeat is `failure_timeout` old, and the "
-        "client then switches within its 50 ms check interval. The switch looks up the offset after its last "
-        "stable id in the other replica's topic and fetches from there.",
-        "",
-        "| detection setting | failover p50 | p99 | max | detection p50 | switch → first tuple p50 | "
-        "last heartbeat's age at kill p50 | max delay of a tuple | gaps | client's stable sequence |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    rows = [fill(PAGE, "table")]
     for r in result["results"]:
         sm = r["summary"]
         f, d, sw, hb, md = (
             sm.get(k, {}) for k in ("failover_ms", "detect_ms", "switch_ms", "hb_age_ms", "max_delay_ms")
         )
-        ok = "complete, no gap or duplicate" if r["final_sequence_ok"] and sm["all_ok"] else "**FAILED**"
-        lines.append(
+        ok = fill(PAGE, "sequence-ok" if r["final_sequence_ok"] and sm["all_ok"] else "sequence-failed")
+        rows.append(
             f"| {r['label']} | {f.get('p50', 0):.0f} ms | {f.get('p99', 0):.0f} ms | {f.get('max', 0):.0f} ms | "
             f"{d.get('p50', 0):.0f} ms | {sw.get('p50', 0):.0f} ms | {hb.get('p50', 0):.0f} ms | "
             f"{md.get('max', 0):.0f} ms | {sum(t['gaps'] for t in r['trials'])} | {ok} "
             f"({r['client_stable']:,} tuples) |"
         )
-    lines += [
-        "",
-        "Restarting a killed replica until it was a ready partner again took "
-        + ", ".join(
-            f"{r['summary']['restart_s']['p50']:.1f} s (p50, {r['label']})"
-            for r in result["results"]
-            if "restart_s" in r["summary"]
+    restarts = ", ".join(
+        fill(PAGE, "restart", seconds=f"{r['summary']['restart_s']['p50']:.1f}", label=r["label"])
+        for r in result["results"]
+        if "restart_s" in r["summary"]
+    )
+    return (
+        fill(
+            PAGE,
+            "section",
+            quick_flag=fill(PAGE, "quick-flag") if result["quick"] else "",
+            cores=m.get("cores"),
+            cpu=m.get("cpu"),
+            python=m.get("python"),
+            kafka=m.get("kafka"),
+            elapsed=f"{result['elapsed_s']:.0f}",
+            rate=s["rate"],
+            trials=s["trials"],
+            table="\n".join(rows),
+            restarts=restarts,
+            comparison=_comparison(result),
         )
-        + ". This is process start-up, loading the last checkpoint, and replaying the input since then.",
-    ]
-    lines += ["", *_comparison(result), "", "![failover CDF](borealis_failover.png)", ""]
-    return "\n".join(lines)
+        + "\n"
+    )
 
 
-def _comparison(result: dict[str, Any]) -> list[str]:
+def _comparison(result: dict[str, Any]) -> str:
     worst = max((t.get("max_delay_ms", 0) for r in result["results"] for t in r["trials"]), default=0)
-    out = [
-        "### Compared with the paper",
-        "",
-        f"The paper says {PAPER} It concludes that node failures are masked well within its availability bound "
-        "(αX, seconds). In hastream the switch itself is also tens of milliseconds, but detection dominates:",
-    ]
+    bullets = []
     for r in result["results"]:
         sm = r["summary"]
         if "failover_ms" not in sm or "detect_ms" not in sm:
@@ -460,34 +449,30 @@ def _comparison(result: dict[str, Any]) -> list[str]:
         resid = sm.get("detect_minus_model_ms", {}).get("p50", float("nan"))
         rest = [t["switch_ms"] for t in r["trials"][1:] if "switch_ms" in t]
         first = r["trials"][0].get("switch_ms") if r["trials"] else None
-        out.append(
-            f"- **{r['label']}.** Failover p50 is {sm['failover_ms']['p50']:.0f} ms, and {share:.0%} of it is "
-            f"detection. Detection exceeds `failure_timeout` minus the last heartbeat's age by {resid:.0f} ms at the "
-            "median. That is the client's 50 ms check interval plus its polling. "
-            + (
-                f"The slowest trial is the client's first switch ({first:.0f} ms from switch to first tuple, against "
-                f"{statistics.median(rest):.0f} ms for the later ones): most likely the first read of the other "
-                "replica's topic by the client's consumer (metadata, a new fetch session). Without that trial, the "
-                f"slowest failover took {sm['failover_after_first_ms']['max']:.0f} ms."
-                if first is not None and rest and first > 3 * statistics.median(rest) + 50
-                else ""
+        first_switch = (
+            fill(
+                PAGE,
+                "first-switch",
+                first=f"{first:.0f}",
+                later=f"{statistics.median(rest):.0f}",
+                slowest=f"{sm['failover_after_first_ms']['max']:.0f}",
+            )
+            if first is not None and rest and first > 3 * statistics.median(rest) + 50
+            else ""
+        )
+        bullets.append(
+            fill(
+                PAGE,
+                "setting",
+                label=r["label"],
+                failover=f"{sm['failover_ms']['p50']:.0f}",
+                share=f"{share:.0%}",
+                residual=f"{resid:.0f}",
+                first_switch=first_switch,
             )
         )
-    out += [
-        "- The failover time is bounded by about `failure_timeout` plus a switch, so it is set by the "
-        "heartbeat settings, not by the protocol. Lowering `failure_timeout` shortens it proportionally. The "
-        "cost is more heartbeat traffic, and a higher risk of declaring a replica that is only slow (GC, a "
-        "busy 2-core machine) failed. A replica declared failed that way is harmless for the client, which "
-        "only switches to an equally good replica.",
-        "- During failover the client receives nothing new, but nothing is lost: it resumes right after its last "
-        "stable id in the other replica's log. The tuples produced meanwhile then arrive in a burst, and the "
-        '"max delay" column is the oldest of them. For tuples generated during failover, that is the '
-        f"failover's contribution to the paper's Delay_new: at most {worst:.0f} ms here, against hastream's "
-        "default X of 3 s (the Borealis project page states the same requirement: 3 s per node). Like the client, a downstream node's input "
-        "port switches replicas on the same heartbeats, so a crashed replica causes no tentative results "
-        'downstream as long as a node\'s share of X is larger than `failure_timeout` (docs/dpc.md, "Choosing X").',
-    ]
-    return out
+    bullets += [fill(PAGE, "bounded"), fill(PAGE, "burst", worst=f"{worst:.0f}")]
+    return fill(PAGE, "comparison", paper=PAPER, bullets="\n".join(bullets))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,15 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis.chain import RunConfig, run_series, verdict
-from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
+from bench.borealis.common import fill, footer, md_table, pyplot, save_figure, seconds
 
-TITLE = "Beyond the paper: kill -9 of a node replica"
+PAGE = "node_kill"  # docs/templates/node_kill.md: the section's text
 FIGURE = "borealis_kill.png"
-WHERE = {
-    "head": "the first node's replica on the client's path (the one whose output reaches the client "
-    "through the replicas that read it; the client's own replica when k = 1)",
-    "sink": "the last node's replica the client reads",
-}
 
 
 def settings(quick: bool) -> dict[str, Any]:
@@ -115,38 +110,30 @@ def section(result: dict[str, Any]) -> str:
     c = next((r["config"] for r in result["runs"] if "error" not in r), {})
     ok = [r for r in result["runs"] if "error" not in r]
     summary = (
-        (
-            f"Delay_new was {min(r['delay_new_s'] for r in ok):.2f} to {max(r['delay_new_s'] for r in ok):.2f} s over "
-            f"{len(ok)} runs, with {sum(r['n_tentative'] for r in ok)} tentative tuples at the client in all, and "
-            f"{sum(r['consistent'] for r in ok)} of {len(result['runs'])} runs eventually consistent."
+        fill(
+            PAGE,
+            "summary",
+            min_delay=f"{min(r['delay_new_s'] for r in ok):.2f}",
+            max_delay=f"{max(r['delay_new_s'] for r in ok):.2f}",
+            runs=len(ok),
+            tentative=sum(r["n_tentative"] for r in ok),
+            consistent=sum(r["consistent"] for r in ok),
+            all=len(result["runs"]),
         )
         if ok
         else ""
     )
-    timeout = c.get("failure_timeout_ms", "?")
-    return f"""## {TITLE}
-
-![kill]({FIGURE})
-
-**Setup.** The chain of the first section, Process & Process, no input failure. {s["down_s"]:.0f} s into
-the run one replica process is killed with SIGKILL and restarted {s["down_s"]:.0f} s later (it
-reloads its last checkpoint and replays). Killed: {"; ".join(f"*{w}*: {WHERE[w]}" for w in s["where"])}.
-Heartbeats every {c.get("heartbeat_ms", "?")} ms, a replica is failed after {c.get("failure_timeout_ms", "?")} ms of
-silence.
-
-{table}
-
-**The paper** does not plot node failures: "it takes a node approximately [number lost in our copy] ms to
-switch between upstream neighbors. Given that this value is small compared with αX, our system
-masks node failures within the required availability constraints."
-
-**Ours.** {summary} A reader (the next node, or the client) notices the dead replica after the
-failure timeout and switches to the partner right after its last stable tuple, so Delay_new is
-the failure timeout plus the switch and the catch-up behind it, below αX, and no tentative
-tuple is produced because the partner is STABLE: a node failure is masked, as the paper says.
-The difference is the scale: the paper counts only the switch, small against αX, while here
-detection alone is the {timeout} ms heartbeat timeout, so a node failure costs about a second of
-delay (still no tentative tuple). The restarted replica reloads its
-checkpoint and catches up without the client noticing (the timelines show nothing at the
-restart): readers stay on the partner, which is not worse.
-"""
+    return (
+        fill(
+            PAGE,
+            "section",
+            figure=FIGURE,
+            down_s=f"{s['down_s']:.0f}",
+            killed="; ".join(fill(PAGE, "killed", where=w, what=fill(PAGE, f"where-{w}")) for w in s["where"]),
+            heartbeat_ms=c.get("heartbeat_ms", "?"),
+            timeout_ms=c.get("failure_timeout_ms", "?"),
+            table=table,
+            summary=summary,
+        )
+        + "\n"
+    )

@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.borealis.common import bootstrap, footer, md_table, pyplot, save_figure
+from bench.borealis.common import bootstrap, fill, footer, md_table, pyplot, save_figure
 
-TITLE = "Failure-free cost of SUnion and SOutput"
+PAGE = "overhead"  # docs/templates/overhead.md: the section's text
 FIGURE = "borealis_overhead.png"
 PROCESSOR = "filter+map"
 DEFAULT_BUCKET_MS = 100  # hastream's default dpc.bucket and dpc.boundary_interval
@@ -251,79 +251,61 @@ def section(result: dict[str, Any]) -> str:
     tp_line = ""
     if with_ and without:
         ratio = with_["tuples_per_s"] / without["tuples_per_s"]
-        moves = (
-            f"the node moves {ratio:.2f}× the tuples/s it moves without them"
-            if ratio < 0.9
-            else f"the throughput difference ({ratio:.2f}×) is within what separates two runs of the same node on this "
-            f"shared 2-core machine, so CPU time is the measure to read"
-        )
-        spread = _spread(with_) + _spread(without)
+        moves = fill(PAGE, "moves-slower" if ratio < 0.9 else "moves-noise", ratio=f"{ratio:.2f}")
+        # Each sentence ends with a space: the next one follows on the same line.
         tp_line = (
-            f"In the Kafka runs the node with SUnion and SOutput used {with_['cpu_s_per_mtuple'] - without['cpu_s_per_mtuple']:.1f} "
-            f"µs more CPU per tuple ({with_['cpu_s_per_mtuple']:.1f} against {without['cpu_s_per_mtuple']:.1f}, medians; "
-            f"the process's CPU, librdkafka's threads included, spread by up to {spread:.1f} µs between runs of one "
-            f"variant), and {moves}. "
+            fill(
+                PAGE,
+                "kafka-cpu",
+                more=f"{with_['cpu_s_per_mtuple'] - without['cpu_s_per_mtuple']:.1f}",
+                with_dpc=f"{with_['cpu_s_per_mtuple']:.1f}",
+                without_dpc=f"{without['cpu_s_per_mtuple']:.1f}",
+                spread=f"{_spread(with_) + _spread(without):.1f}",
+                moves=moves,
+            )
+            + " "
         )
     ip = result.get("in_process")
     ip_line = ""
     if ip:
         ip_line = (
-            f"Measured in process, with no Kafka and nothing else running (`bench/dpc_cost.py`), SUnion costs "
-            f"{ip['sunion_us']:.2f} µs per tuple and SOutput {ip['soutput_us']:.2f} µs, beside "
-            f"{ip['operators_us']:.2f} µs for the filter and map: SUnion buffers each tuple in a bucket and sorts it, "
-            f'while SOutput only numbers tuples, which confirms the paper\'s "negligible" for SOutput. '
+            fill(
+                PAGE,
+                "in-process",
+                sunion=f"{ip['sunion_us']:.2f}",
+                soutput=f"{ip['soutput_us']:.2f}",
+                operators=f"{ip['operators_us']:.2f}",
+            )
+            + " "
         )
-    at = {r["bucket_ms"]: r for r in dpc}
-    default = at.get(DEFAULT_BUCKET_MS)
+    default = {r["bucket_ms"]: r for r in dpc}.get(DEFAULT_BUCKET_MS)
     default_line = (
-        f"At hastream's default of {DEFAULT_BUCKET_MS} ms the mean is {default['mean_ms']:.0f} ms against "
-        f"{plain['mean_ms']:.1f} ms without serialization. "
+        fill(
+            PAGE, "default", bucket=DEFAULT_BUCKET_MS, mean=f"{default['mean_ms']:.0f}", plain=f"{plain['mean_ms']:.1f}"
+        )
+        + " "
         if default and plain
         else ""
     )
-    return f"""## {TITLE}
-
-![overhead]({FIGURE})
-
-**Setup.** One filter+map node (a filter that keeps every tuple, then a map), one partition, one
-replica, no failure, in its own process on the real broker, as in `make bench`. *With SUnion +
-SOutput* is the node as deployed: SUnion serializes its input in buckets and releases a bucket
-once a BOUNDARY has passed its end, SOutput numbers the results, heartbeats go out and a
-checkpoint is persisted every second. *Without serialization* is the same node with SUnion
-replaced by a union that hands each tuple to the operators as it arrives (`PassThroughUnion` in
-`bench/throughput.py`): what the node would cost without DPC's ordering, correct only with one
-replica and no failure. The source sends a BOUNDARY every boundary interval, set equal to the
-bucket, as the paper does. Latency: input at {s["rate"]:,} tuples/s for {s["paced_s"]:.0f} s per point, each
-output tuple's broker append time minus its input's (the first second left out). Throughput:
-{s["tuples"]:,} pre-loaded tuples, median of {s["repeat"]} run(s), beside a bare confluent-kafka
-consume-produce loop measured in the same run.
-
-{lat_table}
-
-{tp_table}
-
-**The paper** ("Overhead and scalability", Table 3; its numbers are unreadable in our copy): "if the sorting function
-requires the operator to wait until a bucket is stable before processing tuples, the processing
-delay increases linearly with the boundary tuple interval"; "other overheads imposed by our scheme
-are negligible": checking tuple types, processing boundary tuples, and SOutput saving the last
-stable tuple.
-
-**Ours, and why it differs.**
-- *Latency grows linearly with the boundary interval, as in the paper*: the mean delay fits
-  {slope:.2f} ms per ms of boundary interval plus {icpt:.0f} ms. A tuple waits for the end of its bucket (half a
-  bucket on average) and then for the source's next boundary past that end: between nothing and a
-  whole interval, depending on where the source's boundary ticks fall against the bucket ends.
-  That phase is set by chance when the source starts and stays nearly fixed during a run, so
-  each point's slope lies between 0.5 and 1.5 (1 averaged over phases), and no tuple waits more
-  than bucket + interval. The table's wait for the boundary (the mean, less half a bucket and
-  less the pass-through node's mean) was {min(waits, default=0):.0%} to {max(waits, default=0):.0%} of the interval in this run.
-  {default_line}The intercept is the node's processing, the source's batching and the broker's
-  round trips, which the pass-through node also pays.
-- *The CPU cost is small, but not negligible in CPython.* {ip_line}{tp_line}The paper's C++
-  SUnion was a few instructions per tuple against its operators; here it is Python code per
-  tuple, beside Avro decoding and encoding and the Kafka clients, which dominate both nodes' CPU.
-- *Choosing the interval.* A smaller bucket buys latency at the price of more BOUNDARY messages
-  (one per interval per input and per node output) and more buckets per second; {DEFAULT_BUCKET_MS} ms keeps
-  the serialization delay well below X = 3 s per node. `dpc.bucket` and `dpc.boundary_interval`
-  set it per deployment.
-"""
+    return (
+        fill(
+            PAGE,
+            "section",
+            figure=FIGURE,
+            rate=f"{s['rate']:,}",
+            paced_s=f"{s['paced_s']:.0f}",
+            tuples=f"{s['tuples']:,}",
+            repeat=s["repeat"],
+            latency_table=lat_table,
+            throughput_table=tp_table,
+            slope=f"{slope:.2f}",
+            intercept=f"{icpt:.0f}",
+            min_wait=f"{min(waits, default=0):.0%}",
+            max_wait=f"{max(waits, default=0):.0%}",
+            default=default_line,
+            in_process=ip_line,
+            kafka_cpu=tp_line,
+            default_bucket=DEFAULT_BUCKET_MS,
+        )
+        + "\n"
+    )

@@ -44,13 +44,14 @@ from typing import Any, Callable
 
 from rich.progress import Progress
 
-from bench.borealis.common import host
+from bench.borealis.common import fill, host
 from services.node.pipeline import NodePipeline
 from services.operators.base import Item
 from services.spec import Spec, parse_spec
 from services.spec.plan import plan_node
 
 NAME = "reconcile"
+PAGE = "reconcile"  # docs/templates/reconcile.md: the section's text
 RUN = 50  # tuples per run of one input
 CHECKPOINT_INTERVAL_MS = 2000  # hastream's default dpc.checkpoint_interval
 REF_RATE = 10_000  # tuples/s for the per-tuple overhead figures (a 10 s window then holds 100k tuples)
@@ -538,95 +539,75 @@ def _ms(v: float) -> str:
 def _ratio(undo_ms: float, ckpt_ms: float, than: bool = False) -> str:
     """How undo/redo compares (within 15 % counts as a tie), in words that stay right whichever way it goes."""
     r = undo_ms / ckpt_ms
+    suffix = "-than" if than else ""
     if r >= 1.15:
-        return f"{r:.1f}× slower" + (" than" if than else "")
+        return fill(PAGE, "slower" + suffix, times=f"{r:.1f}")
     if r <= 1 / 1.15:
-        return f"{1 / r:.1f}× faster" + (" than" if than else "")
-    return "about as fast" + (" as" if than else "")
+        return fill(PAGE, "faster" + suffix, times=f"{1 / r:.1f}")
+    return fill(PAGE, "tie" + suffix)
+
+
+def _table(head: str, rows: list[str]) -> str:
+    """A markdown table: its header block of the template, then the rows."""
+    return "\n".join([fill(PAGE, head), *rows])
 
 
 def section(result: dict[str, Any]) -> str:
     s, m = result["settings"], result["machine"]
-    lines = [
-        "## Reconciliation: checkpoint/redo vs undo/redo",
-        "",
-        "*Paper: SIGMOD'05 §6.3 (Figure 7, Table 2). Measured in process with `python -m bench.borealis.reconcile"
-        f"{' --quick' if result['quick'] else ''}`, no Kafka, on {m['cores']} × {m['cpu']}, Python {m['python']}; "
-        f"took {result['elapsed_s']:.0f} s.*",
-        "",
-        "When a failure heals, a replica goes back to its state from before the failure and redoes the stable "
-        "version of its input. *Checkpoint/redo* takes `NodePipeline.snapshot()` (a pickle of every operator's "
-        "state) on the first tentative tuple and `restore()`s it. *Undo/redo* sets a mark in the operators' "
-        "input logs, and `undo()` clears each operator and replays its log from the stream markers up to the "
-        "mark. Both then redo the corrected tuples. There are two workloads, with input time advancing 1 ms per "
-        "tuple:",
-        "",
-        "- a two-input windowed join, the paper's workload. Its state is S tuples.",
-        "- a keyed sliding-window aggregate. Undo replays the ~S input tuples of the oldest open window, but a "
-        "checkpoint copies only the ~S/5 accumulators.",
-        "",
-        f"Reconciliation times are medians of {s['repeat']} repeats. The *GC off* column repeats the revert "
-        "step once with CPython's cyclic garbage collector disabled.",
-        "",
-        f"**Reconciliation time vs state size** ({s['failure_tuples']:,} tuples to redo), ms:",
-        "",
-        "| workload | S (tuples) | checkpoint: restore + redo | undo: undo + redo | undo/redo is | revert, GC off: restore / undo |",
-        "|---|---:|---:|---:|---|---:|",
-    ]
+    state_rows = []
     for kind, rows in result["state_sweep"].items():
         for r in rows:
             ck, un = r["checkpoint"], r["undo"]
-            lines.append(
+            state_rows.append(
                 f"| {kind} | {r['held_tuples']:,} | {_ms(ck['revert_ms'])} + {_ms(ck['redo_ms'])} = "
                 f"**{_ms(ck['total_ms'])}** | {_ms(un['revert_ms'])} + {_ms(un['redo_ms'])} = "
                 f"**{_ms(un['total_ms'])}** | {_ratio(un['total_ms'], ck['total_ms'])} | "
                 f"{_ms(ck['revert_nogc_ms'])} / {_ms(un['revert_nogc_ms'])} |"
             )
-    lines += [
-        "",
-        f"**Reconciliation time vs tuples to redo** (S = {s['redo_state']:,}), ms:",
-        "",
-        "| workload | tuples to redo | checkpoint/redo | undo/redo | undo/redo is |",
-        "|---|---:|---:|---:|---|",
-    ]
+    redo_rows = []
     for kind, rows in result["redo_sweep"].items():
         for r in rows:
             ck, un = r["checkpoint"]["total_ms"], r["undo"]["total_ms"]
-            lines.append(f"| {kind} | {r['failure_tuples']:,} | {_ms(ck)} | {_ms(un)} | {_ratio(un, ck)} |")
-    lines += [
-        "",
-        "**Failure-free cost** per input tuple, in CPU µs. The input log is the median paired difference "
-        f"between `undo=True` and `undo=False` pipelines over {s['feed_pairs']} alternating runs of "
-        f"{FEED_RUN:,} tuples (± half the interquartile range). The checkpoint is one `snapshot()` per "
-        f"{s['checkpoint_interval_ms']} ms at {s['ref_rate']:,} tuples/s:",
-        "",
-        "| workload | S | operators alone | undo/redo: input log | checkpoint/redo: snapshot | one snapshot (ms / bytes) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+            redo_rows.append(f"| {kind} | {r['failure_tuples']:,} | {_ms(ck)} | {_ms(un)} | {_ratio(un, ck)} |")
+    feed_rows = []
     for kind, rows in result["state_sweep"].items():
         for r in rows:
             if "undo_log_us" in r:
                 ck = r["checkpoint"]
-                lines.append(
+                feed_rows.append(
                     f"| {kind} | {r['held_tuples']:,} | {r['feed_us_checkpoint']:.2f} | {r['undo_log_us']:+.2f} "
                     f"± {r['undo_log_iqr_us'] / 2:.2f} | +{r['checkpoint_us']:.2f} | {_ms(ck['snapshot_ms'])} / "
                     f"{ck['snapshot_bytes']:,} |"
                 )
-    lines += [
-        "",
-        "**SUnion and SOutput** beside the operators. These figures come from `bench/dpc_cost.py`, in CPU µs per "
-        "input tuple, failure-free:",
-        "",
-        "| node | operators | node step (SUnion + operators + SOutput) | DPC overhead | SUnion | SOutput |",
-        "|---|---:|---:|---:|---:|---:|",
+    dpc_rows = [
+        f"| {name} | {r['operators_us']:.2f} | {r['node_step_us']:.2f} | {r['dpc_overhead_us']:.2f} | "
+        f"{r['sunion_us']:.2f} | {r['soutput_us']:.2f} |"
+        for name, r in result["dpc_cost"].items()
     ]
-    for name, r in result["dpc_cost"].items():
-        lines.append(
-            f"| {name} | {r['operators_us']:.2f} | {r['node_step_us']:.2f} | {r['dpc_overhead_us']:.2f} | "
-            f"{r['sunion_us']:.2f} | {r['soutput_us']:.2f} |"
+    return (
+        fill(
+            PAGE,
+            "section",
+            quick_flag=fill(PAGE, "quick-flag") if result["quick"] else "",
+            cores=m["cores"],
+            cpu=m["cpu"],
+            python=m["python"],
+            elapsed=f"{result['elapsed_s']:.0f}",
+            repeat=s["repeat"],
+            failure_tuples=f"{s['failure_tuples']:,}",
+            state_table=_table("state-table", state_rows),
+            redo_state=f"{s['redo_state']:,}",
+            redo_table=_table("redo-table", redo_rows),
+            feed_pairs=s["feed_pairs"],
+            feed_run=f"{FEED_RUN:,}",
+            checkpoint_interval_ms=s["checkpoint_interval_ms"],
+            ref_rate=f"{s['ref_rate']:,}",
+            feed_table=_table("feed-table", feed_rows),
+            dpc_table=_table("dpc-table", dpc_rows),
+            comparison=_comparison(result),
         )
-    lines += ["", *_comparison(result), "", "![checkpoint/redo vs undo/redo](borealis_reconcile.png)", ""]
-    return "\n".join(lines)
+        + "\n"
+    )
 
 
 def _slope(rows: list[dict[str, Any]], method: str, x: str, part: str = "total_ms") -> float:
@@ -640,93 +621,74 @@ def _per(row: dict[str, Any], method: str) -> float:
     return row[method]["revert_ms"] * 1e3 / max(1, row["held_tuples"])
 
 
-def _comparison(result: dict[str, Any]) -> list[str]:
+def _comparison(result: dict[str, Any]) -> str:
     st, rd, s = result["state_sweep"], result["redo_sweep"], result["settings"]
     j, w = st["join"], st["window"]
     jl, wl = j[-1], w[-1]
     ref = {k: next((r for r in rows if r["state"] == REF_STATE and "undo_log_us" in r), None) for k, rows in st.items()}
     dc = result["dpc_cost"]
+    premise = "premise-cpython" if jl["undo"]["total_ms"] < 1.5 * jl["checkpoint"]["total_ms"] else "premise-paper"
     out = [
-        "### Compared with the paper",
-        "",
-        "The paper models the two methods in its Table 2:",
-        "",
-        "- checkpoint/redo: `S·p_copy + (D + L/2)·λ·p_proc`",
-        "- undo/redo: `S·(p_comp + p_proc) + (D + L/2)·λ·(p_comp + p_proc)`",
-        "",
-        'It finds that both grow linearly with S and with Dλ. Undo/redo is slower "primarily because it must rebuild '
-        'the state of the query network (S·p_proc) rather than recopy it (S·p_copy)", and checkpoint/redo still wins '
-        "at a small state. (The repository's copy of the paper lost its digits, so its absolute figures are not "
-        "quoted here. The comparison is of shapes and ratios.)",
-        "",
-        f"- **State size, join.** Per state tuple, restoring (hastream's p_copy, which is unpickling) costs "
-        f"{_per(j[0], 'checkpoint'):.2f} µs at S = {j[0]['held_tuples']:,} and {_per(jl, 'checkpoint'):.2f} µs at "
-        f"S = {jl['held_tuples']:,}. Rebuilding (p_proc, replaying through the join) costs {_per(j[0], 'undo'):.2f} "
-        f"and {_per(jl, 'undo'):.2f} µs. At the largest state, undo/redo is "
-        f"{_ratio(jl['undo']['total_ms'], jl['checkpoint']['total_ms'], True)} checkpoint/redo. "
-        + (
-            "The paper's premise is that copying a tuple is much cheaper than processing it, and in CPython it is "
-            "not. Unpickling a join tuple rebuilds a dict, a tuple and a deque entry one object at a time, which "
-            "costs nearly as much as running the join's Python code on it. "
-            if jl["undo"]["total_ms"] < 1.5 * jl["checkpoint"]["total_ms"]
-            else "This matches the paper: copying a tuple back is cheaper than processing it again. "
-        )
-        + "Both reverts build many fresh objects, and those feed the cyclic garbage collector. With the collector "
-        f"off, the restore takes {_ms(jl['checkpoint']['revert_nogc_ms'])} ms instead of "
-        f"{_ms(jl['checkpoint']['revert_ms'])} ms, and the undo {_ms(jl['undo']['revert_nogc_ms'])} ms instead of "
-        f"{_ms(jl['undo']['revert_ms'])} ms.",
-        f"- **State size, window.** At S = {wl['held_tuples']:,}, undo/redo is "
-        f"{_ratio(wl['undo']['total_ms'], wl['checkpoint']['total_ms'], True)} checkpoint/redo. Per state tuple, "
-        f"restoring costs {_per(w[0], 'checkpoint'):.2f} → {_per(wl, 'checkpoint'):.2f} µs and rebuilding "
-        f"{_per(w[0], 'undo'):.2f} → {_per(wl, 'undo'):.2f} µs, from the smallest to the largest state. The "
-        "checkpoint holds aggregates (S/5 accumulators), while undo must replay every input tuple of the oldest "
-        "open window, and each tuple updates 4 overlapping windows. This is the paper's result, made stronger by "
-        'aggregation. The paper\'s single "state size" becomes two numbers here.',
-        "- **Shape.** The paper reports that reconciliation time increases linearly with S. Here the cost per "
-        "state tuple grows with S, so reconciliation time grows somewhat faster than S. The garbage collector "
-        "accounts for part of that, because it walks a larger heap (see the GC-off column). The rest is "
-        "probably CPU cache misses on larger dicts.",
-        f"- **Tuples to redo** (S = {s['redo_state']:,}). Each redone tuple costs "
-        f"{_slope(rd['join'], 'checkpoint', 'failure_tuples'):.2f} µs (checkpoint) vs "
-        f"{_slope(rd['join'], 'undo', 'failure_tuples'):.2f} µs (undo) for the join, and "
-        f"{_slope(rd['window'], 'checkpoint', 'failure_tuples'):.2f} vs {_slope(rd['window'], 'undo', 'failure_tuples'):.2f} µs "
-        "for the window. The two methods converge as Dλ grows, which is what the model predicts at a small S. "
-        "The paper still saw checkpoint/redo ahead here, because its stream markers were only computed when the "
-        "join processed new tuples, which left an extra L/2·λ tuples to replay. hastream's `mark()` trims the log "
-        "to exact markers, so that penalty is gone. What remains is the replay of the S state tuples, which "
-        "only matters when Dλ is small.",
+        fill(
+            PAGE,
+            "join",
+            restore_small=f"{_per(j[0], 'checkpoint'):.2f}",
+            small=f"{j[0]['held_tuples']:,}",
+            restore_large=f"{_per(jl, 'checkpoint'):.2f}",
+            large=f"{jl['held_tuples']:,}",
+            rebuild_small=f"{_per(j[0], 'undo'):.2f}",
+            rebuild_large=f"{_per(jl, 'undo'):.2f}",
+            ratio=_ratio(jl["undo"]["total_ms"], jl["checkpoint"]["total_ms"], True),
+            premise=fill(PAGE, premise) + " ",
+            restore_nogc=_ms(jl["checkpoint"]["revert_nogc_ms"]),
+            restore_ms=_ms(jl["checkpoint"]["revert_ms"]),
+            undo_nogc=_ms(jl["undo"]["revert_nogc_ms"]),
+            undo_ms=_ms(jl["undo"]["revert_ms"]),
+        ),
+        fill(
+            PAGE,
+            "window",
+            large=f"{wl['held_tuples']:,}",
+            ratio=_ratio(wl["undo"]["total_ms"], wl["checkpoint"]["total_ms"], True),
+            restore_small=f"{_per(w[0], 'checkpoint'):.2f}",
+            restore_large=f"{_per(wl, 'checkpoint'):.2f}",
+            rebuild_small=f"{_per(w[0], 'undo'):.2f}",
+            rebuild_large=f"{_per(wl, 'undo'):.2f}",
+        ),
+        fill(PAGE, "shape"),
+        fill(
+            PAGE,
+            "redo",
+            redo_state=f"{s['redo_state']:,}",
+            join_checkpoint=f"{_slope(rd['join'], 'checkpoint', 'failure_tuples'):.2f}",
+            join_undo=f"{_slope(rd['join'], 'undo', 'failure_tuples'):.2f}",
+            window_checkpoint=f"{_slope(rd['window'], 'checkpoint', 'failure_tuples'):.2f}",
+            window_undo=f"{_slope(rd['window'], 'undo', 'failure_tuples'):.2f}",
+        ),
     ]
-    if ref.get("join") and ref.get("window"):
-        rj, rw = ref["join"], ref["window"]
+    rj, rw = ref.get("join"), ref.get("window")
+    if rj and rw:
         out.append(
-            f"- **Failure-free cost.** At S = {REF_STATE:,}, the undo log costs {rj['undo_log_us']:+.2f} µs per tuple "
-            f"(join) and {rw['undo_log_us']:+.2f} µs (window), beside {rj['feed_us_checkpoint']:.2f} µs and "
-            f"{rw['feed_us_checkpoint']:.2f} µs for the operators: the log is little more than a list append. "
-            f"A snapshot every {s['checkpoint_interval_ms']} ms at {s['ref_rate']:,} tuples/s costs "
-            f"{rj['checkpoint_us']:.2f} µs per tuple for the join ({_ms(rj['checkpoint']['snapshot_ms'])} ms per "
-            f"snapshot, during which the node's loop is blocked) and {rw['checkpoint_us']:.2f} µs for the window. "
-            "As in the paper, checkpoints are the expensive failure-free cost once the state is large. Like the "
-            "paper's L = 0 variant, hastream takes the reconciliation checkpoint only when a failure starts. "
-            "Unlike the paper, it also persists a checkpoint every `checkpoint_interval`, for restarts after "
-            "kill -9 (the paper leaves crash recovery to convergent operators). Writing that checkpoint to Kafka "
-            "is not counted here."
-        )
-    if dc:
-        fm = dc.get("filter+map")
-        if fm:
-            out.append(
-                f"- **SUnion and SOutput.** They add {fm['dpc_overhead_us']:.2f} µs per tuple to a filter+map node "
-                f"(operators {fm['operators_us']:.2f} µs), and about as much to the window nodes. Nearly all of "
-                "it is SUnion, which buffers each tuple in a bucket and sorts it. The paper reports SUnion's cost "
-                "as latency: serialization waits for a bucket's boundary, so the delay grows with the boundary "
-                "interval (its Table 3). It calls the other overheads (checking tuple types, SOutput remembering "
-                "the last stable tuple) negligible, which SOutput's figure here confirms."
+            fill(
+                PAGE,
+                "failure-free",
+                ref_state=f"{REF_STATE:,}",
+                join_log=f"{rj['undo_log_us']:+.2f}",
+                window_log=f"{rw['undo_log_us']:+.2f}",
+                join_feed=f"{rj['feed_us_checkpoint']:.2f}",
+                window_feed=f"{rw['feed_us_checkpoint']:.2f}",
+                checkpoint_interval_ms=s["checkpoint_interval_ms"],
+                ref_rate=f"{s['ref_rate']:,}",
+                join_checkpoint=f"{rj['checkpoint_us']:.2f}",
+                join_snapshot=_ms(rj["checkpoint"]["snapshot_ms"]),
+                window_checkpoint=f"{rw['checkpoint_us']:.2f}",
             )
-    out.append(
-        "- **Absolute times** are not comparable with a 2005 C++ engine on a Pentium IV. Here the copy and the "
-        "replay both run in CPython, on a 2-core VM shared with other work."
-    )
-    return out
+        )
+    fm = dc.get("filter+map") if dc else None
+    if fm:
+        out.append(fill(PAGE, "sunion", overhead=f"{fm['dpc_overhead_us']:.2f}", operators=f"{fm['operators_us']:.2f}"))
+    out.append(fill(PAGE, "absolute"))
+    return fill(PAGE, "comparison", bullets="\n".join(out))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.borealis.chain import POLICIES, RunConfig, outlier_note, over_x_note, repeat_note, run_series, verdict
-from bench.borealis.common import footer, md_table, pyplot, save_figure, seconds
+from bench.borealis.common import fill, footer, md_table, pyplot, save_figure, seconds
 
-TITLE = "Single node: varying αX, and varying the failure duration"
+PAGE = "single_node"  # docs/templates/single_node.md: the section's text
 FIGURE = "borealis_single.png"
 ALPHA = 0.9
 COLOURS = {"Process & Process": "#2a7ab9", "Delay & Delay": "#e08a2c", "Process & Suspend": "#9b3fb5"}
@@ -168,65 +168,58 @@ def section(result: dict[str, Any]) -> str:
     ok = lambda rs: [r for r in rs if "error" not in r]  # noqa: E731
     a_runs, d_runs = ok(result["alpha_x_runs"]), ok(result["duration_runs"])
     ax_line = "; ".join(
-        f"{p}: "
-        + ", ".join(
-            f"{r['delay_new_s']:.1f} s at {r['config']['alpha_x_s']:.2g}" for r in a_runs if r["config"]["policy"] == p
+        fill(
+            PAGE,
+            "alpha-x-policy",
+            policy=p,
+            points=", ".join(
+                fill(PAGE, "alpha-x-point", delay=f"{r['delay_new_s']:.1f}", alpha_x=f"{r['config']['alpha_x_s']:.2g}")
+                for r in a_runs
+                if r["config"]["policy"] == p
+            ),
         )
         for p in s["alpha_x_policies"]
     )
     d_line = ", ".join(
-        f"{r['n_tentative']} after {r['config']['fault_s']:g} s"
+        fill(PAGE, "duration-point", count=r["n_tentative"], failure_s=f"{r['config']['fault_s']:g}")
         for r in d_runs
         if r["config"]["policy"] == "Process & Process"
     )
     rate = a_runs[0]["config"]["rate"] if a_runs else 100
-    n_expect = f"{s['alpha_x_failure_s']:g} s × 2 × {rate} = {round(s['alpha_x_failure_s'] * 2 * rate)} in (a)"
+    n_expect = fill(
+        PAGE,
+        "expected",
+        failure_s=f"{s['alpha_x_failure_s']:g}",
+        rate=rate,
+        count=round(s["alpha_x_failure_s"] * 2 * rate),
+    )
     tb = md_table(
         ["policy", "failure (s)", "Delay_new (s)", "N_tentative", "eventually consistent"],
         _rows(result["duration_runs"], "fault_s"),
     )
-    return f"""## {TITLE}
-
-![single node]({FIGURE})
-
-**Setup.** A chain of one node (SUnion over s1, s2, s3, then a filter), two replicas, the client
-following the best one. (a) s2 is cut off for {s["alpha_x_failure_s"]:.0f} s while αX takes
-{", ".join(f"{v:g}" for v in s["alpha_x"])} s (α = {ALPHA}, X = αX / α); (b) X = {s["x_ms"] / 1000:.0f} s and
-the failure lasts {", ".join(f"{v:g}" for v in s["durations"])} s. One run per point{" (quick mode)" if result["quick"] else ""}.
-
-(a) varying αX
-
-{ta}
-
-(b) varying the failure duration
-
-{tb}
-
-**The paper** (section 7.1; the digits of its numbers are unreadable in our copy, so only the
-shapes are quoted): varying αX against a fixed failure, "with Process, as soon as the initial
-delay is small compared with the failure duration, the node has time to catch-up and produces a
-number of tentative tuples almost proportional to the failure duration. The N_tentative graph
-approximates a step function. In contrast, Delay reduces the number of tentative tuples
-proportionally to αX. With both approaches, Delay_new increases linearly with αX." Varying the
-failure: every combination blocks for failures shorter than αX and produces no tentative tuple;
-Process & Process keeps "the maximum delay always ... below αX independently of failure
-duration" but "produces the most tentative tuples"; Process & Suspend breaks Delay_new < X once
-reconciliation lasts longer than X.
-
-**Ours, and why it differs.**
-- *Blocking first, as in the paper.* Delay_new follows αX for both policies ({ax_line}), and
-  a failure shorter than αX gives no tentative tuple at all: its Delay_new is the failure
-  itself.
-- *Process: a step, as in the paper.* Once αX is below the failure, the client gets about
-  failure × 2 live inputs × rate = {n_expect} tentative tuples, flat in αX: the tuples a node
-  blocked for αX go out tentatively when it stops blocking, so only the failure's length
-  counts. N_tentative grows linearly with the failure duration ({d_line}).
-- {_delay_reading(a_runs, s["alpha_x_failure_s"])}
-- *Process & Suspend keeps Delay_new near αX.* Reconciling this node re-runs a few thousand
-  buffered tuples in tens of milliseconds, so suspending new tuples meanwhile never comes
-  close to X even after a 30 s failure. The paper's node re-ran a join at 2005 speed and a
-  higher rate, and broke X once reconciliation outlasted it.
-{outlier_note(result["alpha_x_runs"] + result["duration_runs"])}{over_x_note(d_runs)}{repeat_note(a_runs + d_runs)}"""
+    notes = (
+        outlier_note(result["alpha_x_runs"] + result["duration_runs"])
+        + over_x_note(d_runs)
+        + repeat_note(a_runs + d_runs)
+    )
+    return fill(
+        PAGE,
+        "section",
+        figure=FIGURE,
+        failure_s=f"{s['alpha_x_failure_s']:.0f}",
+        alpha_xs=", ".join(f"{v:g}" for v in s["alpha_x"]),
+        alpha=ALPHA,
+        x_s=f"{s['x_ms'] / 1000:.0f}",
+        durations=", ".join(f"{v:g}" for v in s["durations"]),
+        quick_mode=fill(PAGE, "quick-mode") if result["quick"] else "",
+        table_a=ta,
+        table_b=tb,
+        alpha_x_reading=ax_line,
+        expected=n_expect,
+        duration_reading=d_line,
+        delay_reading=_delay_reading(a_runs, s["alpha_x_failure_s"]),
+        notes=notes,
+    )
 
 
 def _delay_reading(runs: list[dict[str, Any]], failure_s: float) -> str:
@@ -238,21 +231,17 @@ def _delay_reading(runs: list[dict[str, Any]], failure_s: float) -> str:
         if p == "Delay & Delay" and ax < failure_s and ("Process & Process", ax) in by
     ]
     if not pairs:
-        return "*Delay* was not run against Process in this mode."
+        return fill(PAGE, "delay-not-run")
     cells = ", ".join(
-        f"{d} vs {pr} at αX = {ax:.2g} s (≈ {max(0, round((failure_s - ax) * 2 * rate))} expected)"
+        fill(
+            PAGE,
+            "delay-pair",
+            delay=d,
+            process=pr,
+            alpha_x=f"{ax:.2g}",
+            expected=max(0, round((failure_s - ax) * 2 * rate)),
+        )
         for ax, pr, d, rate in pairs
     )
     saves = all(d < pr for _, pr, d, _ in pairs)
-    if saves:
-        return (
-            f"*Delay saves tentative tuples in proportion to αX, as in the paper* (Delay vs Process: {cells}). "
-            "The client sees tentative results only αX after the failure starts, about (failure − αX) × 2 × "
-            "rate of them, and the buckets the node still holds when the failure heals leave STABLE once it "
-            "has reconciled. The price is Delay_new, which stays at αX for every new tuple of the failure."
-        )
-    return (
-        f"*Delay does not always save tentative tuples here* (Delay vs Process: {cells}). Where it does not, "
-        "the held buckets went out tentatively before the node's turn to reconcile came: staggered "
-        "reconciliation made the node wait longer than αX."
-    )
+    return fill(PAGE, "delay-saves" if saves else "delay-does-not-save", pairs=cells)
