@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable
 
 from services.core.tuples import TupleType
+from services.dpc.scheme import DpcScheme
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import SUnion
 from services.node.loop import NodeService
@@ -38,6 +39,12 @@ STABLE = TupleType.STABLE
 def _batches(records: list[dict[str, Any]], batch: int) -> list[list[tuple[dict[str, Any], int]]]:
     items = [(r, r["ts"]) for r in records]
     return [items[i : i + batch] for i in range(0, len(items), batch)]
+
+
+def dpc_scheme(svc: NodeService) -> DpcScheme:
+    """The node's recovery scheme, which is DPC's for every node these benchmarks build."""
+    assert isinstance(svc.scheme, DpcScheme), f"{svc.group_id} runs {type(svc.scheme).__name__}, not DPC"
+    return svc.scheme
 
 
 def _cpu(fn: Callable[[], None], repeat: int) -> float:
@@ -57,14 +64,14 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
 
     def operators_only() -> None:
         svc = NodeService(spec, node, 0, 0, _settings())
-        entry, drain = svc.scheme.entries[0], svc.pipeline.drain
+        entry, drain = dpc_scheme(svc).entries[0], svc.pipeline.drain
         for items in batches:
             entry(items)
             drain()
 
     def node_step() -> None:
         svc = NodeService(spec, node, 0, 0, _settings())
-        scheme = svc.scheme
+        scheme = dpc_scheme(svc)
         su, step, queues = scheme.sunion, scheme.after_batch, list(svc.outputs.queues.values())
         push = su.push
         tid = 0
@@ -93,8 +100,9 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
     # SOutput numbers what the operators emit: collect that once, then time the numbering.
     svc = NodeService(spec, node, 0, 0, _settings())
     produced: list[list] = []
+    entry = dpc_scheme(svc).entries[0]
     for items in batches:
-        svc.scheme.entries[0](items)
+        entry(items)
         produced.extend(list(v) for v in svc.pipeline.drain().values())
     out_tuples = sum(len(p) for p in produced)
 

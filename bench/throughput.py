@@ -76,7 +76,7 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, Producer, TopicPartition
 from rich.console import Console
@@ -250,7 +250,9 @@ def _run_bare(job: Job, st: Settings) -> dict[str, Any]:
     consumed, first, last, last_report = 0, None, None, 0.0
     idle_since = time.monotonic()
     batch, timeout = st.batch_size, st.poll_timeout_ms / 1000
-    produce, out_topic = p.produce, job.out_topic
+    # Typed loosely: the messages' fields are never None here, and the loop must not pay for saying so.
+    produce: Callable[..., None] = p.produce
+    out_topic = job.out_topic
     try:
         while consumed < job.stop_after:
             msgs = consumer.poll_batch(batch, timeout)  # the node's batching, so only the middle differs
@@ -268,7 +270,9 @@ def _run_bare(job: Job, st: Settings) -> dict[str, Any]:
             last = time.time()
             p.flush()
             m = msgs[-1]
-            c.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)], asynchronous=True)
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            assert topic is not None and partition is not None and offset is not None
+            c.commit(offsets=[TopicPartition(topic, partition, offset + 1)], asynchronous=True)
             consumed += len(msgs)
             if now - last_report > 0.2:
                 _report("progress", consumed=consumed)
@@ -301,18 +305,19 @@ class PassThroughUnion(SUnion):
 
 def _run_node(job: Job, st: Settings) -> dict[str, Any]:
     """The node under test: the real NodeService.run loop, observed by wrapping three of its calls."""
+    from bench.dpc_cost import dpc_scheme
     from services.node.loop import NodeService
 
     spec = parse_spec(job.spec_text, source="<bench>")
     svc = NodeService(spec, job.node, 0, 0, st)
-    scheme = svc.scheme
+    scheme = dpc_scheme(svc)
     if job.passthrough:
         scheme.sunion = PassThroughUnion(len(svc.inputs.ports), spec.dpc.bucket, svc.plan.delay_s)
     seen: dict[str, float | None] = {"first_at": None, "last_at": None, "report": 0.0}
     open_inputs, before_batch, flush = svc.inputs.open, scheme.before_batch, svc.outputs.flush
 
-    def metered_open(*args: Any) -> None:
-        open_inputs(*args)  # clients are up, input assigned: the node is about to poll
+    def metered_open(consumer: BatchConsumer, offsets: dict[str, int]) -> None:
+        open_inputs(consumer, offsets)  # clients are up, input assigned: the node is about to poll
         _report("ready")
 
     def metered_batch(msgs: list, now: float) -> None:
@@ -335,7 +340,10 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
             seen["last_at"] = time.time()
         return n
 
-    svc.inputs.open, scheme.before_batch, svc.outputs.flush = metered_open, metered_batch, metered_flush  # type: ignore[method-assign]
+    # Observing the node means replacing three of its methods on these instances.
+    svc.inputs.open = metered_open  # type: ignore[method-assign]
+    scheme.before_batch = metered_batch  # type: ignore[method-assign]
+    svc.outputs.flush = metered_flush  # type: ignore[method-assign]
     prof = cProfile.Profile() if job.profile_out else None
     if prof:
         prof.enable()
@@ -463,7 +471,7 @@ def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
                     out.append(OutMsg(ts, t.value, tid, stime, m.value()))
                 except HeaderError:
                     out.append(OutMsg(ts, "?", -1, -1, m.value()))
-                last = m.offset()
+                last = m.offset() or 0
         if last < high - 1:
             raise RuntimeError(f"read {topic} only up to offset {last} of {high - 1}")
         return out
@@ -551,6 +559,14 @@ def summarize_runs(rs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+class Tasks(Protocol):
+    """Where a ``Bench`` reports progress: a rich ``Progress``, or anything with its two calls."""
+
+    def add_task(self, description: str, *, total: float | None = ...) -> Any: ...
+
+    def update(self, task_id: Any, /, *, completed: float | None = ...) -> None: ...
+
+
 class Bench:
     """One benchmark run: a broker, the pre-loaded input, the runs and the figures."""
 
@@ -569,7 +585,7 @@ class Bench:
 
     # -- phase 1: throughput on a pre-loaded input ----------------------------------
 
-    def preload(self, progress: Progress) -> tuple[str, int]:
+    def preload(self, progress: Tasks) -> tuple[str, int]:
         """Write the throughput input, with boundaries as a DPC source sends them; returns the
         topic and its message count (data tuples plus boundaries)."""
         n = self.args.tuples
@@ -599,7 +615,7 @@ class Bench:
         source: str,
         messages: int,
         i: int,
-        progress: Progress,
+        progress: Tasks,
         profile_out: str = "",
         bucket_ms: int | None = None,
         passthrough: bool = False,
@@ -633,7 +649,7 @@ class Bench:
     # -- phase 2: latency at a fixed input rate ------------------------------------
 
     def paced_run(
-        self, processor: str, progress: Progress, bucket_ms: int | None = None, passthrough: bool = False
+        self, processor: str, progress: Tasks, bucket_ms: int | None = None, passthrough: bool = False
     ) -> dict[str, Any]:
         rate, secs = self.args.rate, self.args.paced_seconds
         total = int(rate * secs)
@@ -713,7 +729,7 @@ class Bench:
 
     # -- phase 3: CPU cost of SUnion and SOutput, in process ------------------------
 
-    def dpc_cost(self, progress: Progress) -> dict[str, dict[str, Any]]:
+    def dpc_cost(self, progress: Tasks) -> dict[str, dict[str, Any]]:
         from bench.dpc_cost import measure
 
         task = progress.add_task("DPC cost (in process)", total=2)
@@ -865,7 +881,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if p != "bare":
                 results[p]["restart_images_per_run"] = [r["restart_images"] for r in rs]
         base = results["bare"]
-        for p, r in results.items():
+        for r in results.values():
             r["ratio"] = r["tuples_per_s"] / base["tuples_per_s"]
             if r["latency"]:
                 r["latency"]["p50_ratio"] = r["latency"]["p50_ms"] / base["latency"]["p50_ms"]
@@ -875,7 +891,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.profile:
             _print_profile(PROFILE_OUT)
         st = bench.settings
-        dpc = _job("filter+map", "cfg", "cfg_in", bootstrap, 0, 0)[1].dpc  # type: ignore[union-attr]
+        cfg_spec = _job("filter+map", "cfg", "cfg_in", bootstrap, 0, 0)[1]
+        assert cfg_spec is not None
+        dpc = cfg_spec.dpc
         doc = {
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": _machine(bool(args.bootstrap)),
@@ -979,7 +997,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2))
     tps = [res[n]["tuples_per_s"] / 1000 for n in names]
     bars = a.bar(names, tps, color=colours)
-    for bar, n in zip(bars, names):
+    for bar, n in zip(bars, names, strict=True):
         a.annotate(
             f"{res[n]['tuples_per_s'] / 1000:.1f}k\n{res[n]['ratio']:.2f}x",
             (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -994,7 +1012,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     x = range(len(lat))
     for off, q, colour in ((-0.2, "p50", "#2a7ab9"), (0.2, "p99", "#e08a2c")):
         vals = [res[n]["latency"][f"{q}_ms"] for n in lat]
-        for bar, v in zip(b.bar([i + off for i in x], vals, width=0.4, label=q, color=colour), vals):
+        for bar, v in zip(b.bar([i + off for i in x], vals, width=0.4, label=q, color=colour), vals, strict=True):
             b.annotate(
                 f"{v:.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
             )

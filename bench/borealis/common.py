@@ -63,11 +63,11 @@ class Progress:
         self._update = update or (lambda **_: None)
         self._log = log or (lambda s: None)
         self.total = 0
-        self.done = 0
+        self.done: float = 0
 
     def __call__(self, description: str | None = None, advance: float = 0) -> None:
         if advance:
-            self.done += advance  # type: ignore[assignment]
+            self.done += advance
         kw: dict[str, Any] = {"completed": self.done, "total": max(self.total, self.done) or None}
         if description is not None:
             kw["description"] = description

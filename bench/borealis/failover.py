@@ -355,7 +355,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.8))
     colours = ["#2a7ab9", "#e08a2c", "#6aa84f"]
-    for s, col in zip(result["results"], colours):
+    for s, col in zip(result["results"], colours, strict=False):
         vals = sorted(t["failover_ms"] for t in s["trials"] if "failover_ms" in t)
         if not vals:
             continue
@@ -381,7 +381,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     for j, (name, key, col) in enumerate(parts):
         vals = [s["summary"].get(key, {}).get("p50", 0) for s in result["results"]]
         bars = b.bar([i + (j - 1) * width for i in x], vals, width, label=name, color=col)
-        for bar, v in zip(bars, vals):
+        for bar, v in zip(bars, vals, strict=True):
             b.annotate(
                 f"{v:.0f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8
             )

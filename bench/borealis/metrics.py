@@ -103,7 +103,7 @@ def chain_output(ticks: int, inputs: int, node: int) -> list[dict[str, Any]]:
 
 def compare(got: list[Any], want: list[Any]) -> dict[str, Any]:
     """Equal sequences? With the lengths and the first differing position, so a failure is readable."""
-    first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), None)
+    first = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w), None)
     if first is None and len(got) != len(want):
         first = min(len(got), len(want))
     return {"ok": first is None, "got": len(got), "want": len(want), "first_mismatch": first}

@@ -35,7 +35,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
             )
     progress.plan(len(runs))
     out = run_series("kill", runs, progress)
-    for r, (_, cfg) in zip(out, runs):
+    for r, (_, cfg) in zip(out, runs, strict=True):
         r["where"] = cfg.kill
     return {"quick": quick, "settings": s, "runs": out}
 
@@ -52,7 +52,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         xs = [r["config"]["k"] + (i - 0.5) * width for r in rs]
         label = "kill n1 (head of the client's path)" if where == "head" else "kill nk (the client's replica)"
         bars = a.bar(xs, [r["delay_new_s"] for r in rs], width, color=colour, label=label)
-        for bar, r in zip(bars, rs):
+        for bar, r in zip(bars, rs, strict=True):
             a.annotate(
                 f"{r['n_tentative']} T" + ("" if r["consistent"] else " ✗"),
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -107,7 +107,7 @@ def section(result: dict[str, Any]) -> str:
     table = md_table(
         ["run", "Delay_new (s)", "p99 delay (s)", "N_tentative", "client switches", "eventually consistent"], rows
     )
-    c = next((r["config"] for r in result["runs"] if "error" not in r), {})
+    c: dict[str, Any] = next((r["config"] for r in result["runs"] if "error" not in r), {})
     ok = [r for r in result["runs"] if "error" not in r]
     summary = (
         fill(

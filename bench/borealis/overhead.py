@@ -40,11 +40,11 @@ class _Tasks:
     def __init__(self, progress: Any) -> None:
         self.progress = progress
 
-    def add_task(self, description: str, total: int | None = None) -> int:
+    def add_task(self, description: str, *, total: float | None = None) -> int:
         self.progress(description)
         return 0
 
-    def update(self, task: int, **_: Any) -> None:
+    def update(self, task_id: Any, /, *, completed: float | None = None) -> None:
         pass
 
 
@@ -63,7 +63,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
     bench = Bench(args, bootstrap(), tmp)
     tasks = _Tasks(progress)
     try:
-        source, messages = bench.preload(tasks)  # type: ignore[arg-type]
+        source, messages = bench.preload(tasks)
         progress.advance()
         runs: dict[str, list[dict[str, Any]]] = {}
         for i in range(s["repeat"]):
@@ -71,13 +71,13 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
                 name = _name(proc, plain)
                 runs.setdefault(name, []).append(
                     bench.throughput_run(proc, source, messages, i, tasks, bucket_ms=bucket, passthrough=plain)
-                )  # type: ignore[arg-type]
+                )
                 progress.advance()
         throughput = {name: summarize_runs(rs) for name, rs in runs.items()}
         latency = []
         for bucket, plain in [(DEFAULT_BUCKET_MS, True)] + [(b, False) for b in s["buckets_ms"]]:
             progress(f"latency: {_name(PROCESSOR, plain)} {_variant(bucket, False)}")
-            lat = bench.paced_run(PROCESSOR, tasks, bucket_ms=bucket, passthrough=plain)  # type: ignore[arg-type]
+            lat = bench.paced_run(PROCESSOR, tasks, bucket_ms=bucket, passthrough=plain)
             latency.append({"variant": _name(PROCESSOR, plain), "bucket_ms": None if plain else bucket, **lat})
             progress.advance()
             progress.note(
@@ -85,7 +85,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
                 f"p99 {lat['p99_ms']:.0f} ms"
             )
         progress("SUnion and SOutput in process (no Kafka)")
-        in_process = bench.dpc_cost(tasks)[PROCESSOR]  # type: ignore[arg-type]
+        in_process = bench.dpc_cost(tasks)[PROCESSOR]
         progress.advance()
     finally:
         bench.cleanup()
@@ -165,7 +165,7 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
         color=["#888888", "#2a9d4b", "#2a7ab9"][: len(names)],
     )
     base = tp.get("bare loop", {}).get("tuples_per_s")
-    for bar, n in zip(bars, names):
+    for bar, n in zip(bars, names, strict=True):
         r = tp[n]
         ratio = f"\n{r['tuples_per_s'] / base:.2f}× bare" if base else ""
         b.annotate(

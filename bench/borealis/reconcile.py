@@ -40,13 +40,15 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from rich.progress import Progress
 
 from bench.borealis.common import fill, host
 from services.node.pipeline import NodePipeline
 from services.operators.base import Item
+from services.operators.join import WindowJoin
+from services.operators.window import WindowAggregate
 from services.spec import Spec, parse_spec
 from services.spec.plan import plan_node
 
@@ -58,7 +60,20 @@ REF_RATE = 10_000  # tuples/s for the per-tuple overhead figures (a 10 s window 
 REF_STATE = 100_000
 FEED_RUN = 5_000  # tuples per timed run when measuring the failure-free feed cost
 
-QUICK = {
+
+class Sweep(TypedDict):
+    """What one run measures: state sizes, tuples to redo, repeats."""
+
+    sizes: list[int]
+    redo_state: int
+    redo: list[int]
+    failure_tuples: int
+    repeat: int
+    feed_pairs: int
+    dpc_cost_tuples: int
+
+
+QUICK: Sweep = {
     "sizes": [1_000, 10_000, 100_000],
     "redo_state": 1_000,
     "redo": [1_000, 10_000, 50_000],
@@ -67,7 +82,7 @@ QUICK = {
     "feed_pairs": 20,
     "dpc_cost_tuples": 20_000,
 }
-FULL = {
+FULL: Sweep = {
     "sizes": [1_000, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000],
     "redo_state": 1_000,
     "redo": [1_000, 3_000, 10_000, 30_000, 100_000],
@@ -173,22 +188,23 @@ def _feed(p: NodePipeline, batches: list[tuple[str, list[Item]]]) -> int:
     return out
 
 
-def _timed(fn: Callable[[], Any]) -> float:
+def _timed(fn: Callable[..., Any], *args: Any) -> float:
     gc.collect()
     t0 = time.perf_counter()
-    fn()
+    fn(*args)
     return time.perf_counter() - t0
 
 
 def _state_shape(p: NodePipeline) -> dict[str, int]:
     """What the state holds: input tuples (join) or accumulators and tuples since the oldest window (window)."""
     op = next(o for o in p.operators if o.stateful)
-    if hasattr(op, "sides"):
-        held = sum(len(q) for side in op.sides for q in side.values())  # type: ignore[attr-defined]
+    if isinstance(op, WindowJoin):
+        held = sum(len(q) for side in op.sides for q in side.values())
         return {"held_tuples": held, "items": held}
-    windows = op.windows  # type: ignore[attr-defined]
+    assert isinstance(op, WindowAggregate)
+    windows = op.windows
     accs = sum(len(w) for w in windows.values())
-    span = (op.watermark - min(windows) + 1) if windows else 0  # type: ignore[attr-defined]
+    span = (op.watermark - min(windows) + 1) if windows and op.watermark is not None else 0
     return {"held_tuples": span, "items": accs}
 
 
@@ -227,7 +243,7 @@ def _feed_costs(cursors: dict[str, Cursor], pairs: int, n: int = FEED_RUN) -> di
             t0 = time.perf_counter()
             _feed(c.p, b)
             t[m].append((time.perf_counter() - t0) * 1e6 / n)
-    diff = [u - k for u, k in zip(t["undo"], t["checkpoint"])]
+    diff = [u - k for u, k in zip(t["undo"], t["checkpoint"], strict=True)]
     q = statistics.quantiles(diff, n=4)
     return {
         "feed_us_checkpoint": statistics.median(t["checkpoint"]),
@@ -237,16 +253,20 @@ def _feed_costs(cursors: dict[str, Cursor], pairs: int, n: int = FEED_RUN) -> di
     }
 
 
-def _no_gc(fn: Callable[[], Any]) -> float:
+def _no_gc(fn: Callable[..., Any], *args: Any) -> float:
     """``_timed`` with the cyclic GC off: how much of a revert is the collector walking the new objects."""
     gc.collect()
     gc.disable()
     try:
         t0 = time.perf_counter()
-        fn()
+        fn(*args)
         return time.perf_counter() - t0
     finally:
         gc.enable()
+
+
+def _snapshot_into(p: NodePipeline, out: list[bytes]) -> None:
+    out.append(p.snapshot())
 
 
 def reconcile_checkpoint(c: Cursor, fail: int, repeat: int) -> dict[str, float]:
@@ -257,22 +277,22 @@ def reconcile_checkpoint(c: Cursor, fail: int, repeat: int) -> dict[str, float]:
     snap, restore, redo, size, nogc = [], [], [], 0, 0.0
     for i in range(repeat + 1):
         saved: list[bytes] = []
-        snap.append(_timed(lambda: saved.append(c.p.snapshot())))
+        snap.append(_timed(_snapshot_into, c.p, saved))
         size = len(saved[0])
         b = c.take(fail)
         _feed(c.p, b)  # the tentative run
         if i == repeat:
-            nogc = _no_gc(lambda: c.p.restore(saved[0]))
+            nogc = _no_gc(c.p.restore, saved[0])
             _feed(c.p, b)
             break
-        restore.append(_timed(lambda: c.p.restore(saved[0])))
-        redo.append(_timed(lambda: _feed(c.p, b)))
+        restore.append(_timed(c.p.restore, saved[0]))
+        redo.append(_timed(_feed, c.p, b))
     return {
         "snapshot_ms": statistics.median(snap) * 1e3,
         "snapshot_bytes": size,
         "revert_ms": statistics.median(restore) * 1e3,
         "redo_ms": statistics.median(redo) * 1e3,
-        "total_ms": statistics.median(r + d for r, d in zip(restore, redo)) * 1e3,
+        "total_ms": statistics.median(r + d for r, d in zip(restore, redo, strict=True)) * 1e3,
         "revert_nogc_ms": nogc * 1e3,
     }
 
@@ -287,19 +307,19 @@ def reconcile_undo(c: Cursor, fail: int, repeat: int) -> dict[str, float]:
         mark.append(_timed(c.p.mark))
         b = c.take(fail)
         _feed(c.p, b)
-        logged = sum(len(x) for lg in c.p.logs or () for port, x in lg.entries if port >= 0)  # type: ignore[arg-type]
+        logged = sum(len(x) for lg in c.p.logs or () for port, x in lg.entries if port >= 0 and isinstance(x, list))
         if i == repeat:
             nogc = _no_gc(c.p.undo)
             _feed(c.p, b)
             break
         undo.append(_timed(c.p.undo))
-        redo.append(_timed(lambda: _feed(c.p, b)))
+        redo.append(_timed(_feed, c.p, b))
     return {
         "mark_ms": statistics.median(mark) * 1e3,
         "log_tuples": logged,
         "revert_ms": statistics.median(undo) * 1e3,
         "redo_ms": statistics.median(redo) * 1e3,
-        "total_ms": statistics.median(u + d for u, d in zip(undo, redo)) * 1e3,
+        "total_ms": statistics.median(u + d for u, d in zip(undo, redo, strict=True)) * 1e3,
         "revert_nogc_ms": nogc * 1e3,
     }
 
@@ -506,10 +526,10 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     names = ("operators alone", "+ SUnion & SOutput", "undo/redo: input log", "checkpoint/redo: snapshot every 2 s")
     cols = ("#888888", "#6aa84f", colours["undo"], colours["checkpoint"])
     width = 0.2
-    for j, (nm, col) in enumerate(zip(names, cols)):
+    for j, (nm, col) in enumerate(zip(names, cols, strict=True)):
         vals = [p[j] for p in parts]
         bars = c.bar([i + (j - 1.5) * width for i in x], [0 if v != v else v for v in vals], width, label=nm, color=col)
-        for bar, v in zip(bars, vals):
+        for bar, v in zip(bars, vals, strict=True):
             c.annotate(
                 "n/a" if v != v else f"{v:.2f}",
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
