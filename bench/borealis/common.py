@@ -176,6 +176,17 @@ def save_figure(fig: Any, path: Path, title: str) -> Path:
     return path
 
 
+def save_footnoted(fig: Any, path: Path, title: str, footnote: str) -> Path:
+    """Title above, a footnote (workload and hardware) below; lay out, write and close a figure."""
+    fig.suptitle(title)
+    fig.text(0.01, 0.01, footnote, fontsize=8, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    return path
+
+
 def standalone(
     name: str,
     doc: str | None,

@@ -44,7 +44,7 @@ from typing import Any
 
 from rich.progress import Progress
 
-from bench.borealis.common import fill
+from bench.borealis.common import fill, pyplot, save_footnoted
 from bench.borealis.reconcile import Steps
 from bench.harness import ServiceProcesses
 from bench.workload import BASE_TS, PacedSources, tick_records
@@ -348,11 +348,7 @@ def _footnote(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.8))
     colours = ["#2a7ab9", "#e08a2c", "#6aa84f"]
     for s, col in zip(result["results"], colours, strict=False):
@@ -388,14 +384,8 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     b.set_xticks(list(x), labels)
     b.set(ylabel="ms (median over trials)", title="where the time goes: detection ≈ failure_timeout − heartbeat age")
     b.legend(fontsize=8)
-    fig.suptitle("hastream failover: kill -9 of the replica a client reads (beyond the Borealis paper)")
-    fig.text(0.01, 0.01, _footnote(result), fontsize=8, ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
-    docs_dir.mkdir(parents=True, exist_ok=True)
-    path = docs_dir / "borealis_failover.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    title = "hastream failover: kill -9 of the replica a client reads (beyond the Borealis paper)"
+    return [save_footnoted(fig, docs_dir / "borealis_failover.png", title, _footnote(result))]
 
 
 def section(result: dict[str, Any]) -> str:

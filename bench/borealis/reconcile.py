@@ -44,7 +44,7 @@ from typing import Any, Callable, TypedDict
 
 from rich.progress import Progress
 
-from bench.borealis.common import fill, host
+from bench.borealis.common import fill, host, pyplot, save_footnoted
 from services.node.pipeline import NodePipeline
 from services.operators.base import Item
 from services.operators.join import WindowJoin
@@ -461,54 +461,41 @@ def _footnote(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     colours = {"checkpoint": "#2a7ab9", "undo": "#e08a2c"}
     styles = {"join": "-", "window": "--"}
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.8))
-    for kind, rows in result["state_sweep"].items():
-        xs = [r["held_tuples"] for r in rows]
-        for m in ("checkpoint", "undo"):
-            a.plot(
-                xs,
-                [r[m]["total_ms"] for r in rows],
-                styles[kind],
-                marker="o",
-                color=colours[m],
-                label=f"{m}/redo, {kind}",
-            )
-    a.set(
-        xscale="log",
-        yscale="log",
-        xlabel="state size S (input tuples in the state)",
-        ylabel="reconciliation time (ms)",
-        title=f"vs state size ({result['settings']['failure_tuples']:,} tuples to redo)",
+    sweeps = (
+        (
+            a,
+            "state_sweep",
+            "held_tuples",
+            "state size S (input tuples in the state)",
+            f"vs state size ({result['settings']['failure_tuples']:,} tuples to redo)",
+        ),
+        (
+            b,
+            "redo_sweep",
+            "failure_tuples",
+            "tuples to redo (D·λ)",
+            f"vs tuples to redo (S = {result['settings']['redo_state']:,})",
+        ),
     )
-    a.grid(True, which="both", alpha=0.3)
-    a.legend(fontsize=8)
-    for kind, rows in result["redo_sweep"].items():
-        xs = [r["failure_tuples"] for r in rows]
-        for m in ("checkpoint", "undo"):
-            b.plot(
-                xs,
-                [r[m]["total_ms"] for r in rows],
-                styles[kind],
-                marker="o",
-                color=colours[m],
-                label=f"{m}/redo, {kind}",
-            )
-    b.set(
-        xscale="log",
-        yscale="log",
-        xlabel="tuples to redo (D·λ)",
-        ylabel="reconciliation time (ms)",
-        title=f"vs tuples to redo (S = {result['settings']['redo_state']:,})",
-    )
-    b.grid(True, which="both", alpha=0.3)
-    b.legend(fontsize=8)
+    for ax, sweep, xkey, xlabel, title in sweeps:
+        for kind, rows in result[sweep].items():
+            xs = [r[xkey] for r in rows]
+            for m in ("checkpoint", "undo"):
+                ax.plot(
+                    xs,
+                    [r[m]["total_ms"] for r in rows],
+                    styles[kind],
+                    marker="o",
+                    color=colours[m],
+                    label=f"{m}/redo, {kind}",
+                )
+        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="reconciliation time (ms)", title=title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
     # Failure-free CPU per input tuple at the reference state, window and join.
     ref = {
         k: next((r for r in rows if r["state"] == REF_STATE and "undo_log_us" in r), None)
@@ -542,14 +529,8 @@ def plot(result: dict[str, Any], docs_dir: Path) -> list[Path]:
     top = max((v for p in parts for v in p if v == v), default=1.0)
     c.set_ylim(min(0.0, *(v for p in parts for v in p if v == v)) * 1.2, top * 1.6)
     c.legend(fontsize=8, loc="upper left")
-    fig.suptitle("hastream reconciliation: checkpoint/redo vs undo/redo (Borealis DPC, SIGMOD'05 §6.3)")
-    fig.text(0.01, 0.01, _footnote(result), fontsize=8, ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
-    docs_dir.mkdir(parents=True, exist_ok=True)
-    path = docs_dir / "borealis_reconcile.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    title = "hastream reconciliation: checkpoint/redo vs undo/redo (Borealis DPC, SIGMOD'05 §6.3)"
+    return [save_footnoted(fig, docs_dir / "borealis_reconcile.png", title, _footnote(result))]
 
 
 def _ms(v: float) -> str:
