@@ -144,7 +144,7 @@ def replicas_agree(spec: Spec, bootstrap: str, stream: str = "stats", timeout: f
 
     def agree() -> bool:
         for reader, vs in zip(readers, views, strict=True):
-            for t in reader.poll(timeout=0.05):
+            for t in reader.poll(timeout=0.05, max_messages=10_000):
                 vs[t.partition].apply(t.meta.type, t.meta.id, t.meta.stime, t.value, [])
         finals = {tuple(tuple(map(repr, v.stable)) for v in vs) for vs in views}
         return len(finals) == 1 and any(v.stable for v in views[0])
