@@ -135,7 +135,7 @@ def check_eventual_consistency(run: Run, failure_free: Run) -> None:
         for r in range(2):
             got = run.final(base, r)
             assert len(got) == len(want), f"{base}.r{r}: {len(got)} stable tuples, failure-free run had {len(want)}"
-            for i, (g, w) in enumerate(zip(got, want)):
+            for i, (g, w) in enumerate(zip(got, want, strict=True)):
                 assert g == w, f"{base}.r{r}, stable tuple {i}: {g} != failure-free {w}"
     for key, out in run.recorder.outputs.items():
         assert out.undid_stable() == [], f"{key}: a stable tuple was undone"
