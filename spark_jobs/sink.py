@@ -6,7 +6,7 @@ Per closed (key, window): one STABLE tuple with the window's ``key``/``window_st
 ``ht.id`` dense per output partition (continuing after the last id already in the topic),
 ``ht.stime`` = ``window_end``, ``ht.replica`` = r, ``ht.epoch`` = 0. Within a partition,
 tuples are in (window_end, key) order, the order of the Python window operator. The headers
-are the ones ``services.core.tuples.HeaderWriter`` builds, with id and stime per row.
+are the ones ``services.core.tuples.header_writer`` builds, with id and stime per row.
 
 Restarts
 --------
@@ -32,7 +32,7 @@ from pyspark.sql.window import Window
 
 from services.core.codec import record_fields, schema_json
 from services.core.errors import HeaderError
-from services.core.tuples import H_ID, H_STIME, HeaderWriter, TupleType, parse_headers
+from services.core.tuples import H_ID, H_STIME, HeaderWriter, TupleType, header_writer, parse_headers
 from services.log.tail import last_message
 from spark_jobs.plan import StageError, StagePlan
 
@@ -128,7 +128,7 @@ class BatchWriter:
         self.next_id = {p: (resume[p].next_id if p in resume else 0) for p in range(plan.partitions)}
         self.resume = resume
         self.stats = StageStats(written={p: 0 for p in range(plan.partitions)})
-        self.headers = HeaderWriter(plan.replica)
+        self.headers = header_writer(plan.replica)
         self.out_fields = [(f["name"], spark_type(f["type"]), f.get("default")) for f in record_fields(plan.out_schema)]
         self.value_schema = schema_json(plan.out_schema)
 

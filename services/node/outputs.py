@@ -13,7 +13,7 @@ from confluent_kafka import Message
 from services.core.codec import codec_for
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_encoder
-from services.core.tuples import HeaderWriter, deadletter_headers
+from services.core.tuples import deadletter_headers, header_writer
 from services.dpc.soutput import Out
 from services.spec.plan import OutputPlan
 
@@ -25,7 +25,7 @@ class Outputs:
         self._writers = {
             o.stream: (o.topics[replica], codec_for(o.schema).encode, o.key, key_encoder(o.key_type)) for o in plans
         }
-        self._headers = HeaderWriter(replica, epoch)
+        self._headers = header_writer(replica, epoch)
         self.producer: BatchProducer | None = None
         self.produced = 0
 

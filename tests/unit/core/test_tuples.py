@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from services.core.errors import HeaderError
 from services.core.tuples import (
-    HeaderWriter,
     TupleType,
     deadletter_headers,
+    header_writer,
     make_headers,
     parse_headers,
     peek_type_and_id,
@@ -20,7 +20,7 @@ from services.core.tuples import (
 
 @given(st.sampled_from(list(TupleType)), st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 9))
 def test_written_headers_read_back(ttype: TupleType, tid: int, stime: int, replica: int) -> None:
-    h = HeaderWriter(replica, epoch=7)(ttype, tid, stime)
+    h = header_writer(replica, epoch=7)(ttype, tid, stime)
     assert h == make_headers(ttype, tid, stime, replica, 7)
     assert read_headers(h) == (ttype, tid, stime)
     meta = parse_headers(h)
