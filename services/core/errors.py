@@ -46,7 +46,3 @@ class RestartImageError(HastreamError, ValueError):
 
 class FaultError(HastreamError, LookupError):
     """A fault command that names nothing that can take it."""
-
-
-class ProcessError(HastreamError, RuntimeError):
-    """A local process (broker, Maven, a service) that could not be started or stopped."""

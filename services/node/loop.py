@@ -19,6 +19,7 @@ from services.control.messages import ControlMessage
 from services.control.monitor import ReplicaMonitor
 from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer
+from services.dpc.policies import Reconciliation
 from services.dpc.states import NodeState
 from services.node import restart
 from services.node.outputs import Outputs
@@ -41,7 +42,7 @@ class NodeService:
         self.stats = NodeStats()
         self.running = False
         self.inputs = Inputs(plan.inputs, partition, replica)
-        self.pipeline = NodePipeline(plan, undo=plan.reconciliation == "undo")
+        self.pipeline = NodePipeline(plan, undo=plan.reconciliation is Reconciliation.UNDO)
         self.outputs = Outputs(plan.outputs, partition, replica)
         self.group_id = f"hastream.{plan.spec_name}.{node}.r{replica}.p{partition}"
         self.scheme: RecoveryScheme = build_scheme(self)

@@ -11,7 +11,7 @@ input ports and client views (``services.client.view``) both read through it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
@@ -73,9 +73,9 @@ class ReplicaReader:
 class InputPort(ReplicaReader):
     """A node's input: one stream partition, its SUnion input number and its decoder."""
 
-    stream: str = ""
-    index: int = 0
-    decode: Callable[[bytes | None], Any] = codec_for("reading").decode  # set per input stream
+    stream: str = field(kw_only=True)
+    index: int = field(kw_only=True)  # its SUnion input number
+    decode: Callable[[bytes | None], Any] = field(kw_only=True)  # the stream's Avro decoder
 
 
 class Inputs:
