@@ -43,7 +43,7 @@ def _batches(records: list[dict[str, Any]], batch: int) -> list[list[tuple[dict[
 
 def dpc_scheme(svc: NodeService) -> DpcScheme:
     """The node's recovery scheme, which is DPC's for every node these benchmarks build."""
-    assert isinstance(svc.scheme, DpcScheme), f"{svc.group_id} runs {type(svc.scheme).__name__}, not DPC"
+    assert isinstance(svc.scheme, DpcScheme), f"{svc.name} runs {type(svc.scheme).__name__}, not DPC"
     return svc.scheme
 
 

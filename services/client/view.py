@@ -245,8 +245,8 @@ class StreamView:
         if len(self.topics) == 1 or self.monitor is None:
             return
         for r in self.readers:
-            best = self._choose(r.partition, r.replica)
-            if best != r.replica:
+            best = r.better_replica(self.monitor)
+            if best is not None:
                 self.switch(r.partition, best)
 
     def switch(self, partition: int, replica: int) -> int:

@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 class ControlReader:
     """Follows the control topic from its end: what is sent from now on."""
 
-    def __init__(self, bootstrap: str, topic: str, group_id: str) -> None:
-        self._c = plain_consumer(bootstrap, group_id.removeprefix("hastream."))
+    def __init__(self, bootstrap: str, topic: str, role: str) -> None:
+        self._c = plain_consumer(bootstrap, role)
         self._c.assign([TopicPartition(topic, 0, OFFSET_END)])
 
     def poll(self, max_messages: int = 100) -> list[ControlMessage]:

@@ -200,12 +200,11 @@ class DpcScheme:
             self.granted = True
 
     def _partners(self) -> list[NodeState]:
+        """The other replicas' states, by replica number."""
         node = self.node
-        return [
-            node.monitor.state(node.plan.node, node.partition, r)
-            for r in range(node.plan.replicas)
-            if r != node.replica
-        ]
+        states = node.monitor.states(node.plan.node, node.partition, node.plan.replicas)
+        del states[node.replica]
+        return states
 
     def on_check(self, now: float) -> None:
         self._check_reconciliation(now)

@@ -44,7 +44,7 @@ class NodeService:
         self.inputs = Inputs(plan.inputs, partition, replica)
         self.pipeline = NodePipeline(plan, undo=plan.reconciliation is Reconciliation.UNDO)
         self.outputs = Outputs(plan.outputs, partition, replica)
-        self.group_id = f"hastream.{plan.spec_name}.{node}.r{replica}.p{partition}"
+        self.name = f"{plan.spec_name}.{node}.r{replica}.p{partition}"
         self.scheme: RecoveryScheme = build_scheme(self)
 
     def run(self, max_idle_s: float | None = None) -> NodeStats:
@@ -101,7 +101,7 @@ class NodeService:
     # -- lifecycle ---------------------------------------------------------------------------
     def _connect(self) -> None:
         st, plan = self.settings, self.plan
-        self.consumer = BatchConsumer(st.bootstrap, self.group_id)
+        self.consumer = BatchConsumer(st.bootstrap, f"hastream.{self.name}")
         self.producer = BatchProducer(
             st.bootstrap, linger_ms=st.linger_ms, **{"message.max.bytes": restart.MAX_IMAGE_BYTES}
         )
@@ -115,7 +115,7 @@ class NodeService:
             self.replica,
             plan.dpc.heartbeat_interval / 1000,
         ).start()
-        self.control = ControlReader(st.bootstrap, plan.control_topic, self.group_id + ".control")
+        self.control = ControlReader(st.bootstrap, plan.control_topic, f"{self.name}.control")
 
     def _close(self) -> None:
         try:
