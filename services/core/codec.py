@@ -48,6 +48,10 @@ def record_fields(name: str) -> list[dict[str, Any]]:
     return list(schema["fields"])
 
 
+# What encoding a record that does not fit its schema raises (a None or a string for a double, a missing field).
+ENCODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError)
+
+
 class Codec:
     """Schemaless Avro encoder/decoder for one parsed schema; safe to share between threads."""
 

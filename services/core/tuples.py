@@ -44,6 +44,7 @@ H_ERROR = "ht.error"
 H_SRC_TOPIC = "ht.src.topic"
 H_SRC_PARTITION = "ht.src.partition"
 H_SRC_OFFSET = "ht.src.offset"
+H_REJECTED_BY = "ht.rejected.by"  # the node replica (and operator) that rejected it
 
 TYPE_BYTES: dict[TupleType, bytes] = {t: t.value.encode() for t in TupleType}
 _TYPE_BY_BYTES: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
@@ -98,15 +99,16 @@ def peek_type_and_id(headers: RawHeaders) -> tuple[TupleType | None, int | None]
 
 
 def deadletter_headers(
-    headers: RawHeaders, reason: str, topic: str, partition: int | None, offset: int | None
+    headers: RawHeaders, reason: str, topic: str, partition: int | None, offset: int | None, by: str = ""
 ) -> RawHeaders:
-    """A rejected message's headers plus why it was rejected and where it came from."""
+    """A rejected message's headers plus why it was rejected, where it came from and who rejected it."""
     pairs = list(headers.items()) if isinstance(headers, dict) else list(headers or [])
     return pairs + [
         (H_ERROR, reason.encode()[:4000]),
         (H_SRC_TOPIC, topic.encode()),
         (H_SRC_PARTITION, b"%d" % (partition if partition is not None else -1)),
         (H_SRC_OFFSET, b"%d" % (offset if offset is not None else -1)),
+        (H_REJECTED_BY, by.encode()),
     ]
 
 

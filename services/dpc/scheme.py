@@ -35,9 +35,11 @@ from services.log.tail import last_stable_id
 from services.node import restart
 from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
+from services.operators.base import Item
 
 log = logging.getLogger(__name__)
 
+STALE = "stale tentative"  # NodeStats.skipped key
 REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
 
 
@@ -56,7 +58,9 @@ class DpcScheme:
         self.requested_at = 0.0
         self.requested_ms = 0  # wall clock of this round's first REQUEST: older GRANTs are stale
         self.granted = False
-        self.advanced: int | None = None  # the last frontier the operators were advanced to
+        self.advanced: int | None = None  # the last frontier sent downstream as a BOUNDARY
+        self.op_time: int | None = None  # the operators' time: the last advance()
+        self.op_time_saved: int | None = None  # op_time when the failure began
         self.next_image = time.monotonic()
 
     # -- restart ----------------------------------------------------------------------
@@ -68,7 +72,7 @@ class DpcScheme:
         offsets: dict[str, int] = {}
         if image is not None:
             node.pipeline.restore(image.snapshot)
-            self.sunion.restore(image.sunion)
+            self.sunion.restore(image.sunion, time.monotonic())
             for s, (next_id, boundary) in image.outputs.items():
                 if s in self.soutputs:
                     self.soutputs[s] = SOutput(next_id, boundary)
@@ -101,9 +105,14 @@ class DpcScheme:
                 t, tid, stime = read_headers(m.headers())
                 i = port.index
                 if t is STABLE or t is TENTATIVE:
-                    if t is STABLE and tid <= port.last_stable:
-                        continue  # a duplicate after a restart or a switch
                     bound = bounds[i]
+                    if t is TENTATIVE and (tid <= port.last_stable or (bound is not None and stime < bound)):
+                        # From a replica behind this port (after a switch): what it is tentative
+                        # about, the port already has stably.
+                        stats.skipped[STALE] = stats.skipped.get(STALE, 0) + 1
+                        continue
+                    if tid <= port.last_stable:
+                        continue  # a duplicate after a restart or a switch
                     if bound is not None and stime < bound:
                         raise ValueError(f"stime {stime} is below the input's boundary {bound}")
                     rec = port.decode(m.value())
@@ -129,31 +138,41 @@ class DpcScheme:
 
     # -- processing --------------------------------------------------------------------
     def after_batch(self, now: float, idle: bool) -> None:
-        out = self.sunion.poll(now)
-        if out:
-            self._run(out)
+        for bucket in self.sunion.buckets(now):
+            self._run(*bucket)
         self._advance()
         if idle and not self.failed:
             for s, so in self.soutputs.items():
                 so.rec_done(self.node.outputs.queue(s))  # caught up after a restart
 
-    def _run(self, tuples: list[STuple]) -> None:
-        """Push SUnion's output through the operators, run by run of one input and one label."""
+    def _run(self, k: int, label: TupleType, tuples: list[STuple]) -> None:
+        """Push one bucket through the operators, run by run of one input.
+
+        Operator time first moves to the bucket's start, so what a window closes there
+        comes out before the bucket's tuples whether or not the previous bucket came in the
+        same poll: the output order depends on the input alone, on every replica and in redo.
+        """
+        if label is TENTATIVE and not self.failed:
+            self._enter_failure()
+        self._advance_operators(k * self.dpc.bucket, label)
         i, n, entries = 0, len(tuples), self.entries
         while i < n:
-            first = tuples[i]
-            label, port = first.type, first.port
+            port = tuples[i].port
             j = i
             items = []
-            while j < n and tuples[j].type is label and tuples[j].port == port:
+            while j < n and tuples[j].port == port:
                 t = tuples[j]
                 items.append((t.rec, t.stime))
                 j += 1
-            if label is TENTATIVE and not self.failed:
-                self._enter_failure()
             entries[port](items)
             self._collect(label)
             i = j
+
+    def _advance_operators(self, t: int, label: TupleType) -> None:
+        if self.op_time is None or t > self.op_time:
+            self.op_time = t
+            self.node.pipeline.advance(t)
+            self._collect(label)
 
     def _advance(self) -> None:
         """Move operator time to SUnion's stable frontier and tell downstream with a BOUNDARY."""
@@ -161,25 +180,40 @@ class DpcScheme:
         if f is None or self.failed or (self.advanced is not None and f <= self.advanced):
             return
         self.advanced = f
-        self.node.pipeline.advance(f)
-        self._collect(STABLE)
+        self._advance_operators(f, STABLE)
         queue = self.node.outputs.queue
         for s, so in self.soutputs.items():
             so.boundary(f, queue(s))
 
     def _collect(self, label: TupleType) -> None:
-        queue = self.node.outputs.queue
-        for s, items in self.node.pipeline.drain().items():
+        """Number the operators' results and queue them; dead-letter the tuples they rejected.
+
+        Only stable processing rejects for good (the same tuples on every replica); a
+        tentative rejection is redone, and rejected again if need be, on the stable input.
+        """
+        node = self.node
+        pipeline, queue, outputs = node.pipeline, node.outputs.queue, node.outputs
+        stable = label is STABLE
+        reject = node.reject if stable else _ignore
+        for s, items in pipeline.drain().items():
             so = self.soutputs[s]
-            if label is STABLE:
-                so.stable(items, queue(s))
+            encoded = outputs.encode(s, items, lambda item, why, s=s: reject(s, item, why))  # type: ignore[misc]
+            if stable:
+                so.stable(encoded, queue(s))
             else:
-                so.tentative(items, queue(s))
-                self.node.stats.tentative += len(items)
+                so.tentative(encoded, queue(s))
+                node.stats.tentative += len(encoded)
+        if pipeline.rejected:
+            if stable:
+                for op, item, why in pipeline.rejected:
+                    node.reject(op, item, why)
+                node.stats.rejected += len(pipeline.rejected)
+            pipeline.rejected.clear()
 
     def _enter_failure(self) -> None:
         """First tentative input: remember the pre-failure state to come back to."""
         self.reconciler.begin()
+        self.op_time_saved = self.op_time
         self.failed = True
         self._set_state(NodeState.UPSTREAM_FAILURE)
 
@@ -240,9 +274,12 @@ class DpcScheme:
         for s, so in self.soutputs.items():
             so.undo(queue(s))
         self.reconciler.rollback()
+        self.op_time = self.op_time_saved
         self.failed = False
-        redo = self.sunion.redo()
-        self._run(redo)
+        redone = 0
+        for bucket in self.sunion.redo_buckets():
+            self._run(*bucket)
+            redone += len(bucket[2])
         self._advance()
         for s, so in self.soutputs.items():
             so.rec_done(queue(s))
@@ -252,7 +289,7 @@ class DpcScheme:
         self.requested_at, self.requested_ms = 0.0, 0
         node.stats.reconciliations += 1
         self._set_state(NodeState.STABLE)
-        log.info("reconciled %d tuples in %.0f ms", len(redo), (time.monotonic() - t0) * 1000)
+        log.info("reconciled %d tuples in %.0f ms", redone, (time.monotonic() - t0) * 1000)
 
     # -- restart image -------------------------------------------------------------------
     def _write_image(self) -> None:
@@ -271,6 +308,10 @@ class DpcScheme:
         restart.save(node.producer, self.restart_topic, node.partition, image)
         node.producer.flush()
         node.stats.restart_images += 1
+
+
+def _ignore(where: str, item: Item, reason: str) -> None:
+    pass
 
 
 def _reason(e: Exception) -> str:

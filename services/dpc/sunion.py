@@ -21,12 +21,17 @@ removes that input's undone tentative tuples. When every kept bucket has become 
 
 Inputs are Kafka logs, so stable tuples need not be buffered for checkpoint/redo: a node
 replays them by seeking back to the offsets recorded with its checkpoint.
+
+A bucket leaves SUnion only once the caller has processed it (``buckets`` hands them out
+one at a time), and kept buckets only once their redo is done: a node that dies halfway
+has lost nothing its restart needs. A bucket emptied by an UNDO or a switch is dropped,
+not emitted: only tuples make a node tentative.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from services.core.tuples import STABLE, TENTATIVE, TupleType
 from services.dpc.policies import FAILURE_POLICIES, Policy
@@ -55,16 +60,23 @@ class Bucket:
         return all(t.type is STABLE for t in self.tuples)
 
 
+# One bucket on its way out: its index, its label and its tuples (copies carrying the label).
+Ready = tuple[int, TupleType, list[STuple]]
+
+
 @dataclass
 class SUnionState:
-    """SUnion's state in a restart image: input promises, buckets not yet emitted, buckets kept for redo."""
+    """SUnion's state in a restart image: input promises, buckets not yet emitted, buckets kept for redo.
+
+    Only tuple times, never local clock readings: a restart (maybe on another host) counts
+    waits and liveness afresh from when it restores.
+    """
 
     boundaries: list[int | None]
-    pending: dict[int, Bucket]
+    pending: dict[int, list[STuple]]
     emitted_below: int | None
-    kept: dict[int, Bucket]
+    kept: dict[int, list[STuple]]
     progress: list[int | None]
-    progressed_at: list[float | None]
 
 
 class SUnion:
@@ -95,19 +107,20 @@ class SUnion:
         """What a restart needs to serialize the rest of the input exactly as before the crash."""
         return SUnionState(
             list(self.boundaries),
-            dict(self.pending),
+            {k: list(b.tuples) for k, b in self.pending.items()},
             self.emitted_below,
-            dict(self.kept),
+            {k: list(b.tuples) for k, b in self.kept.items()},
             list(self.progress),
-            list(self.progressed_at),
         )
 
-    def restore(self, st: SUnionState) -> None:
-        """Continue from a ``state()`` of a SUnion with the same inputs and buckets."""
+    def restore(self, st: SUnionState, now: float) -> None:
+        """Continue from a ``state()`` of a SUnion with the same inputs and buckets; ``now`` restarts every wait."""
         if len(st.boundaries) != self.inputs:
             raise ValueError(f"SUnion state has {len(st.boundaries)} inputs, this SUnion {self.inputs}")
-        self.boundaries, self.pending, self.emitted_below = list(st.boundaries), dict(st.pending), st.emitted_below
-        self.kept, self.progress, self.progressed_at = dict(st.kept), list(st.progress), list(st.progressed_at)
+        self.boundaries, self.emitted_below, self.progress = list(st.boundaries), st.emitted_below, list(st.progress)
+        self.pending = {k: Bucket(now, list(ts)) for k, ts in st.pending.items()}
+        self.kept = {k: Bucket(now, list(ts)) for k, ts in st.kept.items()}
+        self.progressed_at = [None if p is None else now for p in self.progress]
         self.rejected = []
 
     # -- input ----------------------------------------------------------------
@@ -168,11 +181,14 @@ class SUnion:
         end = (k + 1) * self.bucket_ms
         return all(b is not None and b >= end for b in self.boundaries)
 
-    def poll(self, now: float) -> list[STuple]:
-        """Tuples ready to process, in the deterministic order, labelled STABLE or TENTATIVE."""
-        out: list[STuple] = []
+    def buckets(self, now: float) -> Iterator[Ready]:
+        """The buckets ready to process, in order, labelled STABLE or TENTATIVE.
+
+        Each bucket leaves SUnion when the caller asks for the next one (or the iteration
+        ends), so one the caller did not finish processing stays.
+        """
         if not self.pending:
-            return out
+            return
         keys = sorted(self.pending)
         # The last bucket holding a tuple that has waited its full delay: everything up to
         # it must go now, tentatively if not stable.
@@ -180,19 +196,25 @@ class SUnion:
         process = self.policy is Policy.PROCESS
         for k in keys:
             b = self.pending[k]
+            if not b.tuples:  # emptied by an UNDO or a switch: nothing to emit or to redo
+                del self.pending[k]
+                continue
             if self._complete(k) and b.clean() and not self.kept:
                 label = STABLE
             elif (due is not None and k <= due) or (process and (self.kept or not b.clean()) and self._passed(k, now)):
                 label = TENTATIVE  # overdue, or can only be tentative and need not wait
             else:
                 break
-            del self.pending[k]
             b.tuples.sort(key=STuple.order)
+            yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec) for t in b.tuples]
+            del self.pending[k]
             if label is TENTATIVE:
-                self.kept[k] = b  # out holds copies, so later corrections only change b
-            out.extend(STuple(label, t.port, t.id, t.stime, t.rec) for t in b.tuples)
+                self.kept[k] = b  # the caller got copies, so later corrections only change b
             self.emitted_below = k + 1 if self.emitted_below is None else max(self.emitted_below, k + 1)
-        return out
+
+    def poll(self, now: float) -> list[STuple]:
+        """Every ready tuple at once (``buckets``, flattened)."""
+        return [t for _, _, ts in self.buckets(now) for t in ts]
 
     def frontier(self) -> int | None:
         """Every tuple with a smaller stime has been emitted STABLE: the node's output boundary.
@@ -217,12 +239,16 @@ class SUnion:
         """Every kept bucket is now complete and clean: its stable version is known."""
         return bool(self.kept) and all(self._complete(k) and b.clean() for k, b in self.kept.items())
 
-    def redo(self) -> list[STuple]:
-        """The stable serialization of every kept bucket, in order; forgets them."""
-        out: list[STuple] = []
+    def redo_buckets(self) -> Iterator[Ready]:
+        """The stable version of every kept bucket, in order; they are forgotten once all are processed."""
         for k in sorted(self.kept):
-            out.extend(
-                STuple(STABLE, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order)
+            yield (
+                k,
+                STABLE,
+                [STuple(STABLE, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order)],
             )
         self.kept.clear()
-        return out
+
+    def redo(self) -> list[STuple]:
+        """Every kept bucket's stable tuples at once (``redo_buckets``, flattened)."""
+        return [t for _, _, ts in self.redo_buckets() for t in ts]

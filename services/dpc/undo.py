@@ -24,7 +24,7 @@ from __future__ import annotations
 import pickle
 from typing import cast
 
-from services.operators.base import Item, Operator, _discard
+from services.operators.base import Item, Operator, _discard, _ignore
 
 ADVANCE = -1  # port of a logged advance(stime) entry
 
@@ -102,12 +102,12 @@ class UndoLog:
             raise RuntimeError(f"undo of operator '{self.op.name}' without a mark")
         del self.entries[self.mark_at :]
         self.mark_at = None
-        op, emit = self.op, self.op.emit
+        op, emit, reject = self.op, self.op.emit, self.op.reject
         if self.base is not None:
             op.set_state(pickle.loads(self.base))
         else:
             op.clear()
-        op.emit = _discard  # everything replayed was emitted before the mark
+        op.emit, op.reject = _discard, _ignore  # everything replayed was emitted (or rejected) before the mark
         try:
             for port, x in self.entries:
                 if port == ADVANCE:
@@ -115,7 +115,7 @@ class UndoLog:
                 else:
                     op.push(port, cast("list[Item]", x))
         finally:
-            op.emit = emit
+            op.emit, op.reject = emit, reject
 
     def restart(self) -> None:
         """The operator's state was just replaced (restore): log afresh, with that state as the base."""

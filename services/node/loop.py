@@ -27,6 +27,7 @@ from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
 from services.node.scheme import CHECK_INTERVAL_S, NodeStats, RecoveryScheme
 from services.node.schemes import build_scheme
+from services.operators.base import Item
 from services.spec import Spec
 from services.spec.plan import plan_node
 
@@ -65,6 +66,7 @@ class NodeService:
             self.plan.scheme.value,
             ", ".join(p.topic for p in self.inputs.ports),
         )
+        clean = False
         try:
             while self.running:
                 msgs = self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
@@ -83,8 +85,9 @@ class NodeService:
                         scheme.on_control(c, now)
                     scheme.on_check(now)
                 self.outputs.flush()
+            clean = True
         finally:
-            self._close()
+            self._close(clean)
         self.stats.produced = self.outputs.produced
         return self.stats
 
@@ -96,7 +99,10 @@ class NodeService:
         self.producer.send(self.plan.control_topic, msg.encode())
 
     def deadletter(self, msg: Message, reason: str) -> None:
-        self.outputs.deadletter(self.plan.deadletter_topic, msg, reason)
+        self.outputs.deadletter(self.plan.deadletter_topic, msg, reason, self.name)
+
+    def reject(self, where: str, item: Item, reason: str) -> None:
+        self.outputs.deadletter_tuple(self.plan.deadletter_topic, where, item, reason, self.name)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -117,11 +123,14 @@ class NodeService:
         ).start()
         self.control = ControlReader(st.bootstrap, plan.control_topic, f"{self.name}.control")
 
-    def _close(self) -> None:
+    def _close(self, clean: bool) -> None:
+        """After a clean stop the scheme persists what a restart needs; after an error nothing is
+        persisted, since the state may be half-processed: the restart goes back to the last image."""
         try:
-            self.outputs.flush()
-            self.scheme.on_stop()
-            self.producer.flush()
+            if clean:
+                self.outputs.flush()
+                self.scheme.on_stop()
+                self.producer.flush()
         finally:
             self.heartbeat.stop()
             self.monitor.close()

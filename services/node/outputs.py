@@ -1,21 +1,28 @@
 """A node replica's outputs: the messages its scheme queued, encoded and written to its own topics.
 
-Each replica writes ``<stream>.r<k>``, partition = the node's partition. A scheme appends
-``Out`` records (type, id, stime, record or None) to ``queue(stream)``; ``flush`` encodes,
-adds the ``ht.*`` headers and waits until Kafka has them all, so whatever a restart image
-records as written is written.
+Each replica writes ``<stream>.r<k>``, partition = the node's partition. A scheme encodes
+its results with ``encode`` (a record that does not fit the stream's schema is rejected
+there, before it gets an id), then appends ``Out`` records (type, id, stime, payload or
+None) to ``queue(stream)``; ``flush`` adds the ``ht.*`` headers and waits until Kafka has
+them all, so whatever a restart image records as written is written.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Callable
+
 from confluent_kafka import Message
 
-from services.core.codec import codec_for
+from services.core.codec import ENCODE_ERRORS, codec_for
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_encoder
-from services.core.tuples import deadletter_headers, header_writer
+from services.core.tuples import STABLE, deadletter_headers, header_writer, make_headers
 from services.dpc.soutput import Out
+from services.operators.base import Item, reason
 from services.spec.plan import OutputPlan
+
+Payload = tuple[bytes, bytes | None]  # an encoded record: (value, key)
 
 
 class Outputs:
@@ -38,6 +45,23 @@ class Outputs:
     def topic(self, stream: str) -> str:
         return self._writers[stream][0]
 
+    def encode(self, stream: str, items: list[Item], reject: Callable[[Item, str], None]) -> list[tuple[Payload, int]]:
+        """``items`` as (payload, stime); a record that does not fit the schema goes to ``reject`` instead."""
+        _, encode, key_field, key_of = self._writers[stream]
+        try:
+            if key_field:
+                return [((encode(rec), key_of(rec[key_field])), stime) for rec, stime in items]
+            return [((encode(rec), None), stime) for rec, stime in items]
+        except ENCODE_ERRORS:
+            out = []
+            for it in items:  # again one by one, to reject just the records that fail
+                rec = it[0]
+                try:
+                    out.append(((encode(rec), key_of(rec[key_field]) if key_field else None), it[1]))
+                except ENCODE_ERRORS as e:
+                    reject(it, f"does not fit stream '{stream}': {reason(e)}")
+            return out
+
     def flush(self) -> int:
         """Write every queued message and wait for Kafka's acknowledgement; returns how many."""
         assert self.producer is not None
@@ -48,13 +72,9 @@ class Outputs:
         for s, q in self.queues.items():
             if not q:
                 continue
-            topic, encode, key_field, key_of = self._writers[s]
-            for ttype, tid, stime, rec in q:
-                if rec is not None:
-                    key = key_of(rec[key_field]) if key_field else None
-                    value = encode(rec)
-                else:
-                    key = value = None
+            topic = self._writers[s][0]
+            for ttype, tid, stime, payload in q:
+                value, key = payload if payload is not None else (None, None)
                 headers = headers_of(ttype, tid, stime)
                 try:
                     produce(topic, value, key, part, headers=headers, on_delivery=on_delivery)
@@ -67,8 +87,16 @@ class Outputs:
             self.producer.flush()
         return sent
 
-    def deadletter(self, topic: str, msg: Message, reason: str) -> None:
+    def deadletter(self, topic: str, msg: Message, reason: str, by: str) -> None:
         """Copy a rejected input message (key, value, headers) to the dead-letter topic, with why and whence."""
         assert self.producer is not None
-        headers = deadletter_headers(msg.headers(), reason, msg.topic() or "", msg.partition(), msg.offset())
+        headers = deadletter_headers(msg.headers(), reason, msg.topic() or "", msg.partition(), msg.offset(), by)
         self.producer.send(topic, msg.value(), msg.key(), headers=headers)
+
+    def deadletter_tuple(self, topic: str, stream: str, item: Item, reason: str, by: str) -> None:
+        """A tuple an operator rejected (it has no Avro form, maybe): its record as JSON, with why and where."""
+        assert self.producer is not None
+        rec, stime = item
+        value = json.dumps(rec, default=repr, sort_keys=True).encode()
+        headers = deadletter_headers(make_headers(STABLE, -1, stime), reason, stream, self.partition, None, by)
+        self.producer.send(topic, value, None, headers=headers)

@@ -1,6 +1,7 @@
 """A node's operators wired together in process; only the node's outputs reach Kafka.
 
-Besides feeding and draining, the pipeline is what the node's DPC state machine acts on:
+Tuples an operator rejects (``Operator.reject``) collect in ``rejected`` as (operator,
+tuple, reason) for the node to dead-letter. Besides feeding and draining, the pipeline is what the node's DPC state machine acts on:
 ``advance`` (time promises), ``snapshot``/``restore`` (checkpoint/redo) and, when built
 with ``undo=True``, ``mark``/``undo``/``unmark`` (undo/redo with per-operator input logs).
 """
@@ -22,6 +23,7 @@ class NodePipeline:
     def __init__(self, plan: NodePlan, undo: bool = False) -> None:
         self.operators: list[Operator] = []  # in topological order
         self.outputs: dict[str, list[Item]] = {o.stream: [] for o in plan.outputs}
+        self.rejected: list[tuple[str, Item, str]] = []
         self.routes: dict[str, list[Emit]] = {}
         # Undo/redo only: the stateful operators are fed through their logs. Without it the
         # operators are fed directly, so the normal path pays nothing for the feature.
@@ -29,8 +31,10 @@ class NodePipeline:
         self._advance: list[Callable[[int], None]] = []
         defs = plan.operators
         ops = {d.name: build_operator(d, plan.fields) for d in defs}
+        reject = self._reject
         for d in defs:
             op = ops[d.name]
+            op.reject = reject
             self.operators.append(op)
             target: Operator | UndoLog = op
             if self.logs is not None and op.stateful:
@@ -49,6 +53,9 @@ class NodePipeline:
     def entry(self, stream: str) -> Emit:
         """The function that feeds batches of one input stream's tuples into the node."""
         return _fanout(self.routes[stream])
+
+    def _reject(self, op: str, item: Item, reason: str) -> None:
+        self.rejected.append((op, item, reason))
 
     def drain(self) -> dict[str, list[Item]]:
         """Output tuples produced since the last drain, per output stream."""
@@ -83,6 +90,7 @@ class NodePipeline:
             op.set_state(state)
         for buf in self.outputs.values():
             buf.clear()
+        self.rejected.clear()
         for lg in self.logs or ():
             lg.restart()
 

@@ -24,6 +24,7 @@ from services.dpc.states import NodeState
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import InputPort, Inputs
+from services.operators.base import Item
 from services.spec.plan import NodePlan
 
 CHECK_INTERVAL_S = 0.1  # how often upstream replicas and control messages are looked at
@@ -33,7 +34,8 @@ CHECK_INTERVAL_S = 0.1  # how often upstream replicas and control messages are l
 class NodeStats:
     consumed: int = 0
     produced: int = 0
-    deadlettered: int = 0
+    deadlettered: int = 0  # malformed input messages
+    rejected: int = 0  # tuples the operators or the output schemas rejected
     tentative: int = 0
     undos_received: int = 0
     reconciliations: int = 0
@@ -61,7 +63,11 @@ class NodeRuntime(Protocol):
 
     def send_control(self, msg: ControlMessage) -> None: ...
 
-    def deadletter(self, msg: Message, reason: str) -> None: ...
+    def deadletter(self, msg: Message, reason: str) -> None:
+        """A malformed input message goes to the dead-letter topic."""
+
+    def reject(self, where: str, item: Item, reason: str) -> None:
+        """A tuple the operators (``where``: an operator or an output stream) could not process goes there too."""
 
 
 class RecoveryScheme(Protocol):

@@ -14,6 +14,10 @@ Besides ``push``, the DPC machinery needs from an operator (the defaults suit st
 - ``state()``/``set_state()``: checkpoint/redo (the paper's pack/unpack state methods);
 - ``clear()``/``oldest_time(port)``: undo/redo, through ``services.dpc.undo.UndoLog``
   (the paper's clear() and findOldestTuple(stream_id)).
+
+A tuple an operator cannot process (an expression that divides by zero, a None where a
+number belongs) goes to ``reject`` with the reason, before it changes any state, and the
+operator carries on: every replica rejects the same tuples, so they stay identical.
 """
 
 from __future__ import annotations
@@ -23,10 +27,24 @@ from typing import Any, Callable
 Record = dict[str, Any]
 Item = tuple[Record, int]  # (record, stime)
 Emit = Callable[[list[Item]], None]
+Reject = Callable[[str, Item, str], None]  # (operator name, tuple, reason)
 
 
 def _discard(items: list[Item]) -> None:
     pass
+
+
+def _ignore(op: str, item: Item, reason: str) -> None:
+    pass
+
+
+def _raise(op: str, item: Item, reason: str) -> None:
+    raise ValueError(f"operator '{op}' rejected {item[0]!r}: {reason}")
+
+
+def reason(e: Exception) -> str:
+    """Why a tuple was rejected, for the dead-letter record."""
+    return f"{type(e).__name__}: {e}"
 
 
 class Operator:
@@ -37,6 +55,7 @@ class Operator:
     def __init__(self, name: str) -> None:
         self.name = name
         self.emit: Emit = _discard
+        self.reject: Reject = _raise  # the node routes it to the dead-letter topic
 
     def push(self, port: int, items: list[Item]) -> None:
         raise NotImplementedError

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, cast
 
-from services.operators.base import Item, Operator
-from services.spec.expr import compile_expr
+from services.operators.base import Item, Operator, reason
+from services.spec.expr import EVAL_ERRORS, compile_expr
 
 # What the join keeps: per side, key -> tuples; per side, arrival order; per side, the time promised.
 JoinState = tuple[tuple[dict[Any, deque], dict[Any, deque]], tuple[deque, deque], list[int | None]]
@@ -71,21 +71,31 @@ class WindowJoin(Operator):
         other = 1 - port
         tf, kf, within, build = self.time, self.keys[port], self.within, self.build
         mine, theirs, order = self.sides[port], self.sides[other], self.order[port]
-        for rec, stime in items:
-            t = rec[tf]
-            k = rec[kf]
-            matches = theirs.get(k)
+        for item in items:
+            rec, stime = item
+            try:  # what can fail in the tuple itself, before anything changes
+                t, k = rec[tf], rec[kf]
+                if t.__class__ is not int:
+                    raise TypeError(f"'{tf}' must be an integer, got {t!r}")
+                matches = theirs.get(k)
+            except (KeyError, TypeError) as e:
+                self.reject(self.name, item, reason(e))
+                continue
             if matches:
                 for ot, ostime, orec in matches:
                     if abs(t - ot) <= within:
                         left, right = (rec, orec) if port == 0 else (orec, rec)
-                        out.append((build(left, right), max(stime, ostime)))
+                        try:
+                            out.append((build(left, right), max(stime, ostime)))
+                        except EVAL_ERRORS as e:  # this pair has no result; the tuple still joins others
+                            self.reject(self.name, item, f"pairing with {orec!r}: {reason(e)}")
             q = mine.get(k)
             if q is None:
                 q = mine[k] = deque()
             q.append((t, stime, rec))
             order.append((t, k))
-            if self.watermark[port] is None or t > self.watermark[port]:
+            seen = self.watermark[port]
+            if seen is None or t > seen:
                 self.watermark[port] = t
                 self._expire(other, t)
         if out:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from services.operators.base import Item, Operator
-from services.spec.expr import compile_expr
+from services.operators.base import Item, Operator, reason
+from services.spec.expr import EVAL_ERRORS, compile_expr
 
 
 class Filter(Operator):
@@ -15,7 +15,16 @@ class Filter(Operator):
 
     def push(self, port: int, items: list[Item]) -> None:
         pred = self.pred
-        out = [it for it in items if pred(it[0])]
+        try:
+            out = [it for it in items if pred(it[0])]
+        except EVAL_ERRORS:
+            out = []
+            for it in items:  # again one by one, to reject just the tuples that fail
+                try:
+                    if pred(it[0]):
+                        out.append(it)
+                except EVAL_ERRORS as e:
+                    self.reject(self.name, it, reason(e))
         if out:
             self.emit(out)
 
@@ -31,7 +40,17 @@ class Map(Operator):
 
     def push(self, port: int, items: list[Item]) -> None:
         build = self.build
-        self.emit([(build(rec), stime) for rec, stime in items])
+        try:
+            out = [(build(rec), stime) for rec, stime in items]
+        except EVAL_ERRORS:
+            out = []
+            for it in items:  # again one by one, to reject just the tuples that fail
+                try:
+                    out.append((build(it[0]), it[1]))
+                except EVAL_ERRORS as e:
+                    self.reject(self.name, it, reason(e))
+        if out:
+            self.emit(out)
 
 
 class Union(Operator):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence, cast
 
-from services.operators.base import Item, Operator
+from services.operators.base import Item, Operator, reason
 from services.spec import Aggregate
 
 
@@ -18,6 +18,13 @@ def window_starts(t: int, size: int, slide: int) -> range:
     """Starts of every window [s, s+size) containing time ``t``; windows are aligned to ``slide``."""
     last = (t // slide) * slide
     return range(last - size + slide, last + 1, slide)
+
+
+def _numbers(values: list[Any]) -> bool:
+    for v in values:
+        if v.__class__ is not float and v.__class__ is not int:
+            return False
+    return True
 
 
 class Accumulator:
@@ -106,13 +113,20 @@ class WindowAggregate(Operator):
         out: list[Item] = []
         tf, kf, fields = self.time, self.key, self.fields
         size, slide, windows, nf = self.size, self.slide, self.windows, len(self.fields)
-        for rec, _ in items:
-            t = rec[tf]
+        for item in items:
+            rec = item[0]
+            try:  # everything that can fail, before anything changes
+                t, k = rec[tf], rec[kf]
+                values = [rec[f] for f in fields]
+                if t.__class__ is not int or not _numbers(values):
+                    raise TypeError(f"'{tf}' must be an integer and {fields} numbers, got {t!r} and {values!r}")
+                hash(k)
+            except (KeyError, TypeError) as e:
+                self.reject(self.name, item, reason(e))
+                continue
             if self.watermark is None or t > self.watermark:
                 self.watermark = t
                 self._close(t, out)
-            values = [rec[f] for f in fields]
-            k = rec[kf]
             for start in window_starts(t, size, slide):
                 if start + size <= self.watermark:
                     self.late += 1

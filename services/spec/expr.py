@@ -13,6 +13,9 @@ from typing import Any, Callable, Iterable
 
 from services.core.errors import ExprError
 
+# What evaluating a valid expression on an unlucky tuple can raise (1 / 0, None + 1, int("x")).
+EVAL_ERRORS = (ArithmeticError, TypeError, ValueError, KeyError, AttributeError, IndexError)
+
 SAFE_FUNCS: dict[str, Callable[..., Any]] = {
     "abs": abs,
     "min": min,

@@ -122,3 +122,74 @@ def _read_raw(bootstrap: str, topic: str, n: int, timeout: float = 30) -> list:
         got += [m for m in c.consume(100, 0.5) if m.error() is None]
     c.close()
     return got
+
+
+CRASH = """\
+name: crash-{u}
+dpc: {restart_image_interval: 100}
+streams:
+  in_{u}: {schema: reading, key: sensor}
+  out_{u}: {schema: reading, key: sensor}
+operators:
+  keep: {type: filter, input: in_{u}, output: out_{u}, where: "True"}
+nodes:
+  n: {operators: [keep]}
+"""
+
+
+def test_a_node_that_dies_on_a_delivery_error_persists_nothing_past_what_it_wrote(kafka, tmp_path: Path) -> None:
+    """The output topic refuses a record (too large): the node must die without a restart image
+    claiming that record, or the restart would continue after a gap in the stable ids."""
+    import threading
+    import time
+
+    from services.core.admin import TopicSpec, ensure_topics
+    from services.core.config import Settings
+    from services.deploy.local import topic_specs
+    from services.node import restart
+    from services.node.loop import NodeService
+
+    spec, _ = unique_spec(CRASH, tmp_path)
+    u = spec.name.split("-")[1]
+    out_topic = next(iter(spec.stream_topics(f"out_{u}")))
+    ensure_topics(kafka.bootstrap, [TopicSpec(out_topic, 1, 1, {"max.message.bytes": "20000"})])
+    ensure_topics(kafka.bootstrap, topic_specs(spec))
+    w = SourceWriter(spec, f"in_{u}", kafka.bootstrap)
+    for rec in readings(50, sensors=3, seed=1, step_ms=3, start_ms=0):
+        w.send(rec)
+    w.boundary(10_000)
+    w.flush()
+    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap))
+    died: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            svc.run()
+        except BaseException as e:  # noqa: BLE001 - the test wants to see it
+            died.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while (svc.stats.restart_images < 2 or svc.outputs.produced < 50) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert svc.stats.restart_images >= 2, "the node wrote no restart image while healthy"
+    import random
+
+    noise = "".join(random.Random(1).choices("abcdefghijklmnopqrstuvwxyz0123456789", k=50_000))  # lz4 cannot shrink it
+    poison = dict(next(iter(readings(1, sensors=1, seed=2))), sensor=noise, ts=20_000)
+    w.send(poison)
+    for rec in readings(10, sensors=3, seed=3, step_ms=3, start_ms=20_001):
+        w.send(rec)
+    w.boundary(30_000)
+    w.flush()
+    t.join(timeout=60)
+    assert not t.is_alive() and died, "a delivery error must stop the node"
+    written = [x for x in read_stream(spec, f"out_{u}", kafka.bootstrap) if x.meta.type is TupleType.STABLE]
+    assert [x.meta.id for x in written] == list(range(50))
+    image = restart.load(kafka.bootstrap, spec.restart_topics()[0][0], 0)
+    assert image is not None
+    next_id, _ = image.outputs[f"out_{u}"]
+    assert next_id <= len(written), (
+        f"the restart image claims ids up to {next_id - 1}, but only {len(written)} were written"
+    )

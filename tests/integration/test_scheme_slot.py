@@ -54,8 +54,13 @@ class RecordingScheme:
         for m in msgs:
             rec = port.decode(m.value()) if m.value() else None
             if rec is not None:
-                self.node.outputs.queue(self.node.plan.outputs[0].stream).append((STABLE, self.seen, rec["ts"], rec))
+                stream = self.node.plan.outputs[0].stream
+                [(payload, stime)] = self.node.outputs.encode(stream, [(rec, rec["ts"])], self._reject)
+                self.node.outputs.queue(stream).append((STABLE, self.seen, stime, payload))
                 self.seen += 1
+
+    def _reject(self, item: Any, reason: str) -> None:
+        raise AssertionError(reason)
 
     def after_batch(self, now: float, idle: bool) -> None:
         if not idle:

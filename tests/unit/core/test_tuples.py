@@ -48,12 +48,13 @@ def test_peek_tolerates_what_read_refuses() -> None:
     assert peek_type_and_id(None) == (None, None)
 
 
-def test_deadletter_headers_keep_the_original_and_add_why_and_whence() -> None:
-    h = deadletter_headers([("x", b"1")], "bad", "t", 2, 40)
+def test_deadletter_headers_keep_the_original_and_add_why_whence_and_who() -> None:
+    h = deadletter_headers([("x", b"1")], "bad", "t", 2, 40, "spec.n1.r1.p2")
     assert h == [
         ("x", b"1"),
         ("ht.error", b"bad"),
         ("ht.src.topic", b"t"),
         ("ht.src.partition", b"2"),
         ("ht.src.offset", b"40"),
+        ("ht.rejected.by", b"spec.n1.r1.p2"),
     ]

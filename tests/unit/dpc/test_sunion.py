@@ -207,3 +207,56 @@ def test_frontier_is_the_stable_boundary_and_freezes_during_a_failure() -> None:
     su.push(0, TupleType.STABLE, 1, 27, "b", 0.0)
     su.poll(2.0)  # input 1 silent past the delay: bucket 2 goes out tentatively
     assert su.in_failure() and su.frontier() is None
+
+
+def test_a_bucket_emptied_by_an_undo_is_dropped_not_emitted_as_a_failure() -> None:
+    su = SUnion(2, BUCKET, delay_s=1.0)
+    su.boundary(0, 5)
+    su.push(1, TupleType.TENTATIVE, 0, 3, "tentative", 0.0)
+    su.undo(1)  # a switch: the tentative tuple is gone, its bucket is empty
+    assert su.poll(5.0) == []  # long overdue, but there is nothing to emit
+    assert not su.in_failure(), "an empty bucket must not make SUnion tentative"
+    su.boundary(0, 100)
+    su.boundary(1, 100)
+    assert su.frontier() == 100, "the node's boundary must not freeze"
+
+
+def test_a_bucket_leaves_only_once_the_caller_has_processed_it() -> None:
+    su = SUnion(1, BUCKET, delay_s=60)
+    for i, stime in enumerate((1, 12, 25)):
+        su.push(0, TupleType.STABLE, i, stime, i, 0.0)
+    su.boundary(0, END)
+    it = su.buckets(0.0)
+    k, label, tuples = next(it)
+    assert (k, label, [t.rec for t in tuples]) == (0, TupleType.STABLE, [0])
+    k, _, _ = next(it)  # bucket 0 is done; processing bucket 1 now ... and it raises
+    it.close()
+    assert sorted(su.pending) == [1, 2], "the bucket being processed when the node died must still be there"
+    assert [t.rec for t in su.poll(0.0)] == [1, 2]
+
+
+def test_kept_buckets_stay_until_their_redo_is_done() -> None:
+    su = SUnion(2, BUCKET, delay_s=0)
+    su.push(0, TupleType.STABLE, 0, 1, "a", 0)
+    su.push(0, TupleType.STABLE, 1, 15, "b", 0)
+    assert len(su.poll(1)) == 2 and su.in_failure()  # input 1 silent: both buckets tentative
+    su.boundary(0, END)
+    su.boundary(1, END)
+    redo = su.redo_buckets()
+    next(redo)
+    redo.close()  # the redo died halfway
+    assert sorted(su.kept) == [0, 1] and su.can_reconcile()
+    assert [t.rec for t in su.redo()] == ["a", "b"] and not su.in_failure()
+
+
+def test_a_restored_sunion_counts_its_waits_from_the_restore_not_from_old_clock_readings() -> None:
+    before = SUnion(2, BUCKET, delay_s=2.0)
+    before.boundary(1, 0, now=10_000.0)
+    before.push(0, TupleType.STABLE, 0, 5, "x", 10_000.0)
+    state = before.state()
+    # The image holds tuple times only: no reading of the old host's monotonic clock.
+    assert not any(isinstance(v, float) for v in vars(state).values())
+    after = SUnion(2, BUCKET, delay_s=2.0)
+    after.restore(state, now=3.0)  # another host, whose monotonic clock is far behind
+    assert after.poll(4.0) == []  # input 1 counts as live, and the bucket waits, from the restore
+    assert [t.type for t in after.poll(5.5)] == [TupleType.TENTATIVE]

@@ -1,0 +1,188 @@
+"""A node replica without Kafka, for driving a recovery scheme message by message.
+
+The scheme gets the real plan, pipeline, input ports and outputs (encoding, headers); only
+the Kafka clients are fakes: a producer that keeps what it is given per topic, and a
+monitor whose replica states the test sets.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.control.messages import ControlMessage
+from services.core.codec import codec_for
+from services.core.config import Settings
+from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, make_headers, read_headers
+from services.dpc.policies import Reconciliation
+from services.dpc.scheme import DpcScheme
+from services.dpc.states import NodeState
+from services.node.outputs import Outputs
+from services.node.pipeline import NodePipeline
+from services.node.ports import Inputs
+from services.node.scheme import NodeStats
+from services.operators.base import Item
+from services.spec import Spec
+from services.spec.plan import plan_node
+
+
+@dataclass
+class FakeMessage:
+    _topic: str
+    _value: bytes | None
+    _headers: list
+    _offset: int = 0
+    _partition: int = 0
+    _key: bytes | None = None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list:
+        return self._headers
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def offset(self) -> int:
+        return self._offset
+
+    def partition(self) -> int:
+        return self._partition
+
+    def error(self) -> None:
+        return None
+
+
+@dataclass
+class Written:
+    value: bytes | None
+    key: bytes | None
+    headers: list
+
+
+class FakeProducer:
+    """Keeps every message per topic; ``fail`` makes the next flush raise, as a delivery error does."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[Written]] = defaultdict(list)
+        self.fail: str | None = None
+
+    @property
+    def raw(self) -> FakeProducer:
+        return self
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1, **kw: Any) -> None:
+        self.topics[topic].append(Written(value, key, kw.get("headers") or []))
+
+    def send(self, topic: str, value: Any, key: Any = None, partition: int = -1, headers: Any = None) -> None:
+        self.topics[topic].append(Written(value, key, headers or []))
+
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        pass
+
+    def flush(self, timeout: float = 30) -> None:
+        if self.fail:
+            raise RuntimeError(self.fail)
+
+
+class FakeMonitor:
+    def __init__(self) -> None:
+        self.known: dict[tuple[str, int, int], NodeState] = {}
+
+    def state(self, node: str, partition: int, replica: int) -> NodeState:
+        return self.known.get(
+            (node, partition, replica), NodeState.FAILED if node == "coordinator" else NodeState.STABLE
+        )
+
+    def states(self, node: str, partition: int, replicas: int) -> list[NodeState]:
+        return [self.state(node, partition, r) for r in range(replicas)]
+
+
+@dataclass
+class FakeNode:
+    """A node replica (``NodeRuntime``) over fakes, with its DPC scheme."""
+
+    spec: Spec
+    node: str
+    replica: int = 0
+    partition: int = 0
+    states: list[NodeState] = field(default_factory=list)
+    controls: list[ControlMessage] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.plan = plan_node(self.spec, self.node)
+        self.settings = Settings(bootstrap="unused:9092")
+        self.stats = NodeStats()
+        self.inputs = Inputs(self.plan.inputs, self.partition, self.replica)
+        self.pipeline = NodePipeline(self.plan, undo=self.plan.reconciliation is Reconciliation.UNDO)
+        self.outputs = Outputs(self.plan.outputs, self.partition, self.replica)
+        self.producer = FakeProducer()
+        self.outputs.open(self.producer)  # type: ignore[arg-type]
+        self.monitor = FakeMonitor()
+        self.scheme = DpcScheme(self)  # type: ignore[arg-type]
+        self.offsets: dict[str, int] = defaultdict(int)
+
+    # -- NodeRuntime -----------------------------------------------------------------
+    def set_state(self, state: NodeState) -> None:
+        self.states.append(state)
+
+    def send_control(self, msg: ControlMessage) -> None:
+        self.controls.append(msg)
+
+    def deadletter(self, msg: Any, reason: str) -> None:
+        self.outputs.deadletter(self.plan.deadletter_topic, msg, reason, "fake")
+
+    def reject(self, where: str, item: Item, reason: str) -> None:
+        self.outputs.deadletter_tuple(self.plan.deadletter_topic, where, item, reason, "fake")
+
+    # -- driving it --------------------------------------------------------------------
+    def message(self, stream: str, ttype: TupleType, tid: int, stime: int, rec: dict | None = None) -> FakeMessage:
+        """One message on the topic the input port of ``stream`` reads now."""
+        port = next(p for p in self.inputs.ports if p.stream == stream)
+        value = codec_for(self.spec.streams[stream].schema).encode(rec) if rec is not None else None
+        off = self.offsets[port.topic]
+        self.offsets[port.topic] += 1
+        return FakeMessage(port.topic, value, make_headers(ttype, tid, stime), off, self.partition)
+
+    def step(self, msgs: list[FakeMessage], now: float) -> None:
+        """One loop iteration: the polled messages, processing, the periodic checks, flush."""
+        self.scheme.before_batch(msgs, now)  # type: ignore[arg-type]
+        self.scheme.after_batch(now, idle=not msgs)
+        self.scheme.on_check(now)
+        self.outputs.flush()
+
+    def written(self, stream: str) -> list[tuple[TupleType, int, int, dict | None]]:
+        """What this replica wrote to ``stream``: (type, id, stime, record)."""
+        decode = codec_for(self.spec.streams[stream].schema).decode
+        out = []
+        for w in self.producer.topics[self.outputs.topic(stream)]:
+            t, tid, stime = read_headers(w.headers)
+            out.append((t, tid, stime, decode(w.value) if w.value is not None else None))
+        return out
+
+    def stable(self, stream: str) -> list[tuple[int, dict]]:
+        """(id, record) of every stable tuple written to ``stream``, in order."""
+        return [(tid, rec) for t, tid, _, rec in self.written(stream) if t is STABLE and rec is not None]
+
+    def deadletters(self) -> list[dict[str, bytes]]:
+        return [dict(w.headers) for w in self.producer.topics[self.plan.deadletter_topic]]
+
+
+def source_messages(
+    node: FakeNode, stream: str, recs: list[dict], boundary_every: int = 1, time: str = "ts"
+) -> list[FakeMessage]:
+    """A source's stable tuples with dense ids, stime = ``rec[time]``, a BOUNDARY after every ``boundary_every``."""
+    out = []
+    for i, r in enumerate(recs):
+        out.append(node.message(stream, STABLE, i, r[time], r))
+        if (i + 1) % boundary_every == 0:
+            out.append(node.message(stream, BOUNDARY, i, r[time] + 1))
+    return out
+
+
+__all__ = ["BOUNDARY", "STABLE", "TENTATIVE", "UNDO", "FakeMessage", "FakeNode", "source_messages"]

@@ -1,0 +1,191 @@
+"""The DPC scheme in a node replica, without Kafka: determinism of stable ids, rejected tuples, stale input.
+
+Two replicas get the same messages cut into different polls; DPC promises they write the
+same stable tuples under the same ids.
+"""
+
+from __future__ import annotations
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from services.spec import parse_spec
+from tests.unit.dpc.fake_node import BOUNDARY, STABLE, TENTATIVE, FakeMessage, FakeNode, source_messages
+
+# A window's results merged, inside one node, with another stream: by a union and by a join.
+MERGE_AFTER_WINDOW = parse_spec("""\
+name: merge
+defaults: {replicas: 2}
+streams:
+  a: {schema: reading, key: sensor}
+  c: {schema: window_stat, key: key}
+  w: {schema: window_stat, key: key}
+  merged: {schema: window_stat, key: key}
+  pairs: {schema: joined, key: key}
+operators:
+  tumble: {type: window, input: a, output: w, key: sensor, size: 100, aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+  mix: {type: union, inputs: [w, c], output: merged}
+  near: {type: join, left: w, right: c, output: pairs, key: key, time: window_end, within: 150,
+         fields: {key: left.key, ts: "max(left.window_end, right.window_end)", left_value: left.sum, right_value: right.sum}}
+nodes:
+  n: {operators: [tumble, mix, near]}
+""")
+
+DIVIDE = parse_spec(
+    """\
+name: div
+defaults: {replicas: 2}
+streams:
+  a: {schema: reading, key: sensor}
+  inv: {schema: reading, key: sensor}
+  stats: {schema: window_stat, key: key}
+operators:
+  invert: {type: map, input: a, output: inv, fields: {sensor: sensor, ts: ts, value: "100 / value", seq: seq}}
+  nonneg: {type: map, input: inv, output: pos, fields: {sensor: sensor, ts: ts, value: "None if value < 0 else value", seq: seq}}
+  per: {type: window, input: pos, output: stats, key: sensor, size: 50, aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  n: {operators: [invert, nonneg, per]}
+""".replace("  stats:", "  pos: {schema: reading, key: sensor}\n  stats:")
+)
+
+
+def readings(n: int, step: int, seed: int, zero_every: int = 0) -> list[dict]:
+    out = []
+    for i in range(n):
+        value = float((i * 7 + seed) % 11 - 3)
+        if zero_every and i % zero_every == 0:
+            value = 0.0
+        out.append({"sensor": f"s{(i + seed) % 3}", "ts": 5 + i * step, "value": value, "seq": i})
+    return out
+
+
+def stats(n: int, step: int) -> list[dict]:
+    return [
+        {
+            "key": f"s{i % 3}",
+            "window_start": 100 * (i // 2),
+            "window_end": 5 + i * step,
+            "count": 1,
+            "sum": float(i),
+            "avg": float(i),
+            "min": float(i),
+            "max": float(i),
+        }
+        for i in range(n)
+    ]
+
+
+def interleave(xs: list[FakeMessage], ys: list[FakeMessage]) -> list[FakeMessage]:
+    """Both sources' messages merged by the time in their headers, as they would arrive."""
+
+    def t(m: FakeMessage) -> int:
+        return int(dict(m.headers())["ht.stime"])
+
+    return sorted(xs + ys, key=t)
+
+
+def run(node: FakeNode, msgs: list[FakeMessage], cuts: list[int], now: float = 0.0) -> None:
+    """Feed ``msgs`` in polls of the sizes in ``cuts`` (cycled), then idle polls."""
+    i, c = 0, 0
+    while i < len(msgs):
+        size = cuts[c % len(cuts)]
+        node.step(msgs[i : i + size], now)
+        i, c = i + size, c + 1
+    node.step([], now)
+
+
+def merge_inputs(node: FakeNode) -> list[FakeMessage]:
+    a = source_messages(node, "a", readings(60, 17, 1), boundary_every=3)
+    c = source_messages(node, "c", stats(40, 23), boundary_every=2, time="window_end")
+    end = [node.message("a", BOUNDARY, 59, 10**6), node.message("c", BOUNDARY, 39, 10**6)]
+    return interleave(a, c) + end
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 80), min_size=1, max_size=6))
+@example([1000])  # everything in one poll
+def test_a_window_merged_inside_a_node_gives_the_same_stable_ids_however_the_input_was_polled(cuts: list[int]) -> None:
+    one_by_one, other = FakeNode(MERGE_AFTER_WINDOW, "n", replica=0), FakeNode(MERGE_AFTER_WINDOW, "n", replica=1)
+    run(one_by_one, merge_inputs(one_by_one), [1])
+    run(other, merge_inputs(other), cuts)
+    for stream in ("merged", "pairs"):
+        want = one_by_one.stable(stream)
+        assert want, f"no {stream} output"
+        assert other.stable(stream) == want, f"{stream}: the replicas numbered their stable tuples differently"
+    times = [stime for t, _, stime, _ in one_by_one.written("merged") if t is STABLE]
+    assert times == sorted(times), "a node's output must not go back in time"
+
+
+def test_redo_after_a_failure_numbers_the_stable_tuples_as_the_failure_free_run_does() -> None:
+    healthy, failing = FakeNode(MERGE_AFTER_WINDOW, "n"), FakeNode(MERGE_AFTER_WINDOW, "n", replica=1)
+    run(healthy, merge_inputs(healthy), [4])
+    msgs = merge_inputs(failing)
+    # Input c goes silent for a while: hold back its messages from the middle on.
+    cut = len(msgs) // 3
+    held = [m for m in msgs[cut:] if m.topic() == failing.inputs.ports[1].topic]
+    flowing = [m for m in msgs[cut:] if m.topic() != failing.inputs.ports[1].topic]
+    run(failing, msgs[:cut], [3], now=0.0)
+    delay = failing.plan.delay_s
+    run(failing, flowing, [3], now=delay + 1)  # past the node's delay: tentative results
+    assert failing.stats.tentative > 0
+    run(failing, held, [5], now=delay + 2)  # c heals: its stable tuples come, the node reconciles
+    assert failing.stats.reconciliations == 1
+    for stream in ("merged", "pairs"):
+        assert failing.stable(stream) == healthy.stable(stream), f"{stream}: redo numbered differently"
+
+
+def test_a_tuple_an_operator_cannot_process_is_deadlettered_on_every_replica_and_the_node_goes_on() -> None:
+    recs = readings(40, 10, 2, zero_every=7)  # 100 / 0 for every 7th; negative results are None, not a double
+    replicas = [FakeNode(DIVIDE, "n", replica=r) for r in range(2)]
+    for node, cuts in zip(replicas, ([1], [5, 9, 2]), strict=True):
+        msgs = source_messages(node, "a", recs, boundary_every=4) + [node.message("a", BOUNDARY, 39, 10**6)]
+        run(node, msgs, cuts)
+    first, second = replicas
+    assert first.stable("stats") == second.stable("stats")
+    ids = [tid for tid, _ in first.stable("stats")]
+    assert ids == list(range(len(ids))) and ids, "stable ids stay dense around the rejected tuples"
+    want = sum(1 for r in recs if r["value"] != 0 and 100 / r["value"] > 0)
+    assert sum(rec["count"] for _, rec in first.stable("stats")) == want
+    for node in replicas:
+        reasons = [h["ht.error"].decode() for h in node.deadletters()]
+        assert sum("ZeroDivisionError" in r for r in reasons) == sum(1 for r in recs if r["value"] == 0)
+        assert sum("TypeError" in r or "must be" in r for r in reasons) == sum(
+            1 for r in recs if r["value"] != 0 and 100 / r["value"] < 0
+        )
+        assert all(h["ht.rejected.by"] for h in node.deadletters())
+        assert node.stats.rejected == len(reasons)
+    assert sorted(h["ht.error"] for h in first.deadletters()) == sorted(h["ht.error"] for h in second.deadletters())
+
+
+def test_stale_tentative_input_after_a_switch_is_dropped_not_deadlettered() -> None:
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    rec = readings(1, 1, 0)[0]
+    stable = [node.message("a", STABLE, i, 10 + i, dict(rec, ts=10 + i)) for i in range(5)]
+    node.step(stable + [node.message("a", BOUNDARY, 4, 50)], 0.0)
+    # The new upstream replica is behind: it still sends tentative tuples the port already has
+    # the stable version of (ids <= last stable), and ones below the input's boundary.
+    stale = [node.message("a", TENTATIVE, 3, 13, dict(rec, ts=13)), node.message("a", TENTATIVE, 5, 20, rec)]
+    node.step(stale, 0.0)
+    assert node.deadletters() == []
+    assert node.stats.skipped.get("stale tentative") == 2
+
+
+def test_a_result_that_does_not_fit_its_stream_schema_is_deadlettered_before_it_gets_an_id() -> None:
+    spec = parse_spec("""\
+name: fit
+streams:
+  a: {schema: reading, key: sensor}
+  out: {schema: reading, key: sensor}
+operators:
+  half: {type: map, input: a, output: out, fields: {sensor: sensor, ts: ts, value: "None if seq % 4 == 1 else value / 2", seq: seq}}
+nodes:
+  n: {operators: [half]}
+""")
+    node = FakeNode(spec, "n")
+    recs = readings(12, 10, 0)
+    run(node, source_messages(node, "a", recs) + [node.message("a", BOUNDARY, 11, 10**6)], [5])
+    got = node.stable("out")
+    assert [tid for tid, _ in got] == list(range(9)), "ids stay dense: a rejected result gets none"
+    assert [r["seq"] for _, r in got] == [r["seq"] for r in recs if r["seq"] % 4 != 1]
+    reasons = [h["ht.error"].decode() for h in node.deadletters()]
+    assert len(reasons) == 3 and all("does not fit stream 'out'" in r for r in reasons)
