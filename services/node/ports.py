@@ -98,23 +98,26 @@ class Inputs:
         self.partition = partition
         self.by_topic = {p.topic: p for p in self.ports}
         self.consumer: BatchConsumer | None = None
+        # Where each topic was assigned from: its position until a message is read from it.
+        self.assigned: dict[str, int] = {}
 
     def open(self, consumer: BatchConsumer, offsets: dict[str, int]) -> None:
         """Start reading every port's topic at ``offsets`` (by topic), else from the beginning."""
         self.consumer = consumer
         self.by_topic = {p.topic: p for p in self.ports}
-        consumer.assign_offsets(
-            [TopicPartition(p.topic, self.partition, offsets.get(p.topic, OFFSET_BEGINNING)) for p in self.ports]
-        )
+        self.assigned = {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.ports}
+        consumer.assign_offsets([TopicPartition(t, self.partition, off) for t, off in self.assigned.items()])
 
     def poll(self, max_messages: int, timeout_s: float) -> list[Message]:
         assert self.consumer is not None
         return self.consumer.poll_batch(max_messages, timeout_s)
 
     def positions(self) -> dict[str, int]:
-        """Next offset to read per input topic."""
+        """Next offset to read per input topic; where it was assigned from if nothing was read yet
+        (Kafka knows no position then, and a restart must not fall back to the topic's start)."""
         assert self.consumer is not None
-        return {tp.topic: tp.offset for tp in self.consumer.positions()}
+        read = {tp.topic: tp.offset for tp in self.consumer.positions()}
+        return {p.topic: read.get(p.topic, self.assigned.get(p.topic, OFFSET_BEGINNING)) for p in self.ports}
 
     def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[InputPort]:
         """Move each port whose upstream replica is no longer the best; returns the ports that moved."""
@@ -126,6 +129,8 @@ class Inputs:
                 continue
             old = p.topic
             off = p.move(self.consumer.raw, bootstrap, r)
+            self.assigned.pop(old, None)
+            self.assigned[p.topic] = off
             self.by_topic = {q.topic: q for q in self.ports}
             moved.append(p)
             log.info("input %s p%d now reads %s from offset %d (was %s)", p.stream, self.partition, p.topic, off, old)

@@ -257,3 +257,22 @@ def test_states_grants_failure_and_restart(setup: tuple, kafka: Any) -> None:
     finally:
         for s in senders.values():
             s.stop()
+
+
+def test_a_burst_of_control_messages_in_one_lz4_batch_is_read(setup: tuple, kafka: Any) -> None:
+    """Nodes' producers compress with lz4; a burst goes out as one compressed batch, which the
+    coordinator's consumer must decompress like any other."""
+    spec, coord, _, ctl = setup
+    coord.start()
+    burst = BatchProducer(kafka.bootstrap, linger_ms=200)  # the node producer's settings, batching the burst
+    senders = {r: HeartbeatSender(kafka.bootstrap, spec.heartbeat_topic, "n", 0, r, 0.1).start() for r in (0, 1, 2)}
+    try:
+        wait_for(lambda: all(r["seen"] for r in coord.status()["replicas"]), 10, "three replicas seen")
+        for _ in range(199):
+            burst.send(spec.control_topic, ControlMessage(ControlKind.DONE, "n", 0, 2).encode(), b"n", 0)
+        burst.send(spec.control_topic, ControlMessage(ControlKind.REQUEST, "n", 0, 1).encode(), b"n", 0)
+        burst.flush(10)
+        wait_for(lambda: ctl.grants() == [1], 10, "GRANT for the REQUEST at the end of the burst")
+    finally:
+        for s in senders.values():
+            s.stop()

@@ -1,0 +1,83 @@
+"""Input ports: what a restart image records of where each input is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from services.node.ports import Inputs
+from services.spec import parse_spec
+from services.spec.plan import plan_node
+
+SPEC = parse_spec("""\
+name: ports
+defaults: {replicas: 2}
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+  c: {schema: reading, key: sensor}
+operators:
+  up: {type: filter, input: a, output: b, where: "True"}
+  down: {type: filter, input: b, output: c, where: "True"}
+nodes:
+  n1: {operators: [up]}
+  n2: {operators: [down]}
+""")
+
+
+class FakeConsumer:
+    """Knows a position only for partitions a message was read from, as librdkafka does."""
+
+    def __init__(self) -> None:
+        self.assigned: list[TopicPartition] = []
+        self.read: dict[str, int] = {}
+
+    def assign_offsets(self, tps: list[TopicPartition]) -> None:
+        self.assigned = list(tps)
+
+    def positions(self) -> list[TopicPartition]:
+        return [TopicPartition(t, 0, off) for t, off in self.read.items()]
+
+    @property
+    def raw(self) -> Any:
+        return self
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+
+def test_an_input_nothing_was_read_from_yet_keeps_the_offset_it_was_assigned() -> None:
+    inputs = Inputs(plan_node(SPEC, "n2").inputs, 0, 0)
+    consumer = FakeConsumer()
+    topic = inputs.ports[0].topic
+    inputs.open(consumer, {topic: 1234})  # type: ignore[arg-type]
+    assert inputs.positions() == {topic: 1234}, "a restart image must not send the input back to its start"
+    consumer.read[topic] = 1300
+    assert inputs.positions() == {topic: 1300}
+
+
+def test_after_a_switch_the_new_topic_is_where_it_was_assigned_until_read() -> None:
+    inputs = Inputs(plan_node(SPEC, "n2").inputs, 0, 0)
+    consumer = FakeConsumer()
+    port = inputs.ports[0]
+    inputs.open(consumer, {port.topic: 10})  # type: ignore[arg-type]
+
+    class Monitor:
+        def states(self, node: str, partition: int, replicas: int) -> list:
+            from services.dpc.states import NodeState
+
+            return [NodeState.FAILED, NodeState.STABLE]
+
+    port.move = lambda c, b, r, offset=None: _move(port, r, 77)  # type: ignore[method-assign]
+    moved = inputs.follow_best(Monitor(), "unused")  # type: ignore[arg-type]
+    assert moved == [port] and port.replica == 1
+    assert inputs.positions() == {port.topic: 77}
+
+
+def _move(port: Any, replica: int, offset: int) -> int:
+    port.replica = replica
+    return offset
