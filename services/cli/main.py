@@ -17,6 +17,7 @@ from services.cli.coordinator_cmd import print_replica_states
 from services.cli.fault_cmd import fault_app
 from services.cli.kafka_cmd import kafka_app
 from services.cli.streams_cmd import produce, tail
+from services.core.errors import HastreamError
 
 app = typer.Typer(
     name="hastream",
@@ -128,7 +129,10 @@ def node_run(
         raise fail(f"node '{node}' has replicas 0..{s.nodes[node].replicas - 1}; got --replica {replica}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("hastream.librdkafka").setLevel(logging.WARNING)
-    stats = NodeService(s, node, partition, replica, settings).run()
+    try:
+        stats = NodeService(s, node, partition, replica, settings).run()
+    except HastreamError as e:  # e.g. a restart that would renumber its output: say why, in one line
+        raise fail(str(e)) from None
     out.print(
         f"node {node} p{partition} r{replica} stopped: consumed {stats.consumed}, produced {stats.produced}, "
         f"dead-lettered {stats.deadlettered}"

@@ -24,8 +24,11 @@ class Reconcilable(Protocol):
 
 
 class Reconciler(Protocol):
-    def begin(self) -> None:
-        """Right before the first tentative tuple: remember the state to come back to."""
+    def begin(self, snapshot: bytes) -> None:
+        """Right before the first tentative tuple: remember the state to come back to.
+
+        ``snapshot`` is that state, serialized: the node keeps it anyway for its restart images.
+        """
 
     def rollback(self) -> None:
         """Back to the state at ``begin()``; what ran since is forgotten."""
@@ -36,8 +39,8 @@ class CheckpointRedo:
         self.operators = operators
         self.saved: bytes | None = None
 
-    def begin(self) -> None:
-        self.saved = self.operators.snapshot()
+    def begin(self, snapshot: bytes) -> None:
+        self.saved = snapshot
 
     def rollback(self) -> None:
         if self.saved is None:
@@ -50,7 +53,7 @@ class UndoRedo:
     def __init__(self, operators: Reconcilable) -> None:
         self.operators = operators
 
-    def begin(self) -> None:
+    def begin(self, snapshot: bytes) -> None:
         self.operators.mark()
 
     def rollback(self) -> None:

@@ -23,7 +23,7 @@ import time
 from confluent_kafka import Message
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
-from services.core.errors import DecodeError, HeaderError
+from services.core.errors import DecodeError, HeaderError, RestartImageError
 from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, read_headers
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
 from services.dpc.policies import Policy
@@ -31,7 +31,7 @@ from services.dpc.reconciler import reconciler
 from services.dpc.soutput import SOutput
 from services.dpc.states import NodeState, check_transition
 from services.dpc.sunion import STuple, SUnion
-from services.log.tail import last_stable_id
+from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
 from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
@@ -61,16 +61,22 @@ class DpcScheme:
         self.advanced: int | None = None  # the last frontier sent downstream as a BOUNDARY
         self.op_time: int | None = None  # the operators' time: the last advance()
         self.op_time_saved: int | None = None  # op_time when the failure began
+        self.pre_failure: bytes | None = None  # the operators' state when the failure began
         self.next_image = time.monotonic()
 
     # -- restart ----------------------------------------------------------------------
     def on_restart(self) -> dict[str, int]:
-        """Continue from the newest restart image (or from scratch), then resume each output."""
+        """Continue from the newest restart image (or from scratch), then resume each output.
+
+        Refuses to start (``RestartImageError``, one line) when the input the restart must
+        replay is no longer in the logs: the output would be renumbered otherwise.
+        """
         node = self.node
         bootstrap = node.settings.bootstrap
         image = restart.load(bootstrap, self.restart_topic, node.partition)
         offsets: dict[str, int] = {}
         if image is not None:
+            self._check_retained(image.offsets)
             node.pipeline.restore(image.snapshot)
             self.sunion.restore(image.sunion, time.monotonic())
             for s, (next_id, boundary) in image.outputs.items():
@@ -82,14 +88,33 @@ class DpcScheme:
             offsets = image.offsets
             log.info("restarting from the restart image of %d", image.taken_ms)
         for s, so in self.soutputs.items():
-            last = last_stable_id(bootstrap, node.outputs.topic(s), node.partition)
-            if last is not None:  # the topic has output of an earlier run
-                node.outputs.queue(s).extend(so.restarted(last))
+            topic = node.outputs.topic(s)
+            last = last_stable_id(bootstrap, topic, node.partition)
+            if last is None:
+                continue  # a first run: nothing written yet
+            if image is None and last >= 0:  # everything is regenerated from the inputs' start
+                self._check_retained({p.topic: 0 for p in node.inputs.ports})
+            held = stable_after(bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
+            in_topic = {tid: (stime, (value, key)) for tid, (stime, value, key) in held.items()}
+            node.outputs.queue(s).extend(so.restarted(last, in_topic, f"{topic}[{node.partition}]"))
+        if image is not None and image.failed:
+            self._enter_failure(image.snapshot)  # still in the failure the image was taken in
         return offsets
 
+    def _check_retained(self, offsets: dict[str, int]) -> None:
+        node = self.node
+        for topic, off in offsets.items():
+            first = first_offset(node.settings.bootstrap, topic, node.partition)
+            if first > max(off, 0):
+                raise RestartImageError(
+                    f"{node.plan.node} p{node.partition} r{node.replica} must replay {topic}[{node.partition}] "
+                    f"from offset {max(off, 0)}, but the log now starts at {first} (retention or trimming removed "
+                    "the rest): its restart would renumber its output; raise the inputs' retention, or delete "
+                    "this replica's output and restart topics to start it afresh"
+                )
+
     def on_stop(self) -> None:
-        if not self.failed:
-            self._write_image()
+        self._write_image()
 
     # -- input ------------------------------------------------------------------------
     def before_batch(self, msgs: list[Message], now: float) -> None:
@@ -210,9 +235,10 @@ class DpcScheme:
                 node.stats.rejected += len(pipeline.rejected)
             pipeline.rejected.clear()
 
-    def _enter_failure(self) -> None:
+    def _enter_failure(self, snapshot: bytes | None = None) -> None:
         """First tentative input: remember the pre-failure state to come back to."""
-        self.reconciler.begin()
+        self.pre_failure = snapshot if snapshot is not None else self.node.pipeline.snapshot()
+        self.reconciler.begin(self.pre_failure)
         self.op_time_saved = self.op_time
         self.failed = True
         self._set_state(NodeState.UPSTREAM_FAILURE)
@@ -242,7 +268,7 @@ class DpcScheme:
 
     def on_check(self, now: float) -> None:
         self._check_reconciliation(now)
-        if not self.failed and now >= self.next_image and not any(so.deduplicating for so in self.soutputs.values()):
+        if now >= self.next_image and not any(so.deduplicating for so in self.soutputs.values()):
             self.next_image = now + self.dpc.restart_image_interval / 1000
             self._write_image()
 
@@ -276,6 +302,7 @@ class DpcScheme:
         self.reconciler.rollback()
         self.op_time = self.op_time_saved
         self.failed = False
+        self.pre_failure = None
         redone = 0
         for bucket in self.sunion.redo_buckets():
             self._run(*bucket)
@@ -293,17 +320,22 @@ class DpcScheme:
 
     # -- restart image -------------------------------------------------------------------
     def _write_image(self) -> None:
-        """Write a restart image: state consistent with the input positions, outputs already flushed."""
+        """Write a restart image: state consistent with the input positions, outputs already flushed.
+
+        In an upstream failure the operators' state is tentative: the image holds the state
+        from before the failure instead, and SUnion's kept buckets, which redo will need.
+        """
         node = self.node
         node.outputs.flush()
         node.producer.flush()
         image = restart.RestartImage(
-            node.pipeline.snapshot(),
+            self.pre_failure if self.pre_failure is not None else node.pipeline.snapshot(),
             self.sunion.state(),
             {s: so.state() for s, so in self.soutputs.items()},
             {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
             node.inputs.positions(),
             now_ms(),
+            self.pre_failure is not None,
         )
         restart.save(node.producer, self.restart_topic, node.partition, image)
         node.producer.flush()

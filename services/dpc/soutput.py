@@ -12,15 +12,24 @@ tuples a downstream reader sees:
 
 After a restart from a checkpoint, the node replays input it had already processed, so
 SOutput is in duplicate-elimination mode: it drops the stable tuples whose ids are
-already in the topic (up to ``dedup_until``). It announces UNDO(L) at the restart, since
-the topic may end with tentative tuples of the process that died.
+already in the topic (up to ``dedup_until``), each after checking that it is the very
+tuple the topic holds under that id (same time, same payload). A replay that regenerates
+something else (its input was trimmed or rewritten) stops the node with
+``RestartMismatch`` instead of renumbering the stream. It announces UNDO(L) at the
+restart, since the topic may end with tentative tuples of the process that died.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from services.core.errors import RestartImageError
 from services.core.tuples import BOUNDARY, REC_DONE, STABLE, TENTATIVE, UNDO, TupleType
+
+
+class RestartMismatch(RestartImageError):
+    """A restarted writer regenerated a stable tuple that differs from the one its topic holds."""
+
 
 # (type, id, stime, record or None): one message to write.
 Out = tuple[TupleType, int, int, Any]
@@ -32,6 +41,8 @@ class SOutput:
         self.next_tentative = next_id
         self.boundary_sent = boundary
         self.dedup_until = -1  # stable ids <= this are already in the topic
+        self.in_topic: dict[int, tuple[int, Any]] = {}  # what the topic holds of them: id -> (stime, payload)
+        self.name = ""  # for errors: the topic
         self.tentative_sent = False  # tentative tuples emitted since the last UNDO
         self.rec_done_due = False  # an UNDO was sent and its REC_DONE not yet
 
@@ -43,9 +54,17 @@ class SOutput:
         """What a checkpoint keeps: ids continue from it after a restart."""
         return (self.next_id, self.boundary_sent)
 
-    def restarted(self, last_in_topic: int) -> list[Out]:
-        """Resume after a crash: drop replayed stable tuples up to ``last_in_topic``, undo the rest."""
+    def restarted(self, last_in_topic: int, in_topic: dict[int, tuple[int, Any]], name: str = "") -> list[Out]:
+        """Resume after a crash: replayed stable tuples up to ``last_in_topic`` are checked against
+        ``in_topic`` (id -> (stime, payload) of every stable id from ``next_id`` on) and dropped; undo the rest."""
         self.dedup_until = last_in_topic
+        self.in_topic, self.name = in_topic, name
+        missing = [i for i in range(self.next_id, last_in_topic + 1) if i not in in_topic]
+        if missing:
+            raise RestartMismatch(
+                f"{name}: stable tuples {missing[0]}..{missing[-1]} are missing from the topic, "
+                "so a restart cannot tell what it already wrote"
+            )
         self.next_tentative = max(self.next_id, last_in_topic + 1)
         self.rec_done_due = True
         return [(UNDO, last_in_topic, 0, None)]
@@ -59,13 +78,27 @@ class SOutput:
         tid = self.next_id
         if tid <= self.dedup_until:  # replayed after a restart: already in the topic
             skip = min(len(items), self.dedup_until - tid + 1)
+            self._check(items[:skip], tid)
             items = items[skip:]
             tid += skip
+            if tid > self.dedup_until:
+                self.in_topic = {}
         for rec, stime in items:
             out.append((STABLE, tid, stime, rec))
             tid += 1
         self.next_id = tid
         self.next_tentative = max(self.next_tentative, tid)
+
+    def _check(self, items: list[tuple[Any, int]], first: int) -> None:
+        in_topic = self.in_topic
+        for i, (payload, stime) in enumerate(items):
+            if in_topic[first + i] != (stime, payload):
+                have_stime, have = in_topic[first + i]
+                raise RestartMismatch(
+                    f"{self.name}: the restart regenerated stable tuple {first + i} as {payload!r} at {stime}, "
+                    f"but the topic holds {have!r} at {have_stime}: the replayed input is not what it was "
+                    "(trimmed or rewritten), so the node stops rather than renumber its output"
+                )
 
     def tentative(self, items: list[tuple[Any, int]], out: list[Out]) -> None:
         if not items:

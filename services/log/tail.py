@@ -64,7 +64,7 @@ def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable:
             for off, (t, tid) in reversed(msgs):
                 if t in (STABLE, UNDO) and tid is not None and tid <= last_stable:
                     return off + 1
-    return _low(bootstrap, topic, partition)
+    return first_offset(bootstrap, topic, partition)
 
 
 @retry_transient
@@ -83,10 +83,48 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
     return None if empty else -1
 
 
-def _low(bootstrap: str, topic: str, partition: int) -> int:
+@retry_transient
+def first_offset(bootstrap: str, topic: str, partition: int) -> int:
+    """The oldest offset still in the log (retention or DeleteRecords removed what was before)."""
     c = plain_consumer(bootstrap, "seek")
     try:
         return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0]
+    finally:
+        c.close()
+
+
+@retry_transient
+def stable_after(
+    bootstrap: str, topic: str, partition: int, last: int
+) -> dict[int, tuple[int, bytes | None, bytes | None]]:
+    """Every stable tuple with an id above ``last`` in a node's output topic: id -> (stime, value, key).
+
+    A restarted writer regenerates them and checks each against what the log holds.
+    """
+    c = plain_consumer(bootstrap, "seek")
+    try:
+        end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        pos = offset_after_stable(bootstrap, topic, partition, last)
+        out: dict[int, tuple[int, bytes | None, bytes | None]] = {}
+        if pos >= end:
+            return out
+        c.assign([TopicPartition(topic, partition, pos)])
+        while pos < end:
+            msgs = c.consume(min(500, end - pos), 5)
+            if not msgs:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}"))
+            for m in msgs:
+                off = m.offset()
+                if m.error() is not None or off is None or off >= end:
+                    continue
+                pos = off + 1
+                try:
+                    meta = parse_headers(m.headers())
+                except HeaderError:
+                    continue
+                if meta.type is STABLE and meta.id > last:
+                    out[meta.id] = (meta.stime, m.value(), m.key())
+        return out
     finally:
         c.close()
 

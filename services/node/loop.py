@@ -51,13 +51,21 @@ class NodeService:
     def run(self, max_idle_s: float | None = None) -> NodeStats:
         """Process until SIGTERM/SIGINT, or (for tests) ``max_idle_s`` without input once input has started."""
         self._connect()
-        scheme, st = self.scheme, self.settings
-        self.inputs.open(self.consumer, scheme.on_restart())
+        clean = False
+        try:
+            self._start()
+            self._loop(max_idle_s)
+            clean = True
+        finally:
+            self._close(clean)
+        self.stats.produced = self.outputs.produced
+        return self.stats
+
+    def _start(self) -> None:
+        self.inputs.open(self.consumer, self.scheme.on_restart())
         self.outputs.flush()
         self.running = True
         self._install_signals()
-        last_input: float | None = None
-        next_check = time.monotonic()
         log.info(
             "node %s p%d r%d (%s) reading %s",
             self.plan.node,
@@ -66,30 +74,28 @@ class NodeService:
             self.plan.scheme.value,
             ", ".join(p.topic for p in self.inputs.ports),
         )
-        clean = False
-        try:
-            while self.running:
-                msgs = self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
-                now = time.monotonic()
-                if msgs:
-                    last_input = now
-                elif max_idle_s is not None and last_input is not None and now - last_input > max_idle_s:
-                    break
-                scheme.before_batch(msgs, now)
-                scheme.after_batch(now, idle=not msgs)
-                if now >= next_check:
-                    next_check = now + CHECK_INTERVAL_S
-                    for port in self.inputs.follow_best(self.monitor, st.bootstrap):
-                        scheme.on_input_failure(port, now)
-                    for c in self.control.poll():
-                        scheme.on_control(c, now)
-                    scheme.on_check(now)
-                self.outputs.flush()
-            clean = True
-        finally:
-            self._close(clean)
-        self.stats.produced = self.outputs.produced
-        return self.stats
+
+    def _loop(self, max_idle_s: float | None) -> None:
+        scheme, st = self.scheme, self.settings
+        last_input: float | None = None
+        next_check = time.monotonic()
+        while self.running:
+            msgs = self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
+            now = time.monotonic()
+            if msgs:
+                last_input = now
+            elif max_idle_s is not None and last_input is not None and now - last_input > max_idle_s:
+                break
+            scheme.before_batch(msgs, now)
+            scheme.after_batch(now, idle=not msgs)
+            if now >= next_check:
+                next_check = now + CHECK_INTERVAL_S
+                for port in self.inputs.follow_best(self.monitor, st.bootstrap):
+                    scheme.on_input_failure(port, now)
+                for c in self.control.poll():
+                    scheme.on_control(c, now)
+                scheme.on_check(now)
+            self.outputs.flush()
 
     # -- what a scheme may use (``services.node.scheme.NodeRuntime``) -----------------------
     def set_state(self, state: NodeState) -> None:

@@ -7,9 +7,10 @@ import uuid
 from pathlib import Path
 
 from services.client.reader import StreamReader
-from services.core.admin import TopicSpec, ensure_topics
+from services.core.admin import ensure_topics
 from services.core.config import Settings
 from services.core.tuples import TupleType
+from services.deploy.local import topic_specs
 from services.node.loop import NodeService
 from services.spec import Spec, parse_spec
 
@@ -23,7 +24,8 @@ def unique_spec(template: str, tmp_path: Path) -> tuple[Spec, Path]:
 
 
 def create_topics(spec: Spec, bootstrap: str) -> None:
-    ensure_topics(bootstrap, [TopicSpec(t, p) for t, p in spec.all_topics()])
+    """Every topic of the spec, configured as a deployment configures it (restart topics compacted)."""
+    ensure_topics(bootstrap, topic_specs(spec))
 
 
 def run_nodes_until_idle(spec: Spec, bootstrap: str, idle_s: float = 3.0) -> dict[str, NodeService]:

@@ -193,3 +193,34 @@ def test_a_node_that_dies_on_a_delivery_error_persists_nothing_past_what_it_wrot
     assert next_id <= len(written), (
         f"the restart image claims ids up to {next_id - 1}, but only {len(written)} were written"
     )
+
+
+def test_a_restart_whose_input_was_trimmed_refuses_to_start_in_one_line(kafka, tmp_path: Path) -> None:
+    """Its restart image needs input that retention removed: replaying what is left would number
+    other tuples with the ids already written, so the node must refuse, saying why."""
+    from services.core.config import Settings
+    from services.core.errors import RestartImageError
+    from services.log.trim import trim_before
+    from services.node.loop import NodeService
+
+    spec, _ = unique_spec(CRASH, tmp_path)
+    u = spec.name.split("-")[1]
+    create_topics(spec, kafka.bootstrap)
+    w = SourceWriter(spec, f"in_{u}", kafka.bootstrap)
+    for rec in readings(100, sensors=3, seed=1, step_ms=3, start_ms=0):
+        w.send(rec)
+    w.boundary(1_000)
+    w.flush()
+    settings = Settings(bootstrap=kafka.bootstrap)
+    first = NodeService(spec, "n", 0, 0, settings)
+    first.run(max_idle_s=2)  # a clean stop: its image says "go on after input offset ~101"
+    assert first.stats.restart_images >= 1
+    for rec in readings(50, sensors=3, seed=2, step_ms=3, start_ms=2_000):
+        w.send(rec)
+    w.boundary(3_000)
+    w.flush()
+    in_topic = spec.topic(f"in_{u}")
+    assert trim_before(kafka.bootstrap, in_topic, 0, 130) == 130  # retention took input the restart needs
+    with pytest.raises(RestartImageError, match=r"log now starts at 130") as e:
+        NodeService(spec, "n", 0, 0, settings).run(max_idle_s=2)
+    assert "\n" not in str(e.value)

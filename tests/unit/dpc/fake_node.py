@@ -90,6 +90,18 @@ class FakeProducer:
             raise RuntimeError(self.fail)
 
 
+class FakeConsumer:
+    """Knows the position after the last message the node took from each topic."""
+
+    def __init__(self) -> None:
+        self.read: dict[str, int] = {}
+
+    def positions(self) -> list:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(t, 0, off) for t, off in self.read.items()]
+
+
 class FakeMonitor:
     def __init__(self) -> None:
         self.known: dict[tuple[str, int, int], NodeState] = {}
@@ -124,6 +136,8 @@ class FakeNode:
         self.producer = FakeProducer()
         self.outputs.open(self.producer)  # type: ignore[arg-type]
         self.monitor = FakeMonitor()
+        self.consumer = FakeConsumer()
+        self.inputs.consumer = self.consumer  # type: ignore[assignment]
         self.scheme = DpcScheme(self)  # type: ignore[arg-type]
         self.offsets: dict[str, int] = defaultdict(int)
 
@@ -151,6 +165,8 @@ class FakeNode:
 
     def step(self, msgs: list[FakeMessage], now: float) -> None:
         """One loop iteration: the polled messages, processing, the periodic checks, flush."""
+        for m in msgs:
+            self.consumer.read[m.topic()] = m.offset() + 1
         self.scheme.before_batch(msgs, now)  # type: ignore[arg-type]
         self.scheme.after_batch(now, idle=not msgs)
         self.scheme.on_check(now)

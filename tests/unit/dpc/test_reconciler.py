@@ -35,7 +35,7 @@ def test_rollback_returns_to_the_state_at_begin(method: Reconciliation) -> None:
     before = pipe.snapshot()
     r = reconciler(method, pipe)
     assert isinstance(r, CheckpointRedo if method is Reconciliation.CHECKPOINT else UndoRedo)
-    r.begin()
+    r.begin(before)
     feed([rec(30), rec(150)])  # tentative input: closes the first window, opens a second
     pipe.drain()
     r.rollback()

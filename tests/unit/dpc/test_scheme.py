@@ -6,6 +6,9 @@ same stable tuples under the same ids.
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -189,3 +192,67 @@ nodes:
     assert [r["seq"] for _, r in got] == [r["seq"] for r in recs if r["seq"] % 4 != 1]
     reasons = [h["ht.error"].decode() for h in node.deadletters()]
     assert len(reasons) == 3 and all("does not fit stream 'out'" in r for r in reasons)
+
+
+def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_failure_free_output(
+    monkeypatch: Any,
+) -> None:
+    """Images go on during an upstream failure (the state before it, plus the kept buckets); a
+    replica that dies in the failure restarts into it and still reconciles."""
+    import pickle
+
+    from services.dpc import scheme as dpc_scheme
+
+    healthy = FakeNode(MERGE_AFTER_WINDOW, "n")
+    run(healthy, merge_inputs(healthy), [4])
+    first = FakeNode(MERGE_AFTER_WINDOW, "n", replica=1)
+    msgs = merge_inputs(first)
+    silent = first.inputs.ports[1].topic
+    cut = len(msgs) // 3
+    base, delay = time.monotonic(), first.plan.delay_s
+    first.scheme.next_image = base + 1e9  # no image before the failure
+    run(first, msgs[:cut], [3], now=base)
+    flowing = [m for m in msgs[cut:] if m.topic() != silent]
+    run(first, flowing[: len(flowing) // 2], [3], now=base + delay + 1)
+    assert first.scheme.failed and first.stats.tentative > 0
+    first.scheme.next_image = 0.0
+    first.step([], base + delay + 1)  # the periodic image, in the failure
+    images = first.producer.topics[first.scheme.restart_topic]
+    assert images, "no restart image written during the failure"
+    image = pickle.loads(images[-1].value)
+    assert image.failed and image.sunion.kept, "the image must hold the kept buckets to redo"
+
+    # kill -9; the replica restarts on the same topics
+    second = FakeNode(MERGE_AFTER_WINDOW, "n", replica=1)
+    second.producer.topics = first.producer.topics
+    monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: pickle.loads(images[-1].value))
+    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
+    monkeypatch.setattr(
+        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for _, tid in _stable_in(second, topic)), default=-1)
+    )
+    monkeypatch.setattr(
+        dpc_scheme,
+        "stable_after",
+        lambda b, topic, p, last: {
+            tid: (stime, v, k) for (stime, v, k), tid in _stable_in(second, topic) if tid > last
+        },
+    )
+    offsets = second.scheme.on_restart()
+    assert second.scheme.failed, "the restarted replica is still in the failure"
+    rest = [m for m in msgs if m.offset() >= offsets.get(m.topic(), 0)]
+    run(second, [m for m in rest if m.topic() != silent], [3], now=time.monotonic() + delay + 1)
+    run(second, [m for m in rest if m.topic() == silent], [5], now=time.monotonic() + delay + 2)
+    assert second.stats.reconciliations == 1
+    for stream in ("merged", "pairs"):
+        assert second.stable(stream) == healthy.stable(stream), f"{stream} differs from the failure-free run"
+
+
+def _stable_in(node: FakeNode, topic: str) -> list[tuple[tuple[int, bytes | None, bytes | None], int]]:
+    from services.core.tuples import read_headers
+
+    out = []
+    for w in node.producer.topics[topic]:
+        t, tid, stime = read_headers(w.headers)
+        if t is STABLE:
+            out.append(((stime, w.value, w.key), tid))
+    return out

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.core.tuples import TupleType
-from services.dpc.soutput import SOutput
+from services.dpc.soutput import RestartMismatch, SOutput
 
 S, T, U, R, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY
 
@@ -29,6 +30,11 @@ def stable_ids(out: list) -> list[int]:
     return [m[1] for m in out if m[0] is S]
 
 
+def in_topic(out: list) -> dict[int, tuple[int, Any]]:
+    """What a restart reads back from the topic: id -> (stime, payload) of its stable tuples."""
+    return {m[1]: (m[2], m[3]) for m in out if m[0] is S}
+
+
 @settings(max_examples=300, deadline=None)
 @given(n=st.integers(0, 60), data=st.data())
 def test_restart_from_checkpoint_writes_each_stable_tuple_once(n: int, data: Any) -> None:
@@ -44,7 +50,7 @@ def test_restart_from_checkpoint_writes_each_stable_tuple_once(n: int, data: Any
     first.tentative(items(1000, 1000 + tentative), topic)
     # kill -9, restart from the checkpoint, replay the input since then in any batches
     second = SOutput(*state)
-    topic += second.restarted(crash - 1)
+    topic += second.restarted(crash - 1, in_topic(topic))
     feed(second, seq[ckpt:], data.draw(st.lists(st.integers(0, n), max_size=6), label="cuts"), topic)
     ids = stable_ids(topic)
     assert ids == list(range(n)), "every stable id exactly once, in order"
@@ -97,9 +103,29 @@ def test_boundaries_increase_and_wait_for_corrections() -> None:
 
 def test_tentative_output_is_dropped_while_replaying_duplicates() -> None:
     so, out = SOutput(0), []
-    so.restarted(9)
+    so.restarted(9, {i: (i, {"v": i}) for i in range(10)})
     so.stable(items(0, 5), out)
     so.tentative(items(100, 102), out)
     assert out == [], "ids 0..4 are in the topic already; tentative tuples there would be undone"
     so.stable(items(5, 12), out)
     assert stable_ids(out) == [10, 11]
+
+
+def test_a_replay_that_regenerates_other_tuples_stops_the_restart_instead_of_renumbering() -> None:
+    """The review's scenario: the restart replays input from a later point (the start was trimmed),
+    so the first tuples it regenerates are not the ones the topic holds under those ids."""
+    topic: list = []
+    SOutput().stable(items(0, 10), topic)
+    second = SOutput()
+    second.restarted(9, in_topic(topic))
+    with pytest.raises(RestartMismatch, match="stable tuple 0"):
+        second.stable(items(4, 12), [])  # input 0..3 is gone: tuple 4 comes back as id 0
+
+
+def test_a_restart_refuses_when_the_ids_to_check_are_not_in_the_topic() -> None:
+    topic: list = []
+    SOutput().stable(items(0, 10), topic)
+    held = in_topic(topic)
+    del held[3]
+    with pytest.raises(RestartMismatch, match="3..3 are missing"):
+        SOutput().restarted(9, held, "out.r0[0]")
