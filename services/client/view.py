@@ -86,7 +86,8 @@ class PartitionView:
         self.boundary: int | None = None  # highest BOUNDARY stime seen
         self.rec_done: int | None = None  # id of the last REC_DONE applied
         self.duplicates = 0  # stable tuples dropped by id
-        self.gaps = 0  # stable ids skipped (never seen): a trimmed log, or a broken writer
+        self.gap: int | None = None  # the stable id that did not come in order: to read again
+        self.gaps = 0  # gaps met (each read again, never skipped)
         self.undone = 0  # tentative tuples voided
         self.bad = 0  # payloads that did not decode
 
@@ -118,9 +119,15 @@ class PartitionView:
     ) -> None:
         """Apply one message; append the resulting events (if any) to ``out``."""
         r = self.replica if replica is None else replica
+        if self.gap is not None:
+            return  # the rest comes again, from where the missing ids are read
         if ttype is STABLE:
             if tid <= self.last_stable:
                 self.duplicates += 1
+                return
+            if self.started and tid > self.last_stable + 1:
+                self.gap = self.last_stable + 1
+                self.gaps += 1
                 return
             ok, rec = self._decode(payload)
             if not ok:
@@ -128,8 +135,6 @@ class PartitionView:
             if self.tentative:  # a stable tuple without an UNDO first: the tentative suffix is stale
                 self._void_after(self.last_stable, out, r, stime)
                 self.tentative = []
-            if self.started and tid > self.last_stable + 1:
-                self.gaps += tid - self.last_stable - 1
             self.last_stable, self.started = tid, True
             if self.keep_stable:
                 self.stable.append(rec)
@@ -168,6 +173,7 @@ class PartitionView:
             self._void_after(self.last_stable, out, replica)
             self.tentative = []
         self.replica = replica
+        self.gap = None
 
 
 class StreamView:
@@ -284,7 +290,14 @@ class StreamView:
             except HeaderError:
                 self.bad += 1
                 continue
-            views[p].apply(ttype, tid, stime, m.value(), out, reader.replica, m.offset() or 0)
+            v = views[p]
+            v.apply(ttype, tid, stime, m.value(), out, reader.replica, m.offset() or 0)
+            if v.gap is not None and reader.gap is None:
+                reader.last_stable = v.last_stable
+                reader.report_gap(tid)
+        for reader in readers:
+            if reader.gap is not None:  # read the missing ids again, from another replica if one lives
+                self.switch(reader.partition, reader.gap_replica(self.monitor))
         if self.stable_only:
             out = [e for e in out if e.kind == "stable"]
         return out

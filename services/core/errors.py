@@ -46,3 +46,7 @@ class RestartImageError(HastreamError, ValueError):
 
 class FaultError(HastreamError, LookupError):
     """A fault command that names nothing that can take it."""
+
+
+class InputGapError(HastreamError, LookupError):
+    """Stable tuples of an input are missing from every replica's log: nothing can fill the gap."""

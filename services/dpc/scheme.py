@@ -124,8 +124,8 @@ class DpcScheme:
         bounds = su.boundaries
         for m in msgs:
             port = by_topic.get(m.topic() or "")
-            if port is None:
-                continue  # in flight from a replica the port just left
+            if port is None or port.gap is not None:
+                continue  # in flight from a replica the port just left, or after a gap it reads again
             try:
                 t, tid, stime = read_headers(m.headers())
                 i = port.index
@@ -138,6 +138,12 @@ class DpcScheme:
                         continue
                     if tid <= port.last_stable:
                         continue  # a duplicate after a restart or a switch
+                    if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port):
+                        if port.upstream is None:  # a source has one log and one writer: nothing to read again
+                            raise ValueError(f"ht.id {tid} jumps past {port.last_stable}: the source skipped ids")
+                        port.report_gap(tid)
+                        stats.gaps += 1
+                        continue
                     if bound is not None and stime < bound:
                         raise ValueError(f"stime {stime} is below the input's boundary {bound}")
                     rec = port.decode(m.value())
@@ -155,6 +161,11 @@ class DpcScheme:
                 node.deadletter(m, _reason(e))
                 stats.deadlettered += 1
         stats.consumed += len(msgs)
+
+    @staticmethod
+    def _first_of_source(port: InputPort) -> bool:
+        """A source's first tuple may have any id: its log may have been trimmed before this node existed."""
+        return port.upstream is None and port.last_stable < 0
 
     def on_input_failure(self, port: InputPort, now: float) -> None:
         """The port reads another upstream replica now, which sends its own version of what followed."""

@@ -17,8 +17,9 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from services.control.monitor import ReplicaMonitor
-from services.control.replicas import choose_replica
+from services.control.replicas import RANK, choose_replica
 from services.core.codec import codec_for
+from services.core.errors import InputGapError
 from services.core.kafka import BatchConsumer
 from services.dpc.states import NodeState
 from services.log.tail import offset_after_stable
@@ -37,6 +38,9 @@ class ReplicaReader:
     replica: int = 0  # the replica read now
     last_stable: int = -1  # id of the newest stable tuple received
     switches: int = 0
+    gap: int | None = None  # id of the first stable tuple that did not come (the next came instead)
+    gap_tried: set[int] = field(default_factory=set)  # replicas read again for that gap
+    gaps: int = 0  # gaps seen
 
     @property
     def topic(self) -> str:
@@ -58,14 +62,42 @@ class ReplicaReader:
         r = choose_replica(states, self.replica)
         return r if r != self.replica else None
 
+    def report_gap(self, got: int) -> None:
+        """Stable tuple ``got`` came where ``last_stable + 1`` was due: read that id again elsewhere."""
+        missing = self.last_stable + 1
+        if self.gap != missing:
+            if self.gap is None or missing > self.gap:
+                self.gap_tried = set()
+            self.gaps += 1
+            log.warning(
+                "%s p%d: stable ids %d..%d missing; reading them again", self.topic, self.partition, missing, got - 1
+            )
+        self.gap = missing
+
+    def gap_replica(self, monitor: ReplicaMonitor | None) -> int:
+        """Where to read the missing ids from next: a live replica not yet tried, best first."""
+        assert self.gap is not None
+        self.gap_tried.add(self.replica)
+        states = self.states(monitor)
+        untried = [r for r in range(len(self.topics)) if r not in self.gap_tried and states[r] is not NodeState.FAILED]
+        if not untried:
+            raise InputGapError(
+                f"{self.topics[0].rsplit('.r', 1)[0]} partition {self.partition}: stable tuple {self.gap} is missing "
+                f"from every replica's log ({', '.join(self.topics)}): retention or trimming removed it before "
+                "it was read; raise the retention of these topics"
+            )
+        return min(untried, key=lambda r: (RANK[states[r]], r))
+
     def move(self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None) -> int:
         """Read ``replica`` from now on, right after the last stable tuple (or at ``offset``); returns the offset."""
         if offset is None:
             offset = offset_after_stable(bootstrap, self.topics[replica], self.partition, self.last_stable)
         consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
+        if replica != self.replica:
+            self.switches += 1
         self.replica = replica
-        self.switches += 1
+        self.gap = None
         return offset
 
 
@@ -120,11 +152,12 @@ class Inputs:
         return {p.topic: read.get(p.topic, self.assigned.get(p.topic, OFFSET_BEGINNING)) for p in self.ports}
 
     def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[InputPort]:
-        """Move each port whose upstream replica is no longer the best; returns the ports that moved."""
+        """Move each port whose upstream replica is no longer the best, or that must read a gap
+        again; returns the ports that moved."""
         assert self.consumer is not None
         moved = []
         for p in self.ports:
-            r = p.better_replica(monitor)
+            r = p.gap_replica(monitor) if p.gap is not None else p.better_replica(monitor)
             if r is None:
                 continue
             old = p.topic

@@ -40,6 +40,7 @@ class NodeStats:
     undos_received: int = 0
     reconciliations: int = 0
     switches: int = 0
+    gaps: int = 0  # stable ids that did not come in order: read again from a replica's log
     restart_images: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
 

@@ -125,11 +125,21 @@ def test_restarted_tentative_run_voids_the_overlap() -> None:
     assert replay(events) == ([{"i": 0}], ["a1", "b2"])
 
 
-def test_boundaries_are_tracked_without_events_and_gaps_are_counted() -> None:
+def test_boundaries_are_tracked_without_events() -> None:
     view = PartitionView(0)
-    events = run(view, [(B, -1, 5, None), stable(0), (B, 0, 40, None), (B, 0, 30, None), stable(3)])
+    events = run(view, [(B, -1, 5, None), stable(0), (B, 0, 40, None), (B, 0, 30, None), stable(1)])
     assert [e.kind for e in events] == ["stable", "stable"]
-    assert view.boundary == 40 and view.gaps == 2
+    assert view.boundary == 40
+
+
+def test_a_gap_in_stable_ids_stops_the_view_until_the_missing_ids_are_read_again() -> None:
+    view = PartitionView(0)
+    events = run(view, [stable(0), stable(3), stable(4), (T, 5, 50, "t")])
+    assert [(e.kind, e.id) for e in events] == [("stable", 0)], "ids 1 and 2 must not be skipped"
+    assert view.gap == 1 and view.gaps == 1 and view.last_stable == 0
+    view.switch(1, [])  # the view reads them again (from another replica)
+    events = run(view, [stable(1), stable(2), stable(3)])
+    assert [e.id for e in events] == [1, 2, 3] and view.gap is None
 
 
 def test_decode_only_kept_data_tuples_and_bad_payloads_are_skipped() -> None:

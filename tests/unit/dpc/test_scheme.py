@@ -256,3 +256,39 @@ def _stable_in(node: FakeNode, topic: str) -> list[tuple[tuple[int, bytes | None
         if t is STABLE:
             out.append(((stime, w.value, w.key), tid))
     return out
+
+
+def test_a_source_id_that_jumps_is_deadlettered_and_never_used_to_drop_later_tuples() -> None:
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    recs = readings(6, 10, 0)
+    msgs = [node.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs[:3])]
+    msgs.append(node.message("a", STABLE, 1_000_000, recs[3]["ts"], recs[3]))  # another writer's id
+    msgs += [node.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs[3:], start=3)]
+    node.step(msgs, 0.0)
+    reasons = [h["ht.error"].decode() for h in node.deadletters()]
+    assert len(reasons) == 1 and "jumps past 2" in reasons[0]
+    assert node.inputs.ports[0].last_stable == 5, "the tuples after the jump are taken, not dropped as duplicates"
+
+
+def test_a_gap_in_an_upstream_replica_stops_the_port_until_it_reads_the_ids_again() -> None:
+    spec = parse_spec("""\
+name: chain
+defaults: {replicas: 2}
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+  c: {schema: reading, key: sensor}
+operators:
+  up: {type: filter, input: a, output: b, where: "True"}
+  down: {type: filter, input: b, output: c, where: "True"}
+nodes:
+  n1: {operators: [up]}
+  n2: {operators: [down]}
+""")
+    node = FakeNode(spec, "n2")
+    recs = readings(8, 10, 0)
+    msgs = [node.message("b", STABLE, i, r["ts"], r) for i, r in enumerate(recs) if i not in (3, 4)]
+    node.step(msgs, 0.0)
+    port = node.inputs.ports[0]
+    assert port.last_stable == 2 and port.gap == 3 and node.stats.gaps == 1
+    assert node.deadletters() == [], "a gap in a replica's log is read again, not dead-lettered"

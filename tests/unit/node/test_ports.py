@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from services.node.ports import Inputs
@@ -81,3 +82,24 @@ def test_after_a_switch_the_new_topic_is_where_it_was_assigned_until_read() -> N
 def _move(port: Any, replica: int, offset: int) -> int:
     port.replica = replica
     return offset
+
+
+def test_a_gap_is_read_again_from_each_live_replica_then_reported_as_lost() -> None:
+    from services.core.errors import InputGapError
+    from services.dpc.states import NodeState
+
+    port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
+    port.last_stable = 9
+    port.report_gap(12)
+    assert port.gap == 10 and port.gaps == 1
+
+    class Monitor:
+        def states(self, node: str, partition: int, replicas: int) -> list:
+            return [NodeState.STABLE, NodeState.UPSTREAM_FAILURE]
+
+    assert port.gap_replica(Monitor()) == 1  # type: ignore[arg-type]
+    port.replica = 1  # moved there; the gap is still there
+    port.report_gap(12)
+    assert port.gaps == 1, "the same gap is not counted twice"
+    with pytest.raises(InputGapError, match="stable tuple 10 is missing from every replica"):
+        port.gap_replica(Monitor())  # type: ignore[arg-type]
