@@ -119,7 +119,7 @@ def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]]]:
 
 
 def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
-    from services.control.messages import COORDINATOR, now_ms, replica_key
+    from services.control.messages import COORDINATOR, replica_key
     from services.control.monitor import ReplicaMonitor
     from services.core.admin import admin_client
     from services.dpc.states import NodeState
@@ -132,7 +132,7 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
         seen = {replica_key(st.node, st.partition, st.replica): st for st in mon.snapshot() if st.node != COORDINATOR}
         keys = {replica_key(*e): e for e in expected}
         keys.update({k: (st.node, st.partition, st.replica) for k, st in seen.items()})
-        rows, now = [], now_ms()
+        rows, now = [], time.monotonic()
         for key, (node, p, r) in sorted(keys.items(), key=lambda kv: kv[1]):
             st = seen.get(key)
             rows.append(
@@ -142,7 +142,7 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
                     "replica": r,
                     "state": mon.state(node, p, r).value,
                     "reported": st.state.value if st else None,
-                    "age_ms": max(0, now - st.sent_ms) if st else None,
+                    "age_ms": round((now - st.seen) * 1000) if st and st.seen is not None else None,
                     "pid": st.pid if st else 0,
                     "seen": st is not None,
                     "reconciliation": None,

@@ -222,7 +222,9 @@ class StreamView:
         if self.monitor is not None and len(topics) > 1:
             wait = startup_wait if startup_wait is not None else 0.3 + 3 * spec.dpc.heartbeat_interval / 1000.0
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and not any(st.node == self.node for st in self.monitor.snapshot()):
+            while time.monotonic() < deadline and not any(
+                st.node == self.node and st.seen is not None for st in self.monitor.snapshot()
+            ):
                 time.sleep(0.02)
         self.readers = [ReplicaReader(list(topics), p, self.node) for p in range(self.partitions)]
         for r, v in zip(self.readers, self.views, strict=True):  # the monitor has had its start-up wait

@@ -48,6 +48,7 @@ class ControlMessage:
     replica: int
     stagger: bool = True
     sent_ms: int = 0
+    round_ms: int = 0  # which reconciliation round of the replica it belongs to (a GRANT echoes the REQUEST's)
 
     def encode(self) -> bytes:
         return _CONTROL.encode(
@@ -58,6 +59,7 @@ class ControlMessage:
                 "replica": self.replica,
                 "stagger": self.stagger,
                 "sent_ms": self.sent_ms or now_ms(),
+                "round_ms": self.round_ms,
             }
         )
 
@@ -65,7 +67,9 @@ class ControlMessage:
     def decode(cls, payload: bytes) -> ControlMessage:
         """Raises DecodeError (bad Avro) or ValueError (unknown kind)."""
         c = _CONTROL.decode(payload)
-        return cls(ControlKind(c["kind"]), c["node"], c["partition"], c["replica"], c["stagger"], c["sent_ms"])
+        return cls(
+            ControlKind(c["kind"]), c["node"], c["partition"], c["replica"], c["stagger"], c["sent_ms"], c["round_ms"]
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +79,7 @@ class ControlMessage:
             "replica": self.replica,
             "stagger": self.stagger,
             "sent_ms": self.sent_ms,
+            "round_ms": self.round_ms,
         }
 
     def is_for(self, node: str, partition: int, replica: int) -> bool:

@@ -1,4 +1,8 @@
-"""The replica monitor: the latest state of every node replica partition, from the heartbeat topic."""
+"""The replica monitor: the latest state of every node replica partition, from the heartbeat topic.
+
+Liveness is judged by when a heartbeat *arrived* here (this host's monotonic clock), never
+by the sender's clock, so a replica whose clock is off is seen like any other.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
-from services.control.messages import Heartbeat, now_ms, replica_key
+from services.control.messages import Heartbeat, replica_key
 from services.core.errors import DecodeError
 from services.core.kafka import plain_consumer, retry_transient
 from services.dpc.states import NodeState
@@ -21,10 +25,12 @@ class ReplicaStatus:
     replica: int
     state: NodeState
     sent_ms: int
-    seen: float  # local monotonic time the last heartbeat arrived
+    seen: float | None  # local monotonic time the last heartbeat arrived; None: known only from history
     pid: int = 0
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:
+        if self.seen is None:
+            return False
         return ((now if now is not None else time.monotonic()) - self.seen) <= timeout_s
 
 
@@ -32,7 +38,8 @@ class ReplicaMonitor:
     """Follows the heartbeat topic in a background thread: the latest status of every replica.
 
     Starts a little before the end of the topic so a fresh process knows the current
-    states within one heartbeat interval.
+    states at once; what was there before it started tells a replica's state, but only a
+    heartbeat that arrives afterwards shows that it lives (within one heartbeat interval).
     """
 
     def __init__(self, bootstrap: str, topic: str, timeout_s: float, history: int = 500) -> None:
@@ -42,6 +49,7 @@ class ReplicaMonitor:
         self._c = plain_consumer(bootstrap, "monitor", unique=True, **{"fetch.wait.max.ms": 20})
         low, high = retry_transient(self._c.get_watermark_offsets)(TopicPartition(topic, 0), timeout=10)
         self._c.assign([TopicPartition(topic, 0, max(low, high - history) if high > 0 else OFFSET_END)])
+        self._history_end = high  # heartbeats below this offset were sent before we started
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replica-monitor", daemon=True)
         self._thread.start()
@@ -55,16 +63,17 @@ class ReplicaMonitor:
                     hb = Heartbeat.decode(m.value() or b"")
                 except (DecodeError, ValueError, KeyError):
                     continue
-                # A replayed old heartbeat counts from when it was sent, not when we read it.
-                age = max(0.0, (now_ms() - hb.sent_ms) / 1000.0)
-                st = ReplicaStatus(
-                    hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms, time.monotonic() - age, hb.pid
-                )
-                key = replica_key(hb.node, hb.partition, hb.replica)
-                with self._lock:
-                    cur = self.status.get(key)
-                    if cur is None or cur.sent_ms <= st.sent_ms:
-                        self.status[key] = st
+                self.apply(hb, time.monotonic(), fresh=(m.offset() or 0) >= self._history_end)
+
+    def apply(self, hb: Heartbeat, now: float, fresh: bool = True) -> None:
+        """One heartbeat, arrived at ``now`` (monotonic); a stale one (history) gives the state only."""
+        key = replica_key(hb.node, hb.partition, hb.replica)
+        with self._lock:
+            cur = self.status.get(key)
+            if cur is not None and cur.pid == hb.pid and hb.sent_ms < cur.sent_ms:
+                return  # older than what this process already said
+            seen = now if fresh else (cur.seen if cur is not None else None)
+            self.status[key] = ReplicaStatus(hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms, seen, hb.pid)
 
     def get(self, node: str, partition: int, replica: int) -> ReplicaStatus | None:
         with self._lock:

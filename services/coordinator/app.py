@@ -204,13 +204,14 @@ class Coordinator:
                     if not self.caught_up and beat.pid == os.getpid() and beat.epoch == self.started_ms:
                         # Our own first heartbeat came back: everything queued before it is read.
                         self.caught_up = True
+                        self.logic.caught_up(now_ms())
                         log.info(
                             "coordinator ready: heartbeat backlog read; %d replicas, %d reconciliation entries",
                             len(list(self.replicas.keys())),
                             len(list(self.recon.keys())),
                         )
                     continue
-                self.logic.on_heartbeat(beat.as_dict(), now_ms())
+                self.logic.on_heartbeat(beat.as_dict(), now_ms(), fresh=self.caught_up)
 
         @app.agent(self.control, name="control")
         async def on_control(stream: Any) -> None:
@@ -278,7 +279,7 @@ class Coordinator:
     async def _send_grants(self, grants: list[Grant]) -> None:
         for g in grants:
             log.info("GRANT %s (stagger=%s)", g.key, g.stagger)
-            grant = ControlMessage(ControlKind.GRANT, g.node, g.partition, g.replica, g.stagger)
+            grant = ControlMessage(ControlKind.GRANT, g.node, g.partition, g.replica, g.stagger, round_ms=g.round_ms)
             await self.control.send(key=g.node.encode(), value=grant.encode())
 
     async def _beat(self, now: int) -> None:

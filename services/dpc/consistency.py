@@ -9,11 +9,16 @@ mappings (in the service, faust Tables backed by changelog topics, so a restarte
 coordinator continues where it stopped):
 
 * ``replicas``: ``"node/pX/rY"`` -> ``{node, partition, replica, state, reported, sent_ms,
-  pid, epoch, since_ms}``. ``state`` is the state the replica reported in its last heartbeat,
-  or FAILED once that heartbeat is older than ``failure_timeout``; ``since_ms`` is when the
-  state last changed.
+  heard_ms, pid, epoch, since_ms}``. ``state`` is the state the replica reported in its last
+  heartbeat, or FAILED once no heartbeat arrived for ``failure_timeout``; ``since_ms`` is
+  when the state last changed.
 * ``recon``: ``"node/pX/rY"`` -> ``{node, partition, replica, status, requested_ms,
-  granted_ms, stagger, ctl_ms}`` with status IDLE, PENDING (asked, waiting) or GRANTED.
+  granted_ms, stagger, ctl_ms, round_ms}`` with status IDLE, PENDING (asked, waiting) or GRANTED.
+
+Every time the coordinator judges by is its own: when a message *arrived* (``now``), never
+when its sender's clock says it was sent, so a replica whose clock is off is judged like
+any other. A sender's times are only compared with that same sender's (``sent_ms`` of one
+process, ``round_ms`` echoed back in the GRANT).
 
 The rule (DPC, SIGMOD 2005, "processing new tuples during reconciliation"): at most one
 replica of a node partition reconciles at a time, so a partner keeps producing current
@@ -35,7 +40,6 @@ from services.dpc.policies import Policy
 from services.dpc.states import NodeState
 
 LEASE_MS = 30_000  # a grant whose DONE never comes (lost, or a hung replica) is released after this
-STALE_WRITE_MS = 60_000  # a backlog of unchanged heartbeats updates the table at most once per this much heartbeat time
 
 IDLE, PENDING, GRANTED = "IDLE", "PENDING", "GRANTED"
 REQUEST, GRANT, DONE = ControlKind.REQUEST, ControlKind.GRANT, ControlKind.DONE
@@ -49,6 +53,7 @@ class Grant:
     partition: int
     replica: int
     stagger: bool = True
+    round_ms: int = 0  # the round of the REQUEST it answers, echoed for the replica to match
 
     @property
     def key(self) -> str:
@@ -69,18 +74,19 @@ class Coordination:
         self.recon = recon
         self.failure_timeout_ms = failure_timeout_ms
         self.lease_ms = lease_ms
-        # Newest heartbeat time per replica, also for heartbeats not written to the table.
-        # In memory only: after a restart the table's sent_ms (at most STALE_WRITE_MS older) stands in.
+        # When the newest heartbeat of each replica arrived, also for heartbeats not written to
+        # the table. In memory only: after a restart the table's heard_ms stands in.
         self.latest: dict[str, int] = {}
+        self.backlog: set[str] = set()  # replicas heard of only in a backlog so far
 
     # -- heartbeats and failure detection --------------------------------------------
-    def on_heartbeat(self, hb: dict[str, Any], now: int) -> bool:
-        """Record a replica's heartbeat; returns whether the table changed.
+    def on_heartbeat(self, hb: dict[str, Any], now: int, fresh: bool = True) -> bool:
+        """Record a replica's heartbeat, arrived at ``now``; returns whether the table changed.
 
-        A heartbeat already older than the failure timeout (replayed after a coordinator
-        restart) never makes a FAILED or unknown replica look alive, and never fails a live
-        one either: declaring failures is ``mark_failures``' job, which the service holds
-        back until the backlog is read.
+        ``fresh`` is False for the backlog a restarted coordinator reads: such a heartbeat
+        tells the state, but not that the replica lives now. It never makes a FAILED or
+        unknown replica look alive, and never fails a live one either (``mark_failures``
+        does that, once the backlog is read and ``caught_up`` has counted it).
         """
         node = hb["node"]
         if node == COORDINATOR:
@@ -92,15 +98,17 @@ class Coordination:
         key = replica_key(node, hb["partition"], hb["replica"])
         cur = self.replicas.get(key)
         sent = int(hb["sent_ms"])
-        if cur is not None and sent < cur["sent_ms"]:
-            return False  # older than what we have (a replay, or reordered)
-        self.latest[key] = max(sent, self.latest.get(key, 0))
         pid, epoch = int(hb.get("pid", 0)), int(hb.get("epoch", 0))
-        late = now - sent > self.failure_timeout_ms  # read long after it was sent: a backlog
+        if cur is not None and cur["pid"] == pid and sent < cur["sent_ms"]:
+            return False  # older than what this process already said (a replay)
+        if fresh:
+            self.latest[key] = now
+        else:
+            self.backlog.add(key)
         if cur is not None and cur["state"] != NodeState.FAILED.value:
             state = reported  # a live replica stays live: only mark_failures declares failures
         else:
-            state = NodeState.FAILED.value if late else reported
+            state = reported if fresh else NodeState.FAILED.value
         changed = (
             cur is None
             or cur["state"] != state
@@ -108,12 +116,13 @@ class Coordination:
             or cur["pid"] != pid
             or cur["epoch"] != epoch
         )
-        if late and not changed and cur is not None and sent - cur["sent_ms"] < STALE_WRITE_MS:
+        if not fresh and not changed:
             return False  # a backlog of the same news is not written to the table one by one
         if cur is not None and cur["state"] == state:
             since = cur["since_ms"]
         else:
-            since = now if state == NodeState.FAILED.value else sent
+            since = now
+        heard = now if fresh else (cur["heard_ms"] if cur is not None else 0)
         self.replicas[key] = {
             "node": node,
             "partition": int(hb["partition"]),
@@ -121,16 +130,24 @@ class Coordination:
             "state": state,
             "reported": reported,
             "sent_ms": sent,
+            "heard_ms": heard,
             "pid": pid,
             "epoch": epoch,
             "since_ms": since,
         }
         return True
 
+    def caught_up(self, now: int) -> None:
+        """The backlog is read: a replica heard of in it counts as heard now, so failure
+        detection gives it one timeout to show it lives instead of failing it at once."""
+        for key in self.backlog:
+            self.latest[key] = max(self.latest.get(key, 0), now)
+        self.backlog.clear()
+
     def last_heard(self, key: str) -> int:
-        """When the newest heartbeat of a replica was sent (ms), 0 if never."""
+        """When (by this coordinator's clock, ms) the newest heartbeat of a replica arrived, 0 if never."""
         cur = self.replicas.get(key)
-        return max(self.latest.get(key, 0), cur["sent_ms"] if cur is not None else 0)
+        return max(self.latest.get(key, 0), cur["heard_ms"] if cur is not None else 0)
 
     def state_of(self, key: str) -> str | None:
         cur = self.replicas.get(key)
@@ -157,10 +174,11 @@ class Coordination:
     def on_control(self, msg: dict[str, Any], now: int) -> list[Grant]:
         """Apply a REQUEST or DONE from a replica; returns the GRANTs to send.
 
-        Messages older than the last one applied for that replica (``sent_ms``) are replays
-        after a restart and change nothing. A REQUEST from a replica that already holds a
-        grant re-sends the GRANT (the first may have been lost); one still waiting keeps its
-        place in the queue.
+        Messages older than the last one applied for that replica (``sent_ms``, compared with
+        that replica's own earlier messages) are replays after a restart and change nothing.
+        Requests queue in the order they arrived. A REQUEST from a replica that already holds
+        a grant re-sends the GRANT (the first may have been lost), for the round it names; one
+        still waiting keeps its place in the queue.
         """
         kind, node = msg["kind"], msg["node"]
         if kind not in (REQUEST, DONE) or node == COORDINATOR:
@@ -177,25 +195,30 @@ class Coordination:
             "granted_ms": 0,
             "stagger": True,
             "ctl_ms": 0,
+            "round_ms": 0,
         }
         if sent < cur["ctl_ms"]:
             return []
         stagger = bool(msg.get("stagger", True))
+        round_ms = int(msg.get("round_ms", 0))
         if kind == DONE:
+            if round_ms and cur.get("round_ms") and round_ms != cur["round_ms"]:
+                return []  # gives back a grant of an older round: the current one stands
             self.recon[key] = {**cur, "status": IDLE, "ctl_ms": sent, "released": "done", "released_ms": now}
             return self.decide(node, partition, now)
         if cur["status"] == GRANTED:
-            self.recon[key] = {**cur, "ctl_ms": sent}
-            return [Grant(node, partition, replica, cur["stagger"])] + self.decide(node, partition, now)
+            self.recon[key] = {**cur, "ctl_ms": sent, "round_ms": round_ms}
+            return [Grant(node, partition, replica, cur["stagger"], round_ms)] + self.decide(node, partition, now)
         if cur["status"] == PENDING:
-            self.recon[key] = {**cur, "ctl_ms": sent, "stagger": stagger}
+            self.recon[key] = {**cur, "ctl_ms": sent, "stagger": stagger, "round_ms": round_ms}
         else:
             self.recon[key] = {
                 **cur,
                 "status": PENDING,
-                "requested_ms": sent,
+                "requested_ms": now,
                 "ctl_ms": sent,
                 "stagger": stagger,
+                "round_ms": round_ms,
                 "released": None,
             }
         return self.decide(node, partition, now)
@@ -223,7 +246,7 @@ class Coordination:
                 continue
             self.recon[key] = {**r, "status": GRANTED, "granted_ms": now}
             held = True
-            out.append(Grant(node, partition, r["replica"], r["stagger"]))
+            out.append(Grant(node, partition, r["replica"], r["stagger"], r.get("round_ms", 0)))
         return out
 
     def decide_all(self, now: int) -> list[Grant]:
@@ -247,7 +270,8 @@ class Coordination:
         recon = dict(self.recon.items())
         rows = {}
         for key, r in list(self.replicas.items()):
-            sent = max(r["sent_ms"], self.latest.get(key, 0))
+            heard = self.last_heard(key)
+            sent = r["sent_ms"]
             rows[key] = {
                 "key": key,
                 "node": r["node"],
@@ -255,7 +279,7 @@ class Coordination:
                 "replica": r["replica"],
                 "state": r["state"],
                 "reported": r["reported"],
-                "age_ms": max(0, now - sent),
+                "age_ms": max(0, now - heard),
                 "sent_ms": sent,
                 "since_ms": r["since_ms"],
                 "pid": r["pid"],

@@ -56,7 +56,7 @@ class DpcScheme:
         self.state = NodeState.STABLE
         self.failed = False  # processed tentative input since the last reconciliation
         self.requested_at = 0.0
-        self.requested_ms = 0  # wall clock of this round's first REQUEST: older GRANTs are stale
+        self.requested_ms = 0  # this replica's clock at this round's first REQUEST: names the round
         self.granted = False
         self.advanced: int | None = None  # the last frontier sent downstream as a BOUNDARY
         self.op_time: int | None = None  # the operators' time: the last advance()
@@ -262,13 +262,16 @@ class DpcScheme:
     # -- reconciliation ----------------------------------------------------------------
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
-        if (
-            msg.kind is ControlKind.GRANT
-            and self.requested_ms
-            and msg.sent_ms >= self.requested_ms
-            and msg.is_for(node.plan.node, node.partition, node.replica)
-        ):
-            self.granted = True
+        if msg.kind is not ControlKind.GRANT or not msg.is_for(node.plan.node, node.partition, node.replica):
+            return
+        if self.requested_ms and msg.round_ms == self.requested_ms:
+            self.granted = True  # the answer to this round's REQUEST (matched by round, not by clocks)
+        elif not self.granted and msg.round_ms and msg.round_ms != self.requested_ms:
+            # A grant for a round that is over (a re-sent or replayed one): give it back at
+            # once, or the partner would wait for its lease to expire.
+            node.send_control(
+                ControlMessage(ControlKind.DONE, node.plan.node, node.partition, node.replica, round_ms=msg.round_ms)
+            )
 
     def _partners(self) -> list[NodeState]:
         """The other replicas' states, by replica number."""
@@ -299,7 +302,14 @@ class DpcScheme:
             self.requested_at = now
             self.requested_ms = self.requested_ms or now_ms()
             node.send_control(
-                ControlMessage(ControlKind.REQUEST, node.plan.node, node.partition, node.replica, stagger)
+                ControlMessage(
+                    ControlKind.REQUEST,
+                    node.plan.node,
+                    node.partition,
+                    node.replica,
+                    stagger,
+                    round_ms=self.requested_ms,
+                )
             )
 
     def _reconcile(self) -> None:
@@ -322,7 +332,9 @@ class DpcScheme:
         for s, so in self.soutputs.items():
             so.rec_done(queue(s))
         node.outputs.flush()
-        node.send_control(ControlMessage(ControlKind.DONE, node.plan.node, node.partition, node.replica))
+        node.send_control(
+            ControlMessage(ControlKind.DONE, node.plan.node, node.partition, node.replica, round_ms=self.requested_ms)
+        )
         self.granted = False
         self.requested_at, self.requested_ms = 0.0, 0
         node.stats.reconciliations += 1

@@ -12,7 +12,7 @@ from services.dpc.states import NodeState
 
 @pytest.mark.parametrize("kind", list(ControlKind))
 def test_control_message_round_trip(kind: ControlKind) -> None:
-    m = ControlMessage(kind, "n2", 1, 0, stagger=False, sent_ms=1234)
+    m = ControlMessage(kind, "n2", 1, 0, stagger=False, sent_ms=1234, round_ms=1200)
     back = ControlMessage.decode(m.encode())
     assert back == m and back.kind is kind
     assert back.is_for("n2", 1, 0) and not back.is_for("n2", 1, 1)
@@ -23,6 +23,7 @@ def test_control_message_round_trip(kind: ControlKind) -> None:
         "replica": 0,
         "stagger": False,
         "sent_ms": 1234,
+        "round_ms": 1200,
     }
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.dpc.consistency import DONE, GRANTED, IDLE, PENDING, REQUEST, STALE_WRITE_MS, Coordination, Grant
+from services.dpc.consistency import DONE, GRANTED, IDLE, PENDING, REQUEST, Coordination, Grant
 
 TIMEOUT = 1000
 LEASE = 30_000
@@ -52,6 +52,7 @@ def test_heartbeat_records_state_and_since() -> None:
         "state": "STABLE",
         "reported": "STABLE",
         "sent_ms": 1000,
+        "heard_ms": 1000,
         "pid": 100,
         "epoch": 0,
         "since_ms": 1000,
@@ -94,13 +95,12 @@ def test_silent_replica_is_marked_failed_and_recovers() -> None:
 
 def test_replayed_old_heartbeats_leave_a_dead_replica_failed() -> None:
     c, replicas, _ = make()
-    assert c.on_heartbeat(hb("n", 0, 1000), now=50_000)
+    assert c.on_heartbeat(hb("n", 0, 1000), now=50_000, fresh=False)  # the backlog of a restarted coordinator
     assert replicas["n/p0/r0"]["state"] == "FAILED" and replicas["n/p0/r0"]["since_ms"] == 50_000
-    # a backlog of stale heartbeats is not rewritten one by one
-    assert not c.on_heartbeat(hb("n", 0, 1200), now=50_001)
-    assert c.on_heartbeat(hb("n", 0, 1000 + STALE_WRITE_MS), now=90_000)
+    # a backlog of the same news is not rewritten one by one
+    assert not c.on_heartbeat(hb("n", 0, 1200), now=50_001, fresh=False)
     # a fresh one brings it back
-    assert c.on_heartbeat(hb("n", 0, 89_950), now=90_000)
+    assert c.on_heartbeat(hb("n", 0, 1300), now=90_000)
     assert replicas["n/p0/r0"]["state"] == "STABLE"
 
 
@@ -108,14 +108,30 @@ def test_a_backlog_neither_fails_a_live_replica_nor_floods_the_table() -> None:
     """After a coordinator restart the heartbeats sent while it was down arrive late."""
     c, replicas, _ = make()
     c.on_heartbeat(hb("n", 0, 1000), now=1000)
-    writes = sum(c.on_heartbeat(hb("n", 0, t), now=9000) for t in range(1100, 8000, 100))
+    writes = sum(c.on_heartbeat(hb("n", 0, t), now=9000, fresh=False) for t in range(1100, 8000, 100))
     assert replicas["n/p0/r0"]["state"] == "STABLE" and replicas["n/p0/r0"]["since_ms"] == 1000
-    assert writes == 0 and replicas["n/p0/r0"]["sent_ms"] == 1000  # unchanged news, not written
-    assert c.last_heard("n/p0/r0") == 7900  # but known: failure detection counts from the newest
-    assert c.mark_failures(now=8500) == []
-    assert c.status(now=8500)["replicas"][0]["age_ms"] == 600
-    assert c.on_heartbeat(hb("n", 0, 8000, "UPSTREAM_FAILURE"), now=9001)  # news are written even late
+    assert writes == 0  # unchanged news, not written
+    c.caught_up(now=9000)  # the backlog is read: heard of in it counts as heard now
+    assert c.last_heard("n/p0/r0") == 9000
+    assert c.mark_failures(now=9500) == []
+    assert c.status(now=9500)["replicas"][0]["age_ms"] == 500
+    assert c.on_heartbeat(hb("n", 0, 8000, "UPSTREAM_FAILURE"), now=9501, fresh=False)  # news are written even late
     assert replicas["n/p0/r0"]["state"] == "UPSTREAM_FAILURE"
+
+
+@pytest.mark.parametrize("skew", [-5000, 5000])
+def test_a_replica_whose_clock_is_off_is_judged_by_when_its_heartbeats_arrive(skew: int) -> None:
+    c, replicas, recon = make()
+    for t in range(100_000, 103_000, 100):  # r1's clock is ``skew`` ms off the coordinator's
+        c.on_heartbeat(hb("n", 0, t), now=t)
+        c.on_heartbeat(hb("n", 1, t + skew, "UPSTREAM_FAILURE"), now=t)
+        assert c.mark_failures(now=t) == []
+    assert replicas["n/p0/r1"]["state"] == "UPSTREAM_FAILURE"
+    assert c.status(now=103_000)["replicas"][1]["age_ms"] == 100
+    assert c.on_control(ctl(REQUEST, "n", 1, 103_000 + skew) | {"round_ms": 102_900 + skew}, now=103_000) == [
+        Grant("n", 0, 1, True, 102_900 + skew)
+    ], "the grant echoes the replica's own round, whatever its clock says"
+    assert recon["n/p0/r1"]["requested_ms"] == 103_000  # queued by arrival
 
 
 # -- grants ------------------------------------------------------------------------------------
@@ -144,14 +160,23 @@ def test_other_partitions_and_nodes_are_independent() -> None:
     assert c.on_control(ctl(REQUEST, "m", 1, 102), now=102) == [Grant("m", 0, 1)]
 
 
-def test_oldest_request_first() -> None:
+def test_requests_are_granted_in_the_order_they_arrived() -> None:
     c, _, _ = make()
     c.on_control(ctl(REQUEST, "n", 0, 100), now=100)
-    # r2 asked before r1 (by its send time) even though r1's message was read first
+    # r2's clock says it asked first, but r1's REQUEST arrived first: senders' clocks are not compared
     c.on_control(ctl(REQUEST, "n", 1, 130), now=131)
     c.on_control(ctl(REQUEST, "n", 2, 120), now=132)
-    assert c.on_control(ctl(DONE, "n", 0, 200), now=200) == [Grant("n", 0, 2)]
-    assert c.on_control(ctl(DONE, "n", 2, 300), now=300) == [Grant("n", 0, 1)]
+    assert c.on_control(ctl(DONE, "n", 0, 200), now=200) == [Grant("n", 0, 1)]
+    assert c.on_control(ctl(DONE, "n", 1, 300), now=300) == [Grant("n", 0, 2)]
+
+
+def test_a_done_for_an_older_round_does_not_release_the_current_grant() -> None:
+    c, _, recon = make()
+    c.on_control(ctl(REQUEST, "n", 0, 100) | {"round_ms": 100}, now=100)
+    c.on_control(ctl(REQUEST, "n", 1, 110) | {"round_ms": 110}, now=110)
+    assert c.on_control(ctl(DONE, "n", 0, 150) | {"round_ms": 50}, now=150) == []
+    assert recon["n/p0/r0"]["status"] == GRANTED
+    assert c.on_control(ctl(DONE, "n", 0, 160) | {"round_ms": 100}, now=160) == [Grant("n", 0, 1, True, 110)]
 
 
 def test_suspend_policy_grants_without_staggering() -> None:

@@ -292,3 +292,27 @@ nodes:
     port = node.inputs.ports[0]
     assert port.last_stable == 2 and port.gap == 3 and node.stats.gaps == 1
     assert node.deadletters() == [], "a gap in a replica's log is read again, not dead-lettered"
+
+
+def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() -> None:
+    """The coordinator's clock is 5 s behind this replica's: its GRANT still counts."""
+    from services.control.messages import ControlKind, ControlMessage
+    from services.dpc.states import NodeState
+
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    node.monitor.known[("coordinator", 0, 0)] = NodeState.STABLE  # a live coordinator: ask it
+    msgs = merge_inputs(node)
+    silent = node.inputs.ports[1].topic
+    cut = len(msgs) // 3
+    run(node, msgs[:cut], [3], now=0.0)
+    run(node, [m for m in msgs[cut:] if m.topic() != silent], [3], now=node.plan.delay_s + 1)
+    node.scheme.requested_at = -10.0
+    run(node, [m for m in msgs[cut:] if m.topic() == silent], [5], now=node.plan.delay_s + 3)
+    [request] = [c for c in node.controls if c.kind is ControlKind.REQUEST][-1:]
+    assert node.stats.reconciliations == 0 and request.round_ms
+    grant = ControlMessage(ControlKind.GRANT, "n", 0, 0, sent_ms=request.round_ms - 5000, round_ms=request.round_ms)
+    node.scheme.on_control(grant, node.plan.delay_s + 4)
+    node.step([], node.plan.delay_s + 4)
+    assert node.stats.reconciliations == 1
+    done = node.controls[-1]
+    assert done.kind is ControlKind.DONE and done.round_ms == request.round_ms
