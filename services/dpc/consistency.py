@@ -24,8 +24,9 @@ The rule (DPC, SIGMOD 2005, "processing new tuples during reconciliation"): at m
 replica of a node partition reconciles at a time, so a partner keeps producing current
 (tentative) results. A REQUEST is granted at once when no other replica of the same (node, partition)
 holds a grant, or when it asks with ``stagger=false`` (the Suspend policy). Waiting requests
-are granted oldest first. A grant is held until that replica sends DONE, is marked FAILED,
-or its lease runs out. Every table value is replaced, never mutated in place, because a
+are granted in the order they arrived. A grant is held until that replica sends DONE, is
+marked FAILED, or its lease runs out; heartbeats saying it is still in STABILIZATION renew
+the lease, so a reconciliation longer than the lease keeps its turn. Every table value is replaced, never mutated in place, because a
 faust Table only logs assignments to its changelog.
 """
 
@@ -39,7 +40,9 @@ from services.control.messages import COORDINATOR, ControlKind, replica_key
 from services.dpc.policies import Policy
 from services.dpc.states import NodeState
 
-LEASE_MS = 30_000  # a grant whose DONE never comes (lost, or a hung replica) is released after this
+# A grant whose DONE never comes (lost, or a hung replica) is released this long after it was
+# made or last renewed: a holder's heartbeats renew it while they say STABILIZATION.
+LEASE_MS = 30_000
 
 IDLE, PENDING, GRANTED = "IDLE", "PENDING", "GRANTED"
 REQUEST, GRANT, DONE = ControlKind.REQUEST, ControlKind.GRANT, ControlKind.DONE
@@ -103,6 +106,9 @@ class Coordination:
             return False  # older than what this process already said (a replay)
         if fresh:
             self.latest[key] = now
+            r = self.recon.get(key)
+            if reported == NodeState.STABILIZATION.value and r is not None and r["status"] == GRANTED:
+                self.recon[key] = {**r, "granted_ms": now}  # still reconciling: the lease is renewed
         else:
             self.backlog.add(key)
         if cur is not None and cur["state"] != NodeState.FAILED.value:

@@ -295,22 +295,30 @@ class DpcScheme:
         node = self.node
         stagger = pol is not Policy.SUSPEND
         if not self.granted and node.monitor.state(COORDINATOR, 0, 0) is NodeState.FAILED:
-            self.granted = may_reconcile_alone(node.replica, partners, stagger)
+            if may_reconcile_alone(node.replica, partners, stagger):
+                self.granted = True
+                self._request(stagger)  # announced: a coordinator that comes back knows whose turn it is
+        if self.granted and stagger and NodeState.STABILIZATION in partners:
+            return  # a partner reconciles already (an older grant, or its own fallback turn): wait for it
         if self.granted:
             self._reconcile()
         elif now - self.requested_at > REQUEST_EVERY_S:
             self.requested_at = now
-            self.requested_ms = self.requested_ms or now_ms()
-            node.send_control(
-                ControlMessage(
-                    ControlKind.REQUEST,
-                    node.plan.node,
-                    node.partition,
-                    node.replica,
-                    stagger,
-                    round_ms=self.requested_ms,
-                )
+            self._request(stagger)
+
+    def _request(self, stagger: bool) -> None:
+        node = self.node
+        self.requested_ms = self.requested_ms or now_ms()
+        node.send_control(
+            ControlMessage(
+                ControlKind.REQUEST,
+                node.plan.node,
+                node.partition,
+                node.replica,
+                stagger,
+                round_ms=self.requested_ms,
             )
+        )
 
     def _reconcile(self) -> None:
         """Undo the tentative outputs, restore the pre-failure state, redo the corrected inputs."""

@@ -358,3 +358,20 @@ def test_partner_reconciling_switches_to_the_delay_stabilization_policy() -> Non
     assert policy_while_partner_reconciles([S], Policy.DELAY, Policy.PROCESS) is Policy.PROCESS
     assert policy_while_partner_reconciles([STAB], Policy.PROCESS, Policy.DELAY) is Policy.DELAY
     assert policy_while_partner_reconciles([STAB], Policy.SUSPEND, Policy.PROCESS) is Policy.PROCESS
+
+
+def test_a_reconciliation_longer_than_the_lease_keeps_its_turn_while_its_heartbeats_say_so() -> None:
+    c, _, recon = make(lease=30_000)
+    c.on_heartbeat(hb("n", 0, 0), now=0)
+    c.on_heartbeat(hb("n", 1, 0), now=0)
+    c.on_control(ctl(REQUEST, "n", 0, 0), now=0)
+    c.on_control(ctl(REQUEST, "n", 1, 10), now=10)
+    for t in range(100, 90_000, 100):  # a 90 s redo: r0 says STABILIZATION all along
+        c.on_heartbeat(hb("n", 0, t, "STABILIZATION"), now=t)
+        c.on_heartbeat(hb("n", 1, t, "UPSTREAM_FAILURE"), now=t)
+        assert c.tick(now=t) == [], f"the partner was granted at {t} ms while r0 still reconciles"
+    assert recon["n/p0/r0"]["status"] == GRANTED
+    for t in range(90_000, 120_200, 100):  # done, but its DONE got lost: no more renewals
+        c.on_heartbeat(hb("n", 0, t, "STABLE"), now=t)
+        c.on_heartbeat(hb("n", 1, t, "UPSTREAM_FAILURE"), now=t)
+    assert c.tick(now=120_101) == [Grant("n", 0, 1)], "without renewals the lease runs out"

@@ -316,3 +316,33 @@ def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() ->
     assert node.stats.reconciliations == 1
     done = node.controls[-1]
     assert done.kind is ControlKind.DONE and done.round_ms == request.round_ms
+
+
+def test_a_granted_replica_waits_while_its_partner_reconciles_and_a_fallback_turn_is_announced() -> None:
+    from services.control.messages import ControlKind, ControlMessage
+    from services.dpc.states import NodeState
+
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    msgs = merge_inputs(node)
+    silent = node.inputs.ports[1].topic
+    cut = len(msgs) // 3
+    node.monitor.known[("coordinator", 0, 0)] = NodeState.STABLE
+    node.monitor.known[("n", 0, 1)] = NodeState.STABILIZATION  # the partner reconciles (its own fallback turn)
+    run(node, msgs[:cut], [3], now=0.0)
+    run(node, [m for m in msgs[cut:] if m.topic() != silent], [3], now=node.plan.delay_s + 1)
+    run(node, [m for m in msgs[cut:] if m.topic() == silent], [5], now=node.plan.delay_s + 3)
+    request = [c for c in node.controls if c.kind is ControlKind.REQUEST][-1]
+    node.scheme.on_control(ControlMessage(ControlKind.GRANT, "n", 0, 0, round_ms=request.round_ms), 0)
+    node.step([], node.plan.delay_s + 4)
+    assert node.stats.reconciliations == 0, "a GRANT must not make two replicas reconcile at once"
+    node.monitor.known[("n", 0, 1)] = NodeState.STABLE
+    node.step([], node.plan.delay_s + 5)
+    assert node.stats.reconciliations == 1
+
+    alone = FakeNode(MERGE_AFTER_WINDOW, "n")  # no coordinator: turn-taking by replica number
+    run(alone, msgs[:cut], [3], now=0.0)
+    run(alone, [m for m in msgs[cut:] if m.topic() != silent], [3], now=alone.plan.delay_s + 1)
+    run(alone, [m for m in msgs[cut:] if m.topic() == silent], [5], now=alone.plan.delay_s + 3)
+    assert alone.stats.reconciliations == 1
+    kinds = [c.kind for c in alone.controls]
+    assert kinds[-2:] == [ControlKind.REQUEST, ControlKind.DONE], "the fallback turn is announced and closed"
