@@ -124,10 +124,7 @@ class Coordination:
         )
         if not fresh and not changed:
             return False  # a backlog of the same news is not written to the table one by one
-        if cur is not None and cur["state"] == state:
-            since = cur["since_ms"]
-        else:
-            since = now
+        since = cur["since_ms"] if cur is not None and cur["state"] == state else now
         heard = now if fresh else (cur["heard_ms"] if cur is not None else 0)
         self.replicas[key] = {
             "node": node,

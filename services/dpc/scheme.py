@@ -35,7 +35,7 @@ from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
 from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
-from services.operators.base import Item
+from services.operators.base import _ignore
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,7 @@ class DpcScheme:
                 continue  # a first run: nothing written yet
             if image is None and last >= 0:  # everything is regenerated from the inputs' start
                 self._check_retained({p.topic: 0 for p in node.inputs.ports})
-            held = stable_after(bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
-            in_topic = {tid: (stime, (value, key)) for tid, (stime, value, key) in held.items()}
+            in_topic = stable_after(bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
             node.outputs.queue(s).extend(so.restarted(last, in_topic, f"{topic}[{node.partition}]"))
         if image is not None and image.failed:
             self._enter_failure(image.snapshot)  # still in the failure the image was taken in
@@ -233,7 +232,7 @@ class DpcScheme:
         reject = node.reject if stable else _ignore
         for s, items in pipeline.drain().items():
             so = self.soutputs[s]
-            encoded = outputs.encode(s, items, lambda item, why, s=s: reject(s, item, why))  # type: ignore[misc]
+            encoded = outputs.encode(s, items, reject)
             if stable:
                 so.stable(encoded, queue(s))
             else:
@@ -371,10 +370,6 @@ class DpcScheme:
         restart.save(node.producer, self.restart_topic, node.partition, image)
         node.producer.flush()
         node.stats.restart_images += 1
-
-
-def _ignore(where: str, item: Item, reason: str) -> None:
-    pass
 
 
 def _reason(e: Exception) -> str:

@@ -11,13 +11,29 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from services.core.errors import HeaderError
 from services.core.kafka import plain_consumer, retry_transient
 from services.core.tuples import STABLE, TENTATIVE, UNDO, TupleType, parse_headers, peek_type_and_id
 
 Meta = tuple[TupleType | None, int | None]  # what a backward scan needs of a message: type and id
+
+
+def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -> Iterator[Message]:
+    """Every message of one partition from offset ``start`` up to ``end`` (excluded), in order;
+    raises a retriable timeout if the broker stops delivering them."""
+    c.assign([TopicPartition(topic, partition, start)])
+    pos = start
+    while pos < end:
+        msgs = c.consume(min(500, end - pos), 5)
+        if not msgs:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}"))
+        for m in msgs:
+            off = m.offset()
+            if m.error() is None and off is not None and off < end:
+                pos = off + 1
+                yield m
 
 
 def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[list[tuple[int, Meta]]]:
@@ -31,21 +47,9 @@ def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> 
         low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         while end > low:
             start = max(low, end - chunk)
-            c.assign([TopicPartition(topic, partition, start)])
-            got: list[tuple[int, Meta]] = []
-            pos = start
-            while pos < end:
-                msgs = c.consume(min(500, end - pos), 5)
-                if not msgs:
-                    raise KafkaException(
-                        KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}")
-                    )
-                for m in msgs:
-                    off = m.offset()
-                    if m.error() is None and off is not None and off < end:
-                        pos = off + 1
-                        got.append((off, peek_type_and_id(m.headers())))
-            yield got
+            yield [
+                (m.offset() or 0, peek_type_and_id(m.headers())) for m in _read_range(c, topic, partition, start, end)
+            ]
             end = start
     finally:
         c.close()
@@ -96,34 +100,22 @@ def first_offset(bootstrap: str, topic: str, partition: int) -> int:
 @retry_transient
 def stable_after(
     bootstrap: str, topic: str, partition: int, last: int
-) -> dict[int, tuple[int, bytes | None, bytes | None]]:
-    """Every stable tuple with an id above ``last`` in a node's output topic: id -> (stime, value, key).
+) -> dict[int, tuple[int, tuple[bytes | None, bytes | None]]]:
+    """Every stable tuple with an id above ``last`` in a node's output topic: id -> (stime, (value, key)).
 
     A restarted writer regenerates them and checks each against what the log holds.
     """
     c = plain_consumer(bootstrap, "seek")
     try:
         end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-        pos = offset_after_stable(bootstrap, topic, partition, last)
-        out: dict[int, tuple[int, bytes | None, bytes | None]] = {}
-        if pos >= end:
-            return out
-        c.assign([TopicPartition(topic, partition, pos)])
-        while pos < end:
-            msgs = c.consume(min(500, end - pos), 5)
-            if not msgs:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}"))
-            for m in msgs:
-                off = m.offset()
-                if m.error() is not None or off is None or off >= end:
-                    continue
-                pos = off + 1
-                try:
-                    meta = parse_headers(m.headers())
-                except HeaderError:
-                    continue
-                if meta.type is STABLE and meta.id > last:
-                    out[meta.id] = (meta.stime, m.value(), m.key())
+        out: dict[int, tuple[int, tuple[bytes | None, bytes | None]]] = {}
+        for m in _read_range(c, topic, partition, offset_after_stable(bootstrap, topic, partition, last), end):
+            try:
+                meta = parse_headers(m.headers())
+            except HeaderError:
+                continue
+            if meta.type is STABLE and meta.id > last:
+                out[meta.id] = (meta.stime, (m.value(), m.key()))
         return out
     finally:
         c.close()

@@ -10,7 +10,6 @@ them all, so whatever a restart image records as written is written.
 from __future__ import annotations
 
 import json
-from typing import Callable
 
 from confluent_kafka import Message
 
@@ -19,7 +18,7 @@ from services.core.kafka import BatchProducer
 from services.core.partitioner import key_encoder
 from services.core.tuples import STABLE, deadletter_headers, header_writer, make_headers
 from services.dpc.soutput import Out
-from services.operators.base import Item, reason
+from services.operators.base import Item, Reject, reason
 from services.spec.plan import OutputPlan
 
 Payload = tuple[bytes, bytes | None]  # an encoded record: (value, key)
@@ -45,8 +44,8 @@ class Outputs:
     def topic(self, stream: str) -> str:
         return self._writers[stream][0]
 
-    def encode(self, stream: str, items: list[Item], reject: Callable[[Item, str], None]) -> list[tuple[Payload, int]]:
-        """``items`` as (payload, stime); a record that does not fit the schema goes to ``reject`` instead."""
+    def encode(self, stream: str, items: list[Item], reject: Reject) -> list[tuple[Payload, int]]:
+        """``items`` as (payload, stime); a record that does not fit the schema goes to ``reject(stream, ...)`` instead."""
         _, encode, key_field, key_of = self._writers[stream]
         try:
             if key_field:
@@ -59,7 +58,7 @@ class Outputs:
                 try:
                     out.append(((encode(rec), key_of(rec[key_field]) if key_field else None), it[1]))
                 except ENCODE_ERRORS as e:
-                    reject(it, f"does not fit stream '{stream}': {reason(e)}")
+                    reject(stream, it, f"does not fit stream '{stream}': {reason(e)}")
             return out
 
     def flush(self) -> int:

@@ -59,7 +59,7 @@ class RecordingScheme:
                 self.node.outputs.queue(stream).append((STABLE, self.seen, stime, payload))
                 self.seen += 1
 
-    def _reject(self, item: Any, reason: str) -> None:
+    def _reject(self, where: str, item: Any, reason: str) -> None:
         raise AssertionError(reason)
 
     def after_batch(self, now: float, idle: bool) -> None:

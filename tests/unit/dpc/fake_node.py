@@ -23,8 +23,24 @@ from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
 from services.node.scheme import NodeStats
 from services.operators.base import Item
-from services.spec import Spec
+from services.spec import Spec, parse_spec
 from services.spec.plan import plan_node
+
+# Two nodes in a chain, two replicas each: n2 reads n1's replicated output.
+CHAIN = parse_spec("""\
+name: chain
+defaults: {replicas: 2}
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+  c: {schema: reading, key: sensor}
+operators:
+  up: {type: filter, input: a, output: b, where: "True"}
+  down: {type: filter, input: b, output: c, where: "True"}
+nodes:
+  n1: {operators: [up]}
+  n2: {operators: [down]}
+""")
 
 
 @dataclass
@@ -201,4 +217,4 @@ def source_messages(
     return out
 
 
-__all__ = ["BOUNDARY", "STABLE", "TENTATIVE", "UNDO", "FakeMessage", "FakeNode", "source_messages"]
+__all__ = ["BOUNDARY", "CHAIN", "STABLE", "TENTATIVE", "UNDO", "FakeMessage", "FakeNode", "source_messages"]

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.spec import parse_spec
-from tests.unit.dpc.fake_node import BOUNDARY, STABLE, TENTATIVE, FakeMessage, FakeNode, source_messages
+from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode, source_messages
 
 # A window's results merged, inside one node, with another stream: by a union and by a join.
 MERGE_AFTER_WINDOW = parse_spec("""\
@@ -228,14 +228,12 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
     monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: pickle.loads(images[-1].value))
     monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
     monkeypatch.setattr(
-        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for _, tid in _stable_in(second, topic)), default=-1)
+        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in _stable_in(second, topic)), default=-1)
     )
     monkeypatch.setattr(
         dpc_scheme,
         "stable_after",
-        lambda b, topic, p, last: {
-            tid: (stime, v, k) for (stime, v, k), tid in _stable_in(second, topic) if tid > last
-        },
+        lambda b, topic, p, last: {tid: held for tid, held in _stable_in(second, topic) if tid > last},
     )
     offsets = second.scheme.on_restart()
     assert second.scheme.failed, "the restarted replica is still in the failure"
@@ -247,14 +245,15 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
         assert second.stable(stream) == healthy.stable(stream), f"{stream} differs from the failure-free run"
 
 
-def _stable_in(node: FakeNode, topic: str) -> list[tuple[tuple[int, bytes | None, bytes | None], int]]:
+def _stable_in(node: FakeNode, topic: str) -> list[tuple[int, tuple[int, tuple[bytes | None, bytes | None]]]]:
+    """What ``stable_after`` reads of a topic: (id, (stime, (value, key))) of each stable tuple."""
     from services.core.tuples import read_headers
 
     out = []
     for w in node.producer.topics[topic]:
         t, tid, stime = read_headers(w.headers)
         if t is STABLE:
-            out.append(((stime, w.value, w.key), tid))
+            out.append((tid, (stime, (w.value, w.key))))
     return out
 
 
@@ -271,21 +270,7 @@ def test_a_source_id_that_jumps_is_deadlettered_and_never_used_to_drop_later_tup
 
 
 def test_a_gap_in_an_upstream_replica_stops_the_port_until_it_reads_the_ids_again() -> None:
-    spec = parse_spec("""\
-name: chain
-defaults: {replicas: 2}
-streams:
-  a: {schema: reading, key: sensor}
-  b: {schema: reading, key: sensor}
-  c: {schema: reading, key: sensor}
-operators:
-  up: {type: filter, input: a, output: b, where: "True"}
-  down: {type: filter, input: b, output: c, where: "True"}
-nodes:
-  n1: {operators: [up]}
-  n2: {operators: [down]}
-""")
-    node = FakeNode(spec, "n2")
+    node = FakeNode(CHAIN, "n2")
     recs = readings(8, 10, 0)
     msgs = [node.message("b", STABLE, i, r["ts"], r) for i, r in enumerate(recs) if i not in (3, 4)]
     node.step(msgs, 0.0)

@@ -8,23 +8,10 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from services.node.ports import Inputs
-from services.spec import parse_spec
 from services.spec.plan import plan_node
+from tests.unit.dpc.fake_node import CHAIN
 
-SPEC = parse_spec("""\
-name: ports
-defaults: {replicas: 2}
-streams:
-  a: {schema: reading, key: sensor}
-  b: {schema: reading, key: sensor}
-  c: {schema: reading, key: sensor}
-operators:
-  up: {type: filter, input: a, output: b, where: "True"}
-  down: {type: filter, input: b, output: c, where: "True"}
-nodes:
-  n1: {operators: [up]}
-  n2: {operators: [down]}
-""")
+SPEC = CHAIN
 
 
 class FakeConsumer:
