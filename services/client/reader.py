@@ -9,7 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from services.core.codec import codec_for
 from services.core.errors import DecodeError, HeaderError
-from services.core.kafka import plain_consumer
+from services.core.kafka import plain_consumer, retry_transient
 from services.core.tuples import Tuple, parse_headers
 from services.spec import Spec
 
@@ -28,6 +28,7 @@ class StreamReader:
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self.consumer.assign([TopicPartition(self.topic, p, start) for p in range(self.partitions)])
 
+    @retry_transient
     def end_offsets(self) -> dict[int, int]:
         return {
             p: self.consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]

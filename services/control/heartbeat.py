@@ -1,14 +1,20 @@
 """Heartbeats: every node replica partition announces its state on ``<spec>.heartbeats``.
 
 Anyone can follow that topic (``services.control.monitor.ReplicaMonitor``) to know which
-replicas are alive and in which DPC state; a replica silent for ``failure_timeout`` counts
-as FAILED.
+replicas are alive, in which DPC state and how far their output has come; a replica silent
+for ``failure_timeout`` counts as FAILED.
+
+Heartbeats say that the data path works, not merely that the process exists: they are
+sent only while the node's loop makes progress (``tick``). A loop blocked in a flush, a
+stuck broker call or a starved CPU goes silent and is treated as failed, as the paper
+treats long delays, so readers move to a partner that still produces.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from services.control.messages import Heartbeat, now_ms
 from services.core.kafka import BatchProducer
@@ -18,8 +24,9 @@ log = logging.getLogger(__name__)
 
 
 class HeartbeatSender:
-    """Sends this replica's heartbeat from a background thread, so a long reconciliation
-    does not look like a crash; a SIGSTOP'd or killed process stops sending."""
+    """Sends this replica's heartbeat from a background thread while the loop ticks within
+    ``stall_s`` (None: no loop to watch); a SIGSTOP'd, killed or stalled process stops
+    sending. Long work on the loop (a reconciliation's redo) ticks as it goes."""
 
     def __init__(
         self,
@@ -29,12 +36,17 @@ class HeartbeatSender:
         partition: int,
         replica: int,
         interval_s: float,
+        stall_s: float | None = None,
+        state: NodeState = NodeState.STABLE,
         producer: BatchProducer | None = None,
     ) -> None:
         self.topic, self.node, self.partition, self.replica = topic, node, partition, replica
-        self.interval_s = interval_s
-        self.state = NodeState.STABLE
+        self.interval_s, self.stall_s = interval_s, stall_s
+        self.state = state
         self.epoch = 0
+        self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
+        self.ticked = time.monotonic()
+        self.stalled = False
         self._producer = producer or BatchProducer(bootstrap, linger_ms=0, **{"compression.type": "none"})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{node}", daemon=True)
@@ -49,13 +61,42 @@ class HeartbeatSender:
             self.state = state
             self.beat()
 
+    def tick(self, now: float | None = None) -> None:
+        """The loop made progress (at monotonic ``now``): heartbeats may go on."""
+        self.ticked = time.monotonic() if now is None else now
+
+    def report(self, stable: int, boundary_ms: int, lag: int) -> None:
+        """How far the output has come and how much input waits: carried by the next heartbeats."""
+        self.stable, self.boundary_ms, self.lag = stable, boundary_ms, lag
+
     def beat(self) -> None:
-        hb = Heartbeat(self.node, self.partition, self.replica, self.state, now_ms(), self.epoch)
+        hb = Heartbeat(
+            self.node,
+            self.partition,
+            self.replica,
+            self.state,
+            now_ms(),
+            self.epoch,
+            stable=self.stable,
+            boundary_ms=self.boundary_ms,
+            lag=self.lag,
+        )
         self._producer.send(self.topic, hb.encode(), self.node.encode(), 0)
         self._producer.poll(0)
 
+    def due(self, now: float) -> bool:
+        """Whether a heartbeat goes out now: only while the loop ticked within ``stall_s``."""
+        stalled = self.stall_s is not None and now - self.ticked > self.stall_s
+        if stalled != self.stalled:
+            self.stalled = stalled
+            if stalled:
+                log.warning("no progress for %.1f s: heartbeats held until the loop moves again", now - self.ticked)
+        return not stalled
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
+            if not self.due(time.monotonic()):
+                continue
             try:
                 self.beat()
             except Exception as e:  # a broker hiccup must not kill the heartbeat thread
@@ -65,7 +106,7 @@ class HeartbeatSender:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
-        try:
-            self._producer.flush(5)
+        try:  # one wait, not the data path's retries: these heartbeats are soon stale anyway
+            self._producer.raw.flush(5)
         except Exception as e:
             log.debug("last heartbeats not flushed: %s", e)

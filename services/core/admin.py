@@ -1,4 +1,4 @@
-"""Topic provisioning through the Kafka admin client, with retries around a broker that is still starting."""
+"""Topic provisioning through the Kafka admin client, with retries around a broker that is starting or failing over."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from services.core.kafka import retry_transient
 
 
 @dataclass(frozen=True)
@@ -22,24 +23,14 @@ def admin_client(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-@retry(
-    retry=retry_if_exception_type(KafkaException),
-    wait=wait_exponential(multiplier=0.2, max=3),
-    stop=stop_after_delay(60),
-    reraise=True,
-)
+@retry_transient
 def broker_count(bootstrap: str) -> int:
     """Number of live brokers (retried while the cluster starts)."""
     md = admin_client(bootstrap).list_topics(timeout=5)
     return len(md.brokers)
 
 
-@retry(
-    retry=retry_if_exception_type(KafkaException),
-    wait=wait_exponential(multiplier=0.2, max=3),
-    stop=stop_after_delay(60),
-    reraise=True,
-)
+@retry_transient
 def ensure_topics(bootstrap: str, topics: list[TopicSpec]) -> list[str]:
     """Create the topics that do not exist yet; returns the names created.
 
@@ -93,6 +84,7 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float = 30)
         time.sleep(0.1)
 
 
+@retry_transient
 def delete_topics(bootstrap: str, names: list[str]) -> None:
     if not names:
         return

@@ -11,7 +11,7 @@ import uuid
 from typing import Any, Iterable, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from tenacity import retry, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import RetryCallState, retry, retry_if_exception, stop_after_delay, wait_exponential
 
 from services.core.tuples import RawHeaders
 
@@ -20,32 +20,61 @@ log = logging.getLogger(__name__)
 # program decides what to show: services log them, CLI commands show only errors.
 RDKAFKA_LOG = logging.getLogger("hastream.librdkafka")
 
+# Errors of a broker that is starting, failing over or briefly unreachable: the call is
+# made again with backoff. Codes starting with _ are librdkafka's own (a connection torn
+# down when a broker dies is _DESTROY_BROKER, for instance); the others come from brokers.
 TRANSIENT = {
+    KafkaError._DESTROY_BROKER,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE,
+    KafkaError._RESOLVE,
+    KafkaError._WAIT_COORD,
+    KafkaError._NODE_UPDATE,
+    KafkaError._WAIT_CACHE,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.BROKER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REPLICA_NOT_AVAILABLE,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TIMED_OUT,
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError._TRANSPORT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_CONTROLLER,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.KAFKA_STORAGE_ERROR,
 }
 
 
 def _retriable(e: BaseException) -> bool:
-    """Errors of a broker that is starting, electing leaders or briefly unreachable."""
+    """Whether ``e`` is a transient broker error worth the same call again (a fatal one never is:
+    the client that raised it can do nothing more)."""
     if not (isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError)):
         return False
-    return e.args[0].retriable() or e.args[0].code() in TRANSIENT
+    err: KafkaError = e.args[0]
+    return not err.fatal() and (err.retriable() or err.code() in TRANSIENT)
 
 
-# Retry a call while the broker is starting or failing over, for up to 60 s.
+def _log_retry(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    log.warning("transient Kafka error, retrying %s: %s", getattr(state.fn, "__name__", "call"), exc)
+
+
+# Retry a call while a broker is starting, failing over or unreachable, for up to 60 s; a
+# service that still fails then exits, and its supervisor (the launcher, compose) restarts it.
 retry_transient = retry(
     retry=retry_if_exception(_retriable),
     wait=wait_exponential(multiplier=0.1, max=2),
     stop=stop_after_delay(60),
+    before_sleep=_log_retry,
     reraise=True,
 )
 
@@ -184,13 +213,23 @@ class BatchProducer:
         self._p.poll(timeout)
 
     def flush(self, timeout: float = 30) -> None:
-        """Wait until every queued message is acknowledged; raise if any was not."""
-        remaining = self._p.flush(timeout)
-        if remaining:
-            raise KafkaException(f"{remaining} messages not delivered within {timeout}s")
+        """Wait until every queued message is acknowledged; raise if any was not.
+
+        Messages still queued after ``timeout`` are being retried by the client (a leader
+        fail-over, say), so the wait goes on as a transient error; a delivery error is final.
+        """
+        self._await_queue(timeout)
         if self._errors:
             errs, self._errors = self._errors, []
             raise KafkaException(f"delivery failed: {errs[0]} (+{len(errs) - 1} more)")
+
+    @retry_transient
+    def _await_queue(self, timeout: float) -> None:
+        remaining = self._p.flush(timeout)
+        if remaining:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"{remaining} messages not delivered within {timeout}s")
+            )
 
     @property
     def raw(self) -> Producer:
