@@ -52,11 +52,11 @@ def _do(fn: Callable[..., T], *args: object) -> T:
 
 @fault_app.command()
 def kill(role: RoleArg, deployment: DeploymentOpt = None) -> None:
-    """kill -9 a service: no flush, no commit, no goodbye."""
+    """kill -9 a service: no flush, no commit, no goodbye. It stays down until 'hastream fault restart'."""
     from services.deploy import faults
 
     p = _do(faults.kill, _dep(deployment), role)
-    out.print(f"killed {role} (pid {p.pid}) with SIGKILL")
+    out.print(f"killed {role} (pid {p.pid}) with SIGKILL; held down until: hastream fault restart {role}")
 
 
 @fault_app.command()

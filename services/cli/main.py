@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,9 @@ from services.cli.fault_cmd import fault_app
 from services.cli.kafka_cmd import kafka_app
 from services.cli.streams_cmd import produce, tail
 from services.core.errors import HastreamError
+
+if TYPE_CHECKING:
+    from services.deploy.local import Deployment, Process
 
 app = typer.Typer(
     name="hastream",
@@ -99,13 +102,20 @@ def status(name: Annotated[str | None, typer.Argument(help="Deployment name (def
     if not deps:
         out.print("no deployments")
     for d in deps:
-        t = Table(title=f"{d.name} on {d.bootstrap}")
-        for c in ("service", "pid", "alive", "log"):
+        sup = f"supervised (pid {d.supervisor})" if d.supervised() else "[red]no supervisor: crashes stay down[/]"
+        t = Table(title=f"{d.name} on {d.bootstrap}", caption=sup if d.processes else None)
+        for c in ("service", "pid", "alive", "restarts", "log"):
             t.add_column(c)
         for p in d.processes:
-            t.add_row(p.role, str(p.pid), "[green]yes[/]" if d.alive(p) else "[red]no[/]", p.log)
+            t.add_row(p.role, str(p.pid), _liveness(d, p), str(p.restarts), p.log)
         out.print(t)
         print_replica_states(d)
+
+
+def _liveness(d: Deployment, p: Process) -> str:
+    if d.alive(p):
+        return "[green]yes[/]"
+    return "[yellow]held[/] (hastream fault restart)" if d.held(p.role) else "[red]no[/]"
 
 
 @node_app.command("run")

@@ -1,8 +1,10 @@
 """Fault injection on a running local deployment: the faults DPC must survive, on demand.
 
 kill -9, SIGSTOP/SIGCONT (a hung service) and restart act on a deployment's processes by
-role (``<node>.r<replica>.p<partition>``). A source that stops is a ``hastream produce``
-process told to hold its tuples (SIGUSR1) and later to release them (SIGUSR2), so they
+role (``<node>.r<replica>.p<partition>``). A killed service stays down until it is restarted:
+``kill`` first tells the deployment's supervisor to hold the role (it would otherwise restart
+a crash within a fraction of a second), and ``restart`` lifts the hold. A source that stops
+is a ``hastream produce`` process told to hold its tuples (SIGUSR1) and later to release them (SIGUSR2), so they
 arrive late, as from a disconnected input; producers record their pid under
 ``<deployment dir>/sources/<stream>.json`` for this. ``hastream fault ...`` is the CLI over
 these functions; test harnesses call them directly.
@@ -39,7 +41,7 @@ def latest_deployment() -> Deployment | None:
     deps = Deployment.all()
     if not deps:
         return None
-    return max(deps, key=lambda d: (d.dir / "deployment.json").stat().st_mtime)
+    return max(deps, key=lambda d: (d.started, (d.dir / "deployment.json").stat().st_mtime))
 
 
 # -- services -------------------------------------------------------------------
@@ -64,8 +66,10 @@ def _running(dep: Deployment, role: str) -> Process:
 
 
 def kill(dep: Deployment | str | None, role: str, timeout: float = 10) -> Process:
-    """kill -9 the process of ``role`` and wait until it is gone."""
-    p = _running(deployment(dep), role)
+    """kill -9 the process of ``role`` and wait until it is gone; it stays down until ``restart``."""
+    d = deployment(dep)
+    p = _running(d, role)
+    d.hold(role)
     processes.kill(p.pid, timeout)
     return p
 
@@ -85,7 +89,8 @@ def resume(dep: Deployment | str | None, role: str) -> Process:
 
 
 def restart(dep: Deployment | str | None, role: str) -> Process:
-    """Start ``role`` again with its recorded command line and log (kill -9 first if it runs)."""
+    """Start ``role`` again with its recorded command line and log (kill -9 first if it runs),
+    whether it was killed, held down or crashed."""
     d = deployment(dep)
     find_process(d, role)
     return _restart(d, role)

@@ -1,9 +1,13 @@
 """The local launcher: a spec's services as local processes on an embedded or given broker.
 
-``up`` provisions topics and starts one process per node replica partition (one per
-replica for a Spark node, which covers all partitions); ``down`` stops them with SIGTERM
-so each flushes and commits. Processes are started and signalled through ``processes``. The deployment's state (pids, bootstrap, logs) is a JSON
-file under ``.hastream/deployments/<name>/`` so later commands can find it.
+``up`` provisions topics and starts the deployment's supervisor (``supervisor.py``), which
+starts one process per node replica partition (one per replica for a Spark node, which
+covers all partitions) and restarts any that crashes, as compose's ``restart: on-failure``
+does; ``down`` has it stop them with SIGTERM so each flushes and commits. Processes are
+started and signalled through ``processes``. The deployment's state (pids, restarts,
+bootstrap, logs) is a JSON file under ``.hastream/deployments/<name>/`` so later commands
+can find it; fault injection leaves requests for the supervisor beside it (``hold``,
+``request_restart``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,6 +32,7 @@ class Process:
     pid: int
     log: str
     argv: list[str]
+    restarts: int = 0  # starts after the first, by the supervisor or ``hastream fault restart``
 
 
 @dataclass
@@ -36,6 +42,11 @@ class Deployment:
     bootstrap: str
     kafka_dir: str | None = None  # set when ``up`` started the broker itself
     processes: list[Process] = field(default_factory=list)
+    supervisor: int = 0  # pid of the process that starts and restarts the services
+    started: float = 0.0  # wall-clock time of ``up``, to tell the most recent deployment
+
+    HELD = "held"  # <dir>/held/<role>: fault injection keeps the role down
+    RESTART = "restart"  # <dir>/restart/<role>: start the role again now (kill it first if it runs)
 
     @staticmethod
     def dir_for(name: str) -> Path:
@@ -46,8 +57,11 @@ class Deployment:
         return self.dir_for(self.name)
 
     def save(self) -> None:
+        """Write the state file whole (readers never see half of it)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "deployment.json").write_text(json.dumps(asdict(self), indent=2))
+        tmp = self.dir / f"deployment.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(self.dir / "deployment.json")
 
     @classmethod
     def load(cls, name: str) -> Deployment:
@@ -64,7 +78,45 @@ class Deployment:
         return [cls.load(p.parent.name) for p in sorted(root.glob("*/deployment.json"))]
 
     def alive(self, p: Process) -> bool:
-        return processes.pid_alive(p.pid)
+        return p.pid > 0 and processes.pid_alive(p.pid)
+
+    def supervised(self) -> bool:
+        """Whether this deployment's supervisor runs (it restarts crashed services)."""
+        return self.supervisor > 0 and processes.pid_alive(self.supervisor)
+
+    # -- requests to the supervisor: a marker file per role ---------------------------
+    def _marker(self, kind: str, role: str) -> Path:
+        return self.dir / kind / role
+
+    def hold(self, role: str) -> None:
+        """Keep ``role`` down when it ends: a fault kill that lasts until ``request_restart``."""
+        self._marker(self.HELD, role).parent.mkdir(parents=True, exist_ok=True)
+        self._marker(self.HELD, role).touch()
+
+    def held(self, role: str) -> bool:
+        return self._marker(self.HELD, role).exists()
+
+    def release(self, role: str) -> None:
+        self._marker(self.HELD, role).unlink(missing_ok=True)
+
+    def request_restart(self, role: str) -> None:
+        """Ask the supervisor to start ``role`` again at once, held or not, killing it first if it runs."""
+        self._marker(self.RESTART, role).parent.mkdir(parents=True, exist_ok=True)
+        self._marker(self.RESTART, role).touch()
+
+    def take_restart_request(self, role: str) -> bool:
+        """Whether a restart of ``role`` was asked for; consumes the request and lifts any hold."""
+        try:
+            self._marker(self.RESTART, role).unlink()
+        except FileNotFoundError:
+            return False
+        self.release(role)
+        return True
+
+    def clear_requests(self) -> None:
+        for kind in (self.HELD, self.RESTART):
+            for f in (self.dir / kind).glob("*"):
+                f.unlink(missing_ok=True)
 
 
 def service_env(bootstrap: str) -> dict[str, str]:
@@ -141,10 +193,10 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
 
 
 def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int = 1) -> Deployment:
-    """Start the broker (unless given), create topics, start every service."""
+    """Start the broker (unless given), create topics, start every service under a supervisor."""
     try:
         existing = Deployment.load(spec.name)
-        if any(existing.alive(p) for p in existing.processes):
+        if existing.supervised() or any(existing.alive(p) for p in existing.processes):
             raise RuntimeError(f"deployment '{spec.name}' is already running (stop it with: hastream down {spec.name})")
     except LookupError:
         pass
@@ -158,37 +210,78 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
             cluster = KafkaCluster(brokers=brokers, data_dir=kdir).start(detach=True)
         bootstrap, kafka_dir = cluster.bootstrap, str(kdir)
     provision(spec, bootstrap)
-    dep = Deployment(spec.name, str(spec_path.resolve()), bootstrap, kafka_dir)
+    dep = Deployment(spec.name, str(spec_path.resolve()), bootstrap, kafka_dir, started=time.time())
     logs = dep.dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = service_env(bootstrap)
-    for role, argv in service_commands(spec, spec_path.resolve()):
-        log = logs / f"{role}.log"
-        dep.processes.append(Process(role, processes.spawn(argv, log, env).pid, str(log), argv))
+    dep.processes = [
+        Process(role, 0, str(logs / f"{role}.log"), argv) for role, argv in service_commands(spec, spec_path.resolve())
+    ]
+    dep.clear_requests()
     dep.save()
-    return dep
+    env = {**service_env(bootstrap), "HASTREAM_HOME": str(hastream_home().resolve())}
+    argv = [sys.executable, "-m", "services.deploy.supervisor", spec.name]
+    return _wait_started(dep, processes.spawn(argv, logs / "supervisor.log", env).pid)
 
 
-def restart(dep: Deployment, role: str) -> Process:
-    """Start the process of ``role`` again with its recorded argv and log (kill -9 it first if
-    it still runs: two replicas with one role would both write its topic); saves the new pid."""
+def _wait_started(dep: Deployment, supervisor: int, timeout: float = 30) -> Deployment:
+    """The deployment once its supervisor has started every service; raises if the supervisor dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        d = Deployment.load(dep.name)
+        if d.supervisor == supervisor and all(p.pid > 0 for p in d.processes):
+            return d
+        if not processes.pid_alive(supervisor):
+            break
+        time.sleep(0.05)
+    lines = (dep.dir / "logs" / "supervisor.log").read_text(errors="replace").strip().splitlines()
+    raise RuntimeError(
+        f"the supervisor of '{dep.name}' did not start its services: {lines[-1] if lines else 'no output'}"
+    )
+
+
+def restart(dep: Deployment, role: str, timeout: float = 30) -> Process:
+    """Start the process of ``role`` again with its recorded argv and log (kill -9 first if it still
+    runs: two replicas with one role would both write its topic). The supervisor does it when it
+    runs (it is the services' parent); this waits until it has and returns the new process."""
     proc = next((p for p in dep.processes if p.role == role), None)
     if proc is None:
         raise LookupError(
             f"no process '{role}' in deployment '{dep.name}' (processes: {', '.join(p.role for p in dep.processes)})"
         )
+    if not dep.supervised():
+        return _restart_here(dep, proc)
+    old = proc.pid
+    dep.request_restart(role)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        new = next(p for p in Deployment.load(dep.name).processes if p.role == role)
+        if new.pid != old and new.pid > 0:
+            proc.pid, proc.restarts = new.pid, new.restarts
+            return proc
+        time.sleep(0.05)
+    raise RuntimeError(f"the supervisor of '{dep.name}' did not restart '{role}' within {timeout:g}s")
+
+
+def _restart_here(dep: Deployment, proc: Process) -> Process:
+    """Restart without a supervisor (it was stopped or killed): spawn the process from here."""
     if dep.alive(proc):
         processes.kill(proc.pid)
     proc.pid = processes.spawn(proc.argv, proc.log, service_env(dep.bootstrap)).pid
+    proc.restarts += 1
+    dep.release(proc.role)
     dep.save()
     return proc
 
 
 def down(dep: Deployment, timeout: float = 30, stop_kafka: bool = False) -> list[str]:
-    """SIGTERM every service, SIGKILL what is still alive after ``timeout``; returns roles stopped."""
-    signalled = set(processes.stop([p.pid for p in dep.processes], timeout))
-    stopped = [p.role for p in dep.processes if p.pid in signalled]
-    dep.processes = []
+    """Stop every service (SIGTERM, SIGKILL what is still alive after ``timeout``) and the supervisor
+    first, so nothing is restarted; returns the roles that were running."""
+    stopped = [p.role for p in dep.processes if dep.alive(p)]
+    if dep.supervised():  # it stops its services on SIGTERM and exits
+        processes.stop([dep.supervisor], timeout + 15)
+    dep = Deployment.load(dep.name)  # the pids the supervisor last started
+    processes.stop([p.pid for p in dep.processes if p.pid > 0], timeout, resume_first=True)
+    dep.processes, dep.supervisor = [], 0
     dep.save()
     if stop_kafka and dep.kafka_dir:
         from infra.kafka.cluster import KafkaCluster

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from services.client.source import readings
 from services.core.partitioner import key_bytes, partition_for
+from services.deploy.local import Deployment, Process
+from services.deploy.processes import pid_alive
 from services.operators.reference import evaluate
 from tests.integration.helpers import unique_spec
 
@@ -108,3 +113,59 @@ def test_cli_errors_are_one_readable_line(tmp_path: Path) -> None:
         "node", "run", str(good), "first", "--partition", "5", env={**env, "HASTREAM_BOOTSTRAP": "127.0.0.1:1"}
     )
     assert r.returncode == 2 and "partitions 0..1" in r.stderr
+
+
+def _status_row(role: str, env: dict[str, str]) -> list[str]:
+    """The cells of ``role``'s row in ``hastream status``."""
+    r = hastream("status", env={**env, "COLUMNS": "250"})
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if f" {role} " in line)
+    return [c.strip() for c in row.strip("│┃ ").split("│")]
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+def _process(name: str, role: str) -> Process:
+    return next(p for p in Deployment.load(name).processes if p.role == role)
+
+
+def test_a_crashed_service_comes_back_a_fault_kill_stays_down(
+    kafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec, path = unique_spec(CHAIN, tmp_path)
+    monkeypatch.setenv("HASTREAM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HASTREAM_BOOTSTRAP", raising=False)
+    env = dict(os.environ)
+    r = hastream("up", str(path), "--bootstrap", kafka.bootstrap, env=env)
+    assert r.returncode == 0, r.stderr
+    dep = Deployment.load(spec.name)
+    try:
+        crashed = _process(spec.name, "second.r0.p1")
+        os.kill(crashed.pid, signal.SIGKILL)  # a crash: nobody told the launcher
+        assert _wait(lambda: _process(spec.name, "second.r0.p1").pid != crashed.pid)
+        time.sleep(3)  # and it stays up: a node restarted after kill -9 continues from its log
+        assert pid_alive(_process(spec.name, "second.r0.p1").pid)
+        assert _status_row("second.r0.p1", env)[2:4] == ["yes", "1"]
+
+        r = hastream("fault", "kill", "first.r0.p0", env=env)
+        assert r.returncode == 0, r.stderr
+        time.sleep(2)  # far longer than a first restart's backoff: held down, not restarted
+        assert _status_row("first.r0.p0", env)[2].startswith("held")
+        r = hastream("fault", "restart", "first.r0.p0", env=env)
+        assert r.returncode == 0, r.stderr
+        assert _status_row("first.r0.p0", env)[2:4] == ["yes", "1"]
+        running = [p.pid for p in Deployment.load(spec.name).processes]
+    finally:
+        down = hastream("down", spec.name, env=env)
+    assert down.returncode == 0, down.stderr
+    assert "5 processes" in down.stdout
+    assert Deployment.load(spec.name).processes == []
+    time.sleep(1)  # nothing comes back after a clean stop
+    assert not any(pid_alive(pid) for pid in running) and not pid_alive(dep.supervisor)
