@@ -26,6 +26,7 @@ STATE_STYLE = {
     NodeState.STABLE: "green",
     NodeState.UPSTREAM_FAILURE: "yellow",
     NodeState.STABILIZATION: "cyan",
+    NodeState.RECOVERING: "magenta",
     NodeState.FAILED: "red",
 }
 

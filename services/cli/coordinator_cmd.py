@@ -18,7 +18,13 @@ from rich.table import Table
 
 from services.cli.common import fail, out, settings_or_exit, spec_or_exit
 
-STATE_STYLE = {"STABLE": "green", "UPSTREAM_FAILURE": "yellow", "STABILIZATION": "cyan", "FAILED": "red"}
+STATE_STYLE = {
+    "STABLE": "green",
+    "UPSTREAM_FAILURE": "yellow",
+    "STABILIZATION": "cyan",
+    "RECOVERING": "magenta",
+    "FAILED": "red",
+}
 
 
 def coordinator(
@@ -144,6 +150,8 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
                     "reported": st.state.value if st else None,
                     "age_ms": round((now - st.seen) * 1000) if st and st.seen is not None else None,
                     "pid": st.pid if st else 0,
+                    "stable": st.stable if st else 0,
+                    "lag": st.lag if st else 0,
                     "seen": st is not None,
                     "reconciliation": None,
                 }
@@ -170,7 +178,17 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
 
 def replica_table(title: str, rows: list[dict[str, Any]]) -> Table:
     t = Table(title=title)
-    for c in ("node", "partition", "replica", "DPC state", "last heartbeat", "pid", "reconciliation"):
+    for c in (
+        "node",
+        "partition",
+        "replica",
+        "DPC state",
+        "last heartbeat",
+        "stable out",
+        "input lag",
+        "pid",
+        "reconciliation",
+    ):
         t.add_column(c)
     for r in rows:
         state = r["state"]
@@ -184,6 +202,8 @@ def replica_table(title: str, rows: list[dict[str, Any]]) -> Table:
             str(r["replica"]),
             shown,
             age,
+            str(r.get("stable", "")) if r.get("seen") else "",
+            str(r.get("lag", "")) if r.get("seen") else "",
             str(r.get("pid") or ""),
             r.get("reconciliation") or "-",
         )

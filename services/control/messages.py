@@ -88,7 +88,7 @@ class ControlMessage:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """A replica's periodic "I am alive, in this state"."""
+    """A replica's periodic "I am alive, in this state, this far": sent only while its loop makes progress."""
 
     node: str
     partition: int
@@ -97,6 +97,9 @@ class Heartbeat:
     sent_ms: int
     epoch: int = 0
     pid: int = 0
+    stable: int = 0  # stable tuples written, over every output
+    boundary_ms: int = -1  # the last BOUNDARY it sent: how far its stable output has come
+    lag: int = 0  # input messages not yet processed
 
     def encode(self) -> bytes:
         return _HEARTBEAT.encode(
@@ -108,6 +111,9 @@ class Heartbeat:
                 "epoch": self.epoch,
                 "sent_ms": self.sent_ms,
                 "pid": self.pid or os.getpid(),
+                "stable": self.stable,
+                "boundary_ms": self.boundary_ms,
+                "lag": self.lag,
             }
         )
 
@@ -123,6 +129,9 @@ class Heartbeat:
             hb["sent_ms"],
             hb.get("epoch", 0),
             hb.get("pid", 0),
+            hb.get("stable", 0),
+            hb.get("boundary_ms", -1),
+            hb.get("lag", 0),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -134,4 +143,7 @@ class Heartbeat:
             "sent_ms": self.sent_ms,
             "epoch": self.epoch,
             "pid": self.pid,
+            "stable": self.stable,
+            "boundary_ms": self.boundary_ms,
+            "lag": self.lag,
         }

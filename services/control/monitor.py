@@ -27,6 +27,9 @@ class ReplicaStatus:
     sent_ms: int
     seen: float | None  # local monotonic time the last heartbeat arrived; None: known only from history
     pid: int = 0
+    stable: int = 0  # stable tuples written
+    boundary_ms: int = -1  # how far its stable output has come
+    lag: int = 0  # input messages it has not processed yet
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:
         if self.seen is None:
@@ -73,7 +76,9 @@ class ReplicaMonitor:
             if cur is not None and cur.pid == hb.pid and hb.sent_ms < cur.sent_ms:
                 return  # older than what this process already said
             seen = now if fresh else (cur.seen if cur is not None else None)
-            self.status[key] = ReplicaStatus(hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms, seen, hb.pid)
+            self.status[key] = ReplicaStatus(
+                hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms, seen, hb.pid, hb.stable, hb.boundary_ms, hb.lag
+            )
 
     def get(self, node: str, partition: int, replica: int) -> ReplicaStatus | None:
         with self._lock:
@@ -89,6 +94,14 @@ class ReplicaMonitor:
     def states(self, node: str, partition: int, replicas: int) -> list[NodeState]:
         """Every replica's state for one node partition, by replica number."""
         return [self.state(node, partition, r) for r in range(replicas)]
+
+    def boundaries(self, node: str, partition: int, replicas: int) -> list[int]:
+        """How far each replica's stable output has come (its last BOUNDARY; -1 if unknown)."""
+        out = []
+        for r in range(replicas):
+            st = self.get(node, partition, r)
+            out.append(st.boundary_ms if st is not None else -1)
+        return out
 
     def snapshot(self) -> list[ReplicaStatus]:
         with self._lock:

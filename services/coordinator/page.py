@@ -14,7 +14,7 @@ STATUS_HTML = """<!doctype html>
  th, td { padding: .25em .8em; border-bottom: 1px solid #ddd; text-align: left; }
  th { background: #f4f4f4; }
  .STABLE { color: #127a12; font-weight: 600; } .UPSTREAM_FAILURE { color: #b36b00; font-weight: 600; }
- .STABILIZATION { color: #1f5fbf; font-weight: 600; } .FAILED { color: #c01818; font-weight: 600; }
+ .STABILIZATION { color: #1f5fbf; font-weight: 600; } .RECOVERING { color: #8a2be2; font-weight: 600; } .FAILED { color: #c01818; font-weight: 600; }
  .muted { color: #888; } #err { color: #c01818; }
 </style></head>
 <body>

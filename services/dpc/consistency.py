@@ -9,7 +9,8 @@ mappings (in the service, faust Tables backed by changelog topics, so a restarte
 coordinator continues where it stopped):
 
 * ``replicas``: ``"node/pX/rY"`` -> ``{node, partition, replica, state, reported, sent_ms,
-  heard_ms, pid, epoch, since_ms}``. ``state`` is the state the replica reported in its last
+  heard_ms, pid, epoch, since_ms, stable, lag}`` (``stable``: stable tuples written; ``lag``:
+  input messages not processed yet). ``state`` is the state the replica reported in its last
   heartbeat, or FAILED once no heartbeat arrived for ``failure_timeout``; ``since_ms`` is
   when the state last changed.
 * ``recon``: ``"node/pX/rY"`` -> ``{node, partition, replica, status, requested_ms,
@@ -137,6 +138,8 @@ class Coordination:
             "pid": pid,
             "epoch": epoch,
             "since_ms": since,
+            "stable": int(hb.get("stable", 0)),
+            "lag": int(hb.get("lag", 0)),
         }
         return True
 
@@ -287,6 +290,8 @@ class Coordination:
                 "since_ms": r["since_ms"],
                 "pid": r["pid"],
                 "epoch": r["epoch"],
+                "stable": r.get("stable", 0),
+                "lag": r.get("lag", 0),
                 "seen": True,
             }
         for node, p, rep in expected:

@@ -63,6 +63,8 @@ class DpcScheme:
         self.op_time_saved: int | None = None  # op_time when the failure began
         self.pre_failure: bytes | None = None  # the operators' state when the failure began
         self.next_image = time.monotonic()
+        self.recovering = True  # restarted and not caught up yet: heartbeats say RECOVERING
+        self.catch_up: dict[str, tuple[int, int]] | None = None  # the input ends to reach first
 
     # -- restart ----------------------------------------------------------------------
     def on_restart(self) -> dict[str, int]:
@@ -176,9 +178,6 @@ class DpcScheme:
         for bucket in self.sunion.buckets(now):
             self._run(*bucket)
         self._advance()
-        if idle and not self.failed:
-            for s, so in self.soutputs.items():
-                so.rec_done(self.node.outputs.queue(s))  # caught up after a restart
 
     def _run(self, k: int, label: TupleType, tuples: list[STuple]) -> None:
         """Push one bucket through the operators, run by run of one input.
@@ -255,8 +254,29 @@ class DpcScheme:
 
     def _set_state(self, state: NodeState) -> None:
         self.state = check_transition(self.state, state)
-        self.node.set_state(state)
+        recovering = self.recovering and state is not NodeState.STABILIZATION  # a partner must see a reconciliation
+        self.node.set_state(NodeState.RECOVERING if recovering else state)
         log.info("%s", state.value)
+
+    def _check_caught_up(self) -> None:
+        """A restarted replica is recovering until it has deduplicated its replay and read its
+        inputs up to where they ended when it started; then it says its real state, and
+        closes the restart's UNDO with a REC_DONE unless a failure goes on."""
+        node = self.node
+        if self.catch_up is None:
+            self.catch_up = node.inputs.ends()
+        if any(so.deduplicating for so in self.soutputs.values()) or not node.inputs.reached(self.catch_up):
+            return
+        self.recovering = False
+        if not self.failed:
+            for s, so in self.soutputs.items():
+                so.rec_done(node.outputs.queue(s))
+        self._set_state(self.state)
+        log.info("caught up after the restart")
+
+    def progress(self) -> tuple[int, int]:
+        stable = sum(so.next_id for so in self.soutputs.values())
+        return stable, -1 if self.advanced is None else self.advanced
 
     # -- reconciliation ----------------------------------------------------------------
     def on_control(self, msg: ControlMessage, now: float) -> None:
@@ -280,6 +300,8 @@ class DpcScheme:
         return states
 
     def on_check(self, now: float) -> None:
+        if self.recovering:
+            self._check_caught_up()
         self._check_reconciliation(now)
         if now >= self.next_image and not any(so.deduplicating for so in self.soutputs.values()):
             self.next_image = now + self.dpc.restart_image_interval / 1000
@@ -335,6 +357,7 @@ class DpcScheme:
         for bucket in self.sunion.redo_buckets():
             self._run(*bucket)
             redone += len(bucket[2])
+            node.tick()
         self._advance()
         for s, so in self.soutputs.items():
             so.rec_done(queue(s))

@@ -82,6 +82,7 @@ class NodeService:
         while self.running:
             msgs = self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
             now = time.monotonic()
+            self.heartbeat.tick(now)
             if msgs:
                 last_input = now
             elif max_idle_s is not None and last_input is not None and now - last_input > max_idle_s:
@@ -95,11 +96,15 @@ class NodeService:
                 for c in self.control.poll():
                     scheme.on_control(c, now)
                 scheme.on_check(now)
+                self.heartbeat.report(*scheme.progress(), self.inputs.lag())
             self.outputs.flush()
 
     # -- what a scheme may use (``services.node.scheme.NodeRuntime``) -----------------------
     def set_state(self, state: NodeState) -> None:
         self.heartbeat.set_state(state)
+
+    def tick(self) -> None:
+        self.heartbeat.tick()
 
     def send_control(self, msg: ControlMessage) -> None:
         self.producer.send(self.plan.control_topic, msg.encode())
@@ -126,6 +131,8 @@ class NodeService:
             self.partition,
             self.replica,
             plan.dpc.heartbeat_interval / 1000,
+            stall_s=plan.dpc.failure_timeout / 1000,
+            state=NodeState.RECOVERING,
         ).start()
         self.control = ControlReader(st.bootstrap, plan.control_topic, f"{self.name}.control")
 

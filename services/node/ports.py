@@ -2,8 +2,9 @@
 
 DPC lets a downstream node read any replica of an upstream node. A ``ReplicaReader``
 follows one replica's topic of one stream partition at a time and moves (monitoring their
-heartbeats) to another replica in a better state: STABLE over UPSTREAM_FAILURE over
-STABILIZATION, never a FAILED one. Stable tuple ids are the same on every replica, so a
+heartbeats) to another replica in a better state (``services.control.replicas``): STABLE
+over UPSTREAM_FAILURE over STABILIZATION over RECOVERING, never a FAILED one, and in one
+state away from a replica whose output lags by more than the failure timeout. Stable tuple ids are the same on every replica, so a
 move continues in the new topic right after the last stable tuple the reader has. Node
 input ports and client views (``services.client.view``) both read through it.
 """
@@ -20,7 +21,7 @@ from services.control.monitor import ReplicaMonitor
 from services.control.replicas import RANK, choose_replica
 from services.core.codec import codec_for
 from services.core.errors import InputGapError
-from services.core.kafka import BatchConsumer
+from services.core.kafka import BatchConsumer, retry_transient
 from services.dpc.states import NodeState
 from services.log.tail import offset_after_stable
 from services.spec.plan import InputPlan
@@ -59,7 +60,9 @@ class ReplicaReader:
         states = self.states(monitor)
         if all(s is NodeState.FAILED for s in states):
             return None  # no news (monitor starting, or all down): keep waiting where we are
-        r = choose_replica(states, self.replica)
+        bounds = monitor.boundaries(self.upstream, self.partition, len(self.topics)) if monitor is not None else None
+        behind_ms = int(monitor.timeout_s * 1000) if monitor is not None else 0
+        r = choose_replica(states, self.replica, bounds, behind_ms)
         return r if r != self.replica else None
 
     def report_gap(self, got: int) -> None:
@@ -150,6 +153,28 @@ class Inputs:
         assert self.consumer is not None
         read = {tp.topic: tp.offset for tp in self.consumer.positions()}
         return {p.topic: read.get(p.topic, self.assigned.get(p.topic, OFFSET_BEGINNING)) for p in self.ports}
+
+    def ends(self) -> dict[str, tuple[int, int]]:
+        """Each input topic's (first, end) offsets now, asked of the brokers."""
+        assert self.consumer is not None
+        watermarks = retry_transient(self.consumer.raw.get_watermark_offsets)
+        return {p.topic: watermarks(TopicPartition(p.topic, self.partition), timeout=10) for p in self.ports}
+
+    def reached(self, ends: dict[str, tuple[int, int]]) -> bool:
+        """Whether every input has been read up to ``ends`` (an ``ends()`` of earlier); a port that
+        moved to another replica since counts as there (its new topic was not asked about)."""
+        pos = self.positions()
+        return all(max(pos[t], first) >= end for t, (first, end) in ends.items() if t in pos)
+
+    def lag(self) -> int:
+        """Input messages in the logs not read yet, from the end offsets the last fetches brought (no request)."""
+        assert self.consumer is not None
+        raw, total = self.consumer.raw, 0
+        for t, pos in self.positions().items():
+            first, end = raw.get_watermark_offsets(TopicPartition(t, self.partition), cached=True)
+            if end >= 0:
+                total += max(0, end - max(pos, first))
+        return total
 
     def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[InputPort]:
         """Move each port whose upstream replica is no longer the best, or that must read a gap

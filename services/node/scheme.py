@@ -4,8 +4,8 @@ algorithms, CEC and Flux) acts, and what of the node it may use.
 The loop calls, in this order: ``on_restart`` once, then per iteration ``before_batch``
 (the messages just polled, possibly none) and ``after_batch``; every ``CHECK_INTERVAL_S``
 ``on_input_failure`` for each input port that moved to another upstream replica,
-``on_control`` for each control message and ``on_check``; ``on_stop`` on a clean stop. The
-loop flushes the outputs after every iteration. A scheme never polls or produces by
+``on_control`` for each control message, ``on_check`` and ``progress`` (what heartbeats
+report); ``on_stop`` on a clean stop. The loop flushes the outputs after every iteration. A scheme never polls or produces by
 itself: it works on the node's inputs, operators and output queues.
 """
 
@@ -62,6 +62,9 @@ class NodeRuntime(Protocol):
     def set_state(self, state: NodeState) -> None:
         """Announce the replica's state (its heartbeats carry it)."""
 
+    def tick(self) -> None:
+        """Long work on the loop made progress: heartbeats go on only while it does."""
+
     def send_control(self, msg: ControlMessage) -> None: ...
 
     def deadletter(self, msg: Message, reason: str) -> None:
@@ -91,3 +94,6 @@ class RecoveryScheme(Protocol):
 
     def on_stop(self) -> None:
         """A clean stop: persist what a restart needs, unless the state cannot be trusted."""
+
+    def progress(self) -> tuple[int, int]:
+        """How far the output has come, for heartbeats: (stable tuples written, last boundary or -1)."""

@@ -107,10 +107,18 @@ class FakeProducer:
 
 
 class FakeConsumer:
-    """Knows the position after the last message the node took from each topic."""
+    """Knows the position after the last message the node took from each topic, and each topic's end."""
 
-    def __init__(self) -> None:
+    def __init__(self, ends: dict[str, int]) -> None:
         self.read: dict[str, int] = {}
+        self.ends = ends
+
+    @property
+    def raw(self) -> FakeConsumer:
+        return self
+
+    def get_watermark_offsets(self, tp: Any, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+        return 0, self.ends.get(tp.topic, 0)
 
     def positions(self) -> list:
         from confluent_kafka import TopicPartition
@@ -119,8 +127,16 @@ class FakeConsumer:
 
 
 class FakeMonitor:
-    def __init__(self) -> None:
-        self.known: dict[tuple[str, int, int], NodeState] = {}
+    """Replica states (STABLE unless set; the coordinator FAILED) and output boundaries the test sets."""
+
+    timeout_s = 1.0
+
+    def __init__(self, known: dict[tuple[str, int, int], NodeState] | None = None) -> None:
+        self.known: dict[tuple[str, int, int], NodeState] = dict(known or {})
+        self.bounds: dict[tuple[str, int, int], int] = {}
+
+    def boundaries(self, node: str, partition: int, replicas: int) -> list[int]:
+        return [self.bounds.get((node, partition, r), -1) for r in range(replicas)]
 
     def state(self, node: str, partition: int, replica: int) -> NodeState:
         return self.known.get(
@@ -152,10 +168,11 @@ class FakeNode:
         self.producer = FakeProducer()
         self.outputs.open(self.producer)  # type: ignore[arg-type]
         self.monitor = FakeMonitor()
-        self.consumer = FakeConsumer()
+        self.offsets: dict[str, int] = defaultdict(int)  # each input topic's end: messages made so far
+        self.consumer = FakeConsumer(self.offsets)
         self.inputs.consumer = self.consumer  # type: ignore[assignment]
         self.scheme = DpcScheme(self)  # type: ignore[arg-type]
-        self.offsets: dict[str, int] = defaultdict(int)
+        self.ticks = 0
 
     # -- NodeRuntime -----------------------------------------------------------------
     def set_state(self, state: NodeState) -> None:
@@ -163,6 +180,9 @@ class FakeNode:
 
     def send_control(self, msg: ControlMessage) -> None:
         self.controls.append(msg)
+
+    def tick(self) -> None:
+        self.ticks += 1
 
     def deadletter(self, msg: Any, reason: str) -> None:
         self.outputs.deadletter(self.plan.deadletter_topic, msg, reason, "fake")
@@ -217,4 +237,14 @@ def source_messages(
     return out
 
 
-__all__ = ["BOUNDARY", "CHAIN", "STABLE", "TENTATIVE", "UNDO", "FakeMessage", "FakeNode", "source_messages"]
+__all__ = [
+    "BOUNDARY",
+    "CHAIN",
+    "STABLE",
+    "TENTATIVE",
+    "UNDO",
+    "FakeMessage",
+    "FakeMonitor",
+    "FakeNode",
+    "source_messages",
+]

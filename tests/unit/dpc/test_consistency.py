@@ -56,6 +56,8 @@ def test_heartbeat_records_state_and_since() -> None:
         "pid": 100,
         "epoch": 0,
         "since_ms": 1000,
+        "stable": 0,
+        "lag": 0,
     }
     c.on_heartbeat(hb("n", 0, 1200), now=1200)
     assert replicas["n/p0/r0"]["since_ms"] == 1000  # same state: since does not move

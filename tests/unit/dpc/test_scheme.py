@@ -331,3 +331,76 @@ def test_a_granted_replica_waits_while_its_partner_reconciles_and_a_fallback_tur
     assert alone.stats.reconciliations == 1
     kinds = [c.kind for c in alone.controls]
     assert kinds[-2:] == [ControlKind.REQUEST, ControlKind.DONE], "the fallback turn is announced and closed"
+
+
+def restarted(first: FakeNode, monkeypatch: Any) -> tuple[FakeNode, dict[str, int]]:
+    """A new incarnation of ``first`` (same topics), restarted from its newest restart image."""
+    import pickle
+
+    from services.dpc import scheme as dpc_scheme
+
+    images = first.producer.topics[first.scheme.restart_topic]
+    second = FakeNode(first.spec, first.node, replica=first.replica)
+    second.producer.topics = first.producer.topics
+    second.offsets.update(first.offsets)
+    monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: pickle.loads(images[-1].value))
+    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
+    monkeypatch.setattr(
+        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in _stable_in(second, topic)), default=-1)
+    )
+    monkeypatch.setattr(
+        dpc_scheme,
+        "stable_after",
+        lambda b, topic, p, last: {tid: held for tid, held in _stable_in(second, topic) if tid > last},
+    )
+    return second, second.scheme.on_restart()
+
+
+def test_a_restarted_replica_says_recovering_until_it_caught_up_then_closes_its_undo_under_constant_load(
+    monkeypatch: Any,
+) -> None:
+    """Heartbeats of a replica that replays what it already wrote must not make readers
+    prefer it; once caught up it says STABLE and sends REC_DONE, idle poll or not."""
+    from services.core.tuples import REC_DONE
+    from services.dpc.states import NodeState
+
+    first = FakeNode(CHAIN, "n1")
+    msgs = source_messages(first, "a", readings(40, 10, 3)) + [first.message("a", BOUNDARY, 39, 10**6)]
+    first.scheme.next_image = 1e18
+    for m in msgs[:30]:
+        first.step([m], 0.0)
+    first.scheme.next_image = 0.0
+    first.step([], 0.0)  # an image after 15 tuples
+    for m in msgs[30:60]:
+        first.step([m], 0.0)  # 15 more written, then kill -9
+
+    second, offsets = restarted(first, monkeypatch)
+    rest = [m for m in msgs if m.offset() >= offsets.get(m.topic(), 0)]
+    assert rest and second.states[-1:] != [NodeState.STABLE]
+    announced = []
+    for m in rest:  # never an idle poll: input keeps coming
+        second.step([m], 0.0)
+        announced.append(second.states[-1] if second.states else None)
+    assert NodeState.RECOVERING not in announced[-1:], "caught up: the replica must say so"
+    assert announced[-1] is NodeState.STABLE
+    written = second.written("b")
+    assert [w[0] for w in written].count(REC_DONE) == 1, "the restart's UNDO is closed without waiting for idleness"
+    ids = [tid for tid, _ in second.stable("b")]
+    assert ids == list(range(40)), "each stable id once, in order"
+
+
+def test_a_restarted_replica_is_recovering_while_its_replay_is_deduplicated(monkeypatch: Any) -> None:
+    from services.dpc.states import NodeState
+
+    first = FakeNode(CHAIN, "n1")
+    msgs = source_messages(first, "a", readings(40, 10, 3))
+    first.scheme.next_image = 0.0
+    first.step(msgs[:2], 0.0)  # an image after the first tuple
+    first.scheme.next_image = 1e18
+    for m in msgs[2:]:
+        first.step([m], 0.0)
+
+    second, _ = restarted(first, monkeypatch)
+    second.step([], 0.0)
+    assert second.states[-1:] in ([], [NodeState.RECOVERING])
+    assert second.scheme.recovering, "nothing replayed yet: it has everything to catch up"

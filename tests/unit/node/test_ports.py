@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from services.core.errors import InputGapError
+from services.dpc.states import NodeState
 from services.node.ports import Inputs
 from services.spec.plan import plan_node
-from tests.unit.dpc.fake_node import CHAIN
+from tests.unit.dpc.fake_node import CHAIN, FakeMonitor
 
 SPEC = CHAIN
 
@@ -54,14 +56,9 @@ def test_after_a_switch_the_new_topic_is_where_it_was_assigned_until_read() -> N
     port = inputs.ports[0]
     inputs.open(consumer, {port.topic: 10})  # type: ignore[arg-type]
 
-    class Monitor:
-        def states(self, node: str, partition: int, replicas: int) -> list:
-            from services.dpc.states import NodeState
-
-            return [NodeState.FAILED, NodeState.STABLE]
-
+    monitor = FakeMonitor({("n1", 0, 0): NodeState.FAILED})
     port.move = lambda c, b, r, offset=None: _move(port, r, 77)  # type: ignore[method-assign]
-    moved = inputs.follow_best(Monitor(), "unused")  # type: ignore[arg-type]
+    moved = inputs.follow_best(monitor, "unused")  # type: ignore[arg-type]
     assert moved == [port] and port.replica == 1
     assert inputs.positions() == {port.topic: 77}
 
@@ -72,21 +69,32 @@ def _move(port: Any, replica: int, offset: int) -> int:
 
 
 def test_a_gap_is_read_again_from_each_live_replica_then_reported_as_lost() -> None:
-    from services.core.errors import InputGapError
-    from services.dpc.states import NodeState
-
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     port.last_stable = 9
     port.report_gap(12)
     assert port.gap == 10 and port.gaps == 1
 
-    class Monitor:
-        def states(self, node: str, partition: int, replicas: int) -> list:
-            return [NodeState.STABLE, NodeState.UPSTREAM_FAILURE]
-
-    assert port.gap_replica(Monitor()) == 1  # type: ignore[arg-type]
+    monitor = FakeMonitor({("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
+    assert port.gap_replica(monitor) == 1  # type: ignore[arg-type]
     port.replica = 1  # moved there; the gap is still there
     port.report_gap(12)
     assert port.gaps == 1, "the same gap is not counted twice"
     with pytest.raises(InputGapError, match="stable tuple 10 is missing from every replica"):
-        port.gap_replica(Monitor())  # type: ignore[arg-type]
+        port.gap_replica(FakeMonitor({("n1", 0, 0): NodeState.FAILED, ("n1", 0, 1): NodeState.FAILED}))  # type: ignore[arg-type]
+
+
+def test_a_port_leaves_a_replica_whose_output_lags_its_partners_by_more_than_the_failure_timeout() -> None:
+    port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
+    monitor = FakeMonitor()
+    monitor.bounds = {("n1", 0, 0): 10_000, ("n1", 0, 1): 10_900}
+    assert port.better_replica(monitor) is None, "a partner a little ahead is no reason to move"  # type: ignore[arg-type]
+    monitor.bounds[("n1", 0, 1)] = 11_100  # replica 0 is now 1.1 s of stream time behind, over the 1 s timeout
+    assert port.better_replica(monitor) == 1  # type: ignore[arg-type]
+    monitor.known[("n1", 0, 1)] = NodeState.UPSTREAM_FAILURE
+    assert port.better_replica(monitor) is None, "the state ranks first: a stable replica beats a faster tentative one"  # type: ignore[arg-type]
+
+
+def test_a_recovering_replica_ranks_below_one_producing_tentative_results() -> None:
+    port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
+    monitor = FakeMonitor({("n1", 0, 0): NodeState.RECOVERING, ("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
+    assert port.better_replica(monitor) == 1  # type: ignore[arg-type]

@@ -1,0 +1,48 @@
+"""Heartbeats follow the data path: a loop that stops making progress stops them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.control.heartbeat import HeartbeatSender
+from services.control.messages import Heartbeat
+from services.dpc.states import NodeState
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.beats: list[Heartbeat] = []
+
+    def send(self, topic: str, value: bytes, key: Any = None, partition: int = -1) -> None:
+        self.beats.append(Heartbeat.decode(value))
+
+    def poll(self, timeout: float = 0) -> None:
+        pass
+
+
+def sender(stall_s: float | None) -> tuple[HeartbeatSender, Sent]:
+    sent = Sent()
+    hb = HeartbeatSender("unused", "hb", "n", 0, 1, 0.1, stall_s, NodeState.RECOVERING, producer=sent)  # type: ignore[arg-type]
+    return hb, sent
+
+
+def test_heartbeats_stop_while_the_loop_makes_no_progress_and_resume_when_it_does() -> None:
+    hb, _ = sender(stall_s=1.0)
+    hb.tick(100.0)
+    assert hb.due(100.9)
+    assert not hb.due(101.2), "a loop stuck for longer than the failure timeout must look failed"
+    hb.tick(101.3)
+    assert hb.due(101.4)
+
+
+def test_a_sender_without_a_loop_to_watch_never_stalls() -> None:
+    hb, _ = sender(stall_s=None)
+    assert hb.due(hb.ticked + 3600)
+
+
+def test_a_heartbeat_carries_the_state_and_how_far_the_output_has_come() -> None:
+    hb, sent = sender(stall_s=1.0)
+    hb.report(stable=120, boundary_ms=45_000, lag=7)
+    hb.beat()
+    b = sent.beats[-1]
+    assert (b.state, b.stable, b.boundary_ms, b.lag) == (NodeState.RECOVERING, 120, 45_000, 7)
