@@ -116,6 +116,7 @@ class DpcScheme:
 
     def on_stop(self) -> None:
         self._write_image()
+        self.node.images.wait()
 
     # -- input ------------------------------------------------------------------------
     def before_batch(self, msgs: list[Message], now: float) -> None:
@@ -305,7 +306,8 @@ class DpcScheme:
         self._check_reconciliation(now)
         if now >= self.next_image and not any(so.deduplicating for so in self.soutputs.values()):
             self.next_image = now + self.dpc.restart_image_interval / 1000
-            self._write_image()
+            if not self.node.images.busy:  # else this one is skipped: one image in flight at a time
+                self._write_image()
 
     def _check_reconciliation(self, now: float) -> None:
         partners = self._partners()
@@ -373,7 +375,8 @@ class DpcScheme:
 
     # -- restart image -------------------------------------------------------------------
     def _write_image(self) -> None:
-        """Write a restart image: state consistent with the input positions, outputs already flushed.
+        """Write a restart image: state consistent with the input positions, outputs already
+        delivered, so the image never claims output that is not in the topics.
 
         In an upstream failure the operators' state is tentative: the image holds the state
         from before the failure instead, and SUnion's kept buckets, which redo will need.
@@ -382,7 +385,7 @@ class DpcScheme:
         node.outputs.flush()
         node.producer.flush()
         image = restart.RestartImage(
-            self.pre_failure if self.pre_failure is not None else node.pipeline.snapshot(),
+            self.pre_failure if self.pre_failure is not None else node.pipeline.snapshot(node.tick),
             self.sunion.state(),
             {s: so.state() for s, so in self.soutputs.items()},
             {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
@@ -390,9 +393,7 @@ class DpcScheme:
             now_ms(),
             self.pre_failure is not None,
         )
-        restart.save(node.producer, self.restart_topic, node.partition, image)
-        node.producer.flush()
-        node.stats.restart_images += 1
+        node.images.write(image, node.tick)  # pickled here; chunked and written in the background
 
 
 def _reason(e: Exception) -> str:

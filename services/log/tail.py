@@ -148,6 +148,16 @@ def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10
         c.close()
 
 
+@retry_transient
+def messages_between(bootstrap: str, topic: str, partition: int, start: int, end: int) -> list[Message]:
+    """Every message of one partition from offset ``start`` up to ``end`` (excluded), in order."""
+    c = plain_consumer(bootstrap, "peek")
+    try:
+        return list(_read_range(c, topic, partition, start, end))
+    finally:
+        c.close()
+
+
 def next_tuple_id(bootstrap: str, topic: str, partition: int) -> int:
     """The ``ht.id`` that continues a writer's dense sequence in one partition (0 when empty)."""
     m = last_message(bootstrap, topic, partition)

@@ -119,8 +119,9 @@ class NodeService:
     def _connect(self) -> None:
         st, plan = self.settings, self.plan
         self.consumer = BatchConsumer(st.bootstrap, f"hastream.{self.name}")
-        self.producer = BatchProducer(
-            st.bootstrap, linger_ms=st.linger_ms, **{"message.max.bytes": restart.MAX_IMAGE_BYTES}
+        self.producer = BatchProducer(st.bootstrap, linger_ms=st.linger_ms)
+        self.images = restart.ImageWriter(
+            st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written
         )
         self.outputs.open(self.producer)
         self.monitor = ReplicaMonitor(st.bootstrap, plan.heartbeat_topic, plan.dpc.failure_timeout / 1000)
@@ -149,6 +150,9 @@ class NodeService:
             self.monitor.close()
             self.control.close()
             self.consumer.close()
+
+    def _image_written(self) -> None:
+        self.stats.restart_images += 1
 
     def stop(self, *_: object) -> None:
         self.running = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pickle
 from typing import Callable
 
+from services.core.pickling import dumps
 from services.dpc.undo import UndoLog
 from services.operators.base import Emit, Item, Operator
 from services.operators.build import build_operator
@@ -77,9 +78,10 @@ class NodePipeline:
             adv(stime)
 
     # -- checkpoint/redo ------------------------------------------------------------------
-    def snapshot(self) -> bytes:
-        """Every operator's state, serialized now (later input does not change it)."""
-        return pickle.dumps([op.state() for op in self.operators], protocol=pickle.HIGHEST_PROTOCOL)
+    def snapshot(self, progress: Callable[[], None] = lambda: None) -> bytes:
+        """Every operator's state, serialized now (later input does not change it). On large
+        state ``progress`` is called as it goes, and the heartbeat thread is not kept waiting."""
+        return dumps([op.state() for op in self.operators], progress)
 
     def restore(self, data: bytes) -> None:
         """Continue from a ``snapshot()``; undrained output (produced after it) is dropped.

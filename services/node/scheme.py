@@ -24,6 +24,7 @@ from services.dpc.states import NodeState
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import InputPort, Inputs
+from services.node.restart import ImageWriter
 from services.operators.base import Item
 from services.spec.plan import NodePlan
 
@@ -57,6 +58,7 @@ class NodeRuntime(Protocol):
     pipeline: NodePipeline
     outputs: Outputs
     producer: BatchProducer
+    images: ImageWriter  # writes restart images in the background
     monitor: ReplicaMonitor
 
     def set_state(self, state: NodeState) -> None:

@@ -7,6 +7,7 @@ monitor whose replica states the test sets.
 
 from __future__ import annotations
 
+import pickle
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,21 @@ class FakeProducer:
             raise RuntimeError(self.fail)
 
 
+class FakeImages:
+    """Writes each restart image at once and whole, as one message of the restart topic."""
+
+    busy = False
+
+    def __init__(self, producer: FakeProducer, topic: str) -> None:
+        self.producer, self.topic = producer, topic
+
+    def write(self, image: Any, progress: Any = None) -> None:
+        self.producer.send(self.topic, pickle.dumps(image))
+
+    def wait(self) -> None:
+        pass
+
+
 class FakeConsumer:
     """Knows the position after the last message the node took from each topic, and each topic's end."""
 
@@ -167,6 +183,7 @@ class FakeNode:
         self.outputs = Outputs(self.plan.outputs, self.partition, self.replica)
         self.producer = FakeProducer()
         self.outputs.open(self.producer)  # type: ignore[arg-type]
+        self.images = FakeImages(self.producer, self.plan.restart_topics[self.replica])
         self.monitor = FakeMonitor()
         self.offsets: dict[str, int] = defaultdict(int)  # each input topic's end: messages made so far
         self.consumer = FakeConsumer(self.offsets)
