@@ -363,13 +363,13 @@ class Coordination:
 
 def may_reconcile_alone(replica: int, partners: list[NodeState], stagger: bool) -> bool:
     """With no coordinator, replicas take turns by replica number: reconcile once every lower-numbered
-    partner is STABLE (or gone) and no partner reconciles. ``partners`` are the other replicas' states,
+    partner is STABLE (or gone, or still recovering from a restart) and no partner reconciles. ``partners`` are the other replicas' states,
     by replica number; without staggering (Suspend) every replica may go at once."""
     if not stagger:
         return True
     if NodeState.STABILIZATION in partners:
         return False
-    return all(s in (NodeState.STABLE, NodeState.FAILED) for s in partners[:replica])
+    return all(s in (NodeState.STABLE, NodeState.FAILED, NodeState.RECOVERING) for s in partners[:replica])
 
 
 def policy_while_partner_reconciles(partners: list[NodeState], stabilization: Policy, failure: Policy) -> Policy:

@@ -24,7 +24,7 @@ from confluent_kafka import Message
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
 from services.core.errors import DecodeError, HeaderError, RestartImageError
-from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, read_headers
+from services.core.tuples import BOUNDARY, EPOCH, STABLE, TENTATIVE, UNDO, TupleType, admit
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
 from services.dpc.policies import Policy
 from services.dpc.reconciler import reconciler
@@ -40,6 +40,7 @@ from services.operators.base import _ignore
 log = logging.getLogger(__name__)
 
 STALE = "stale tentative"  # NodeStats.skipped key
+FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writer
 REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
 
 
@@ -129,7 +130,11 @@ class DpcScheme:
             if port is None or port.gap is not None:
                 continue  # in flight from a replica the port just left, or after a gap it reads again
             try:
-                t, tid, stime = read_headers(m.headers())
+                got = admit(m.headers(), port.gate)
+                if got is None:  # written by a replaced copy of the upstream replica
+                    stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
+                    continue
+                t, tid, stime = got
                 i = port.index
                 if t is STABLE or t is TENTATIVE:
                     bound = bounds[i]
@@ -157,7 +162,7 @@ class DpcScheme:
                 elif t is UNDO:
                     su.undo(i)
                     stats.undos_received += 1
-                else:
+                elif t is not EPOCH:
                     stats.skipped["REC_DONE"] = stats.skipped.get("REC_DONE", 0) + 1
             except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
                 node.deadletter(m, _reason(e))
@@ -313,7 +318,7 @@ class DpcScheme:
         partners = self._partners()
         pol = self.dpc.stabilization_policy
         self.sunion.policy = policy_while_partner_reconciles(partners, pol, self.dpc.failure_policy)
-        if not self.failed or not self.sunion.can_reconcile():
+        if not self.failed or not self.sunion.ready_to_reconcile(now):
             return
         node = self.node
         stagger = pol is not Policy.SUSPEND
@@ -344,7 +349,13 @@ class DpcScheme:
         )
 
     def _reconcile(self) -> None:
-        """Undo the tentative outputs, restore the pre-failure state, redo the corrected inputs."""
+        """Undo the tentative outputs, restore the pre-failure state, redo the corrected inputs.
+
+        Only the settled kept buckets are redone. If an input failed again before the rest
+        settled, the node is still in that failure: it takes its pre-failure state anew
+        there and processes the remaining kept buckets tentatively again, so stable output
+        keeps advancing under an input that goes down again and again.
+        """
         node = self.node
         self._set_state(NodeState.STABILIZATION)
         t0 = time.monotonic()
@@ -361,8 +372,10 @@ class DpcScheme:
             redone += len(bucket[2])
             node.tick()
         self._advance()
-        for s, so in self.soutputs.items():
-            so.rec_done(queue(s))
+        still_failed = self.sunion.in_failure()
+        if not still_failed:
+            for s, so in self.soutputs.items():
+                so.rec_done(queue(s))
         node.outputs.flush()
         node.send_control(
             ControlMessage(ControlKind.DONE, node.plan.node, node.partition, node.replica, round_ms=self.requested_ms)
@@ -370,8 +383,19 @@ class DpcScheme:
         self.granted = False
         self.requested_at, self.requested_ms = 0.0, 0
         node.stats.reconciliations += 1
-        self._set_state(NodeState.STABLE)
-        log.info("reconciled %d tuples in %.0f ms", redone, (time.monotonic() - t0) * 1000)
+        if still_failed:
+            self._enter_failure()
+            for bucket in self.sunion.rerun_buckets():
+                self._run(*bucket)
+                node.tick()
+        else:
+            self._set_state(NodeState.STABLE)
+        log.info(
+            "reconciled %d tuples in %.0f ms%s",
+            redone,
+            (time.monotonic() - t0) * 1000,
+            "; a new failure goes on" if still_failed else "",
+        )
 
     # -- restart image -------------------------------------------------------------------
     def _write_image(self) -> None:

@@ -16,8 +16,10 @@ times) advanced within ``delay_s``. From the first tentative bucket until
 reconciliation, every emitted bucket is TENTATIVE (it is processed on tentative state) and
 kept, since the node will roll back to before the failure and redo them: tuples that arrive
 late for them (the failed input's, once it heals) are added, and an UNDO on an input
-removes that input's undone tentative tuples. When every kept bucket has become stable,
-``redo()`` gives their stable serialization.
+removes that input's undone tentative tuples. Once kept buckets have become stable, from
+the first on, ``redo()`` gives their stable serialization; an input that failed again
+meanwhile leaves the later ones kept, so a flapping input still lets the node reconcile
+what is settled.
 
 Inputs are Kafka logs, so stable tuples need not be buffered for checkpoint/redo: a node
 replays them by seeking back to the offsets recorded with its checkpoint.
@@ -101,6 +103,7 @@ class SUnion:
         self.rejected: list[STuple] = []  # stime below their input's boundary: dead-letter them
         self.progress: list[int | None] = [None] * inputs  # boundary, or newest tentative stime
         self.progressed_at: list[float | None] = [None] * inputs  # when progress last moved
+        self._settled: tuple[int | None, float] = (None, 0.0)  # the last settled kept bucket, and since when
 
     # -- restart image ----------------------------------------------------------
     def state(self) -> SUnionState:
@@ -219,15 +222,18 @@ class SUnion:
     def frontier(self) -> int | None:
         """Every tuple with a smaller stime has been emitted STABLE: the node's output boundary.
 
-        None while nothing is known (an input never sent a boundary) and frozen while in
-        failure, since corrections of the tentative buckets are still to come.
+        None while nothing is known (an input never sent a boundary). It stays below the
+        first kept bucket while in failure, since corrections of the tentative buckets are
+        still to come; a reconciliation of the settled ones moves it up to the first that
+        is not settled.
         """
         known = [b for b in self.boundaries if b is not None]
-        if self.kept or len(known) < self.inputs:
+        if len(known) < self.inputs:
             return None
         f = min(known)
-        if self.pending:
-            f = min(f, min(self.pending) * self.bucket_ms)
+        for held in (self.pending, self.kept):
+            if held:
+                f = min(f, min(held) * self.bucket_ms)
         return (f // self.bucket_ms) * self.bucket_ms
 
     # -- reconciliation -------------------------------------------------------
@@ -235,20 +241,60 @@ class SUnion:
         """Some emitted bucket was tentative and has not been reconciled yet."""
         return bool(self.kept)
 
+    def settled(self) -> list[int]:
+        """The kept buckets whose stable version is known, from the first one on up to the
+        first that is not (incomplete, or still holding tentative input): what can be
+        reconciled now. A failure that came back before the last one was reconciled leaves
+        its buckets after these."""
+        out = []
+        for k in sorted(self.kept):
+            if not (self._complete(k) and self.kept[k].clean()):
+                break
+            out.append(k)
+        return out
+
     def can_reconcile(self) -> bool:
         """Every kept bucket is now complete and clean: its stable version is known."""
-        return bool(self.kept) and all(self._complete(k) and b.clean() for k, b in self.kept.items())
+        return bool(self.kept) and len(self.settled()) == len(self.kept)
+
+    def ready_to_reconcile(self, now: float) -> bool:
+        """Reconcile now: every kept bucket is settled, or some are and no more have settled for
+        ``delay_s`` (an input failed again before the rest could). While corrections keep
+        arriving, the node waits for them rather than reconcile piece by piece."""
+        done = self.settled()
+        last = done[-1] if done else None
+        if last != self._settled[0]:
+            self._settled = (last, now)
+        if not done:
+            return False
+        return len(done) == len(self.kept) or now - self._settled[1] >= self.delay_s
 
     def redo_buckets(self) -> Iterator[Ready]:
-        """The stable version of every kept bucket, in order; they are forgotten once all are processed."""
-        for k in sorted(self.kept):
+        """The stable version of every settled kept bucket, in order; they are forgotten once
+        all are processed. Kept buckets that are not settled stay kept."""
+        done = self.settled()
+        for k in done:
             yield (
                 k,
                 STABLE,
                 [STuple(STABLE, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order)],
             )
-        self.kept.clear()
+        for k in done:
+            del self.kept[k]
+
+    def rerun_buckets(self) -> Iterator[Ready]:
+        """The kept buckets, tentatively again, after a reconciliation of the settled ones:
+        the node is still in the failure they belong to; they stay kept."""
+        for k in sorted(self.kept):
+            yield (
+                k,
+                TENTATIVE,
+                [
+                    STuple(TENTATIVE, t.port, t.id, t.stime, t.rec)
+                    for t in sorted(self.kept[k].tuples, key=STuple.order)
+                ],
+            )
 
     def redo(self) -> list[STuple]:
-        """Every kept bucket's stable tuples at once (``redo_buckets``, flattened)."""
+        """Every settled kept bucket's stable tuples at once (``redo_buckets``, flattened)."""
         return [t for _, _, ts in self.redo_buckets() for t in ts]

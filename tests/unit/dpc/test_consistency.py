@@ -338,6 +338,7 @@ def test_without_coordinator_replicas_take_turns_by_number() -> None:
     assert may_reconcile_alone(0, [UF], stagger=True)
     assert not may_reconcile_alone(1, [UF], stagger=True)
     assert may_reconcile_alone(1, [S], stagger=True) and may_reconcile_alone(1, [F], stagger=True)
+    assert may_reconcile_alone(1, [NodeState.RECOVERING], stagger=True), "a restarting partner does not hold the turn"
     # never while a partner reconciles, whatever the numbers
     assert not may_reconcile_alone(0, [STAB], stagger=True)
     assert not may_reconcile_alone(2, [S, STAB], stagger=True)

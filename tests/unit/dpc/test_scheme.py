@@ -404,3 +404,50 @@ def test_a_restarted_replica_is_recovering_while_its_replay_is_deduplicated(monk
     second.step([], 0.0)
     assert second.states[-1:] in ([], [NodeState.RECOVERING])
     assert second.scheme.recovering, "nothing replayed yet: it has everything to catch up"
+
+
+def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_what_is_settled() -> None:
+    """n1 reconciles and fails again at once (REC_DONE, then new tentative tuples in the same
+    poll): n2's first failure is settled, the second is not. n2 must not wait for the second
+    to end before its stable output covers the first."""
+    from services.control.messages import ControlKind, ControlMessage
+    from services.core.tuples import REC_DONE, UNDO
+    from services.dpc.states import NodeState
+
+    def reading(i: int) -> dict:
+        return {"sensor": f"s{i % 3}", "ts": i * 10, "value": float(i), "seq": i}
+
+    n2 = FakeNode(CHAIN, "n2")
+    n2.monitor.known[("coordinator", 0, 0)] = NodeState.STABLE  # turns come from the coordinator
+    delay = n2.plan.delay_s
+
+    def stable(ids: range) -> list[FakeMessage]:
+        return [n2.message("b", STABLE, i, i * 10, reading(i)) for i in ids]
+
+    def tentative(ids: range) -> list[FakeMessage]:
+        return [n2.message("b", TENTATIVE, i, i * 10, reading(i)) for i in ids]
+
+    n2.step(stable(range(10)) + [n2.message("b", BOUNDARY, 9, 100)], 0.0)
+    n2.step(tentative(range(10, 20)), 1.0)  # n1 in failure
+    n2.step([], 1.0 + delay)
+    assert n2.scheme.failed
+    healed = [n2.message("b", UNDO, 9, 0)] + stable(range(10, 20)) + [n2.message("b", BOUNDARY, 19, 200)]
+    again = [n2.message("b", REC_DONE, 19, 0)] + tentative(range(20, 30))  # and n1 fails again
+    n2.step(healed + again, 3.0)
+    assert n2.controls[-1].kind is ControlKind.REQUEST, "the first failure is settled: n2 asks for its turn"
+    n2.step([], 3.0 + delay)  # the second failure's bucket is overdue: tentative, kept, not settled
+    grant = ControlMessage(ControlKind.GRANT, "n2", 0, 0, round_ms=n2.scheme.requested_ms)
+    n2.scheme.on_control(grant, 3.0 + delay + 0.1)  # the turn comes only now
+    n2.step([], 3.0 + delay + 0.1)
+    assert [tid for tid, _ in n2.stable("c")] == list(range(20)), "the first failure's results are stable"
+    assert n2.scheme.failed, "the second failure goes on"
+    assert n2.written("c")[-1][0] is TENTATIVE, "and its results are tentative again"
+    assert n2.scheme.advanced == 200, "downstream learns that everything before the second failure is stable"
+
+    n2.step([n2.message("b", UNDO, 19, 0)] + stable(range(20, 30)) + [n2.message("b", BOUNDARY, 29, 300)], 9.0)
+    n2.scheme.on_control(ControlMessage(ControlKind.GRANT, "n2", 0, 0, round_ms=n2.scheme.requested_ms), 9.0)
+    n2.step([], 9.0)
+    healthy = FakeNode(CHAIN, "n2", replica=1)
+    healthy.step([healthy.message("b", STABLE, i, i * 10, reading(i)) for i in range(30)], 0.0)
+    healthy.step([healthy.message("b", BOUNDARY, 29, 300)], 0.0)
+    assert n2.stable("c") == healthy.stable("c") and not n2.scheme.failed

@@ -196,7 +196,7 @@ def test_delay_policy_holds_each_bucket_for_the_full_delay_during_a_failure() ->
     assert [t.rec for t in su.poll(11.0)] == ["b1", "b2", "b3"]
 
 
-def test_frontier_is_the_stable_boundary_and_freezes_during_a_failure() -> None:
+def test_frontier_is_the_stable_boundary_and_stays_below_the_failure() -> None:
     su = SUnion(2, BUCKET, delay_s=1.0)
     assert su.frontier() is None  # an input never spoke
     su.push(0, TupleType.STABLE, 0, 3, "a", 0.0)
@@ -206,7 +206,10 @@ def test_frontier_is_the_stable_boundary_and_freezes_during_a_failure() -> None:
     assert su.frontier() == 20
     su.push(0, TupleType.STABLE, 1, 27, "b", 0.0)
     su.poll(2.0)  # input 1 silent past the delay: bucket 2 goes out tentatively
-    assert su.in_failure() and su.frontier() is None
+    assert su.in_failure() and su.frontier() == 20, "not past the first tentative bucket"
+    su.boundary(0, 60)
+    su.boundary(1, 60)
+    assert su.frontier() == 20, "the boundaries moved, but bucket 2's correction is still to come"
 
 
 def test_a_bucket_emptied_by_an_undo_is_dropped_not_emitted_as_a_failure() -> None:
@@ -260,3 +263,28 @@ def test_a_restored_sunion_counts_its_waits_from_the_restore_not_from_old_clock_
     after.restore(state, now=3.0)  # another host, whose monotonic clock is far behind
     assert after.poll(4.0) == []  # input 1 counts as live, and the bucket waits, from the restore
     assert [t.type for t in after.poll(5.5)] == [TupleType.TENTATIVE]
+
+
+def test_settled_kept_buckets_are_redone_and_the_rest_stay_kept_for_the_next_reconciliation() -> None:
+    su = SUnion(2, BUCKET, delay_s=1.0)
+    su.boundary(0, 10)
+    su.boundary(1, 10)
+    su.push(0, TupleType.STABLE, 0, 12, "a1", 0.0)
+    su.poll(2.0)  # input 1 silent: bucket 1 goes out tentatively and is kept
+    su.push(1, TupleType.STABLE, 0, 15, "b1", 2.5)  # it heals: bucket 1's correction
+    su.boundary(0, 20)
+    su.boundary(1, 20)
+    su.push(0, TupleType.STABLE, 1, 25, "a2", 2.5)
+    su.push(1, TupleType.TENTATIVE, 1, 26, "t2", 2.5)  # and fails again (tentative input)
+    assert [t.rec for t in su.poll(3.6)] == ["a2", "t2"]  # overdue: tentative
+    assert sorted(su.kept) == [1, 2] and su.settled() == [1] and not su.can_reconcile()
+    assert not su.ready_to_reconcile(3.6), "more may settle: wait a little"
+    assert su.ready_to_reconcile(4.7), "nothing more settled for the delay: reconcile what is"
+    assert [t.rec for t in su.redo()] == ["a1", "b1"]
+    assert sorted(su.kept) == [2] and su.in_failure()
+    assert su.frontier() == 20, "everything before the unsettled bucket is stable now"
+    assert [(t.type, t.rec) for _, _, ts in su.rerun_buckets() for t in ts] == [
+        (TupleType.TENTATIVE, "a2"),
+        (TupleType.TENTATIVE, "t2"),
+    ]
+    assert sorted(su.kept) == [2], "rerun buckets stay kept"
