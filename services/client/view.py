@@ -11,7 +11,9 @@ Contract (per partition): STABLE ids are dense (0, 1, ...) and the same on every
 TENTATIVE ids continue after the last stable id; UNDO(L) voids every tentative tuple (L is
 the last stable id not undone) and the stable corrections L+1, ... follow; REC_DONE(L) ends
 a reconciliation; BOUNDARY(stime B) promises no later tuple has stime < B; a stable tuple
-with an id at or below the last stable id is a duplicate (after a restart or a switch).
+with an id at or below the last stable id is a duplicate (after a restart or a switch); a
+message with a lower ``ht.epoch`` than one already read comes from a replaced copy of the
+writer and is dropped.
 """
 
 from __future__ import annotations
@@ -29,7 +31,17 @@ from services.control.replicas import choose_replica
 from services.core.codec import codec_for
 from services.core.errors import HeaderError
 from services.core.kafka import plain_consumer
-from services.core.tuples import BOUNDARY, REC_DONE, STABLE, TENTATIVE, UNDO, TupleType, read_headers
+from services.core.tuples import (
+    BOUNDARY,
+    REC_DONE,
+    STABLE,
+    TENTATIVE,
+    UNDO,
+    EpochGate,
+    RawHeaders,
+    TupleType,
+    admit,
+)
 from services.dpc.states import NodeState
 from services.node.ports import ReplicaReader
 from services.spec import Spec
@@ -90,6 +102,8 @@ class PartitionView:
         self.gaps = 0  # gaps met (each read again, never skipped)
         self.undone = 0  # tentative tuples voided
         self.bad = 0  # payloads that did not decode
+        self.gate = EpochGate()  # the writer epochs of the log read now
+        self.fenced = 0  # messages of replaced writers dropped
 
     def _decode(self, payload: Any) -> tuple[bool, Any]:
         if self.decode is None:
@@ -106,6 +120,18 @@ class PartitionView:
         self.undone += len(self.tentative) - len(keep)
         self.tentative = keep
         out.append(ViewEvent("undo", self.partition, last, stime, None, replica))
+
+    def take(
+        self, headers: RawHeaders, payload: Any, out: list[ViewEvent], replica: int | None = None, offset: int = -1
+    ) -> tuple[TupleType, int, int] | None:
+        """Apply one message as read from the log, unless a replaced writer wrote it; returns its
+        (type, id, stime), None if dropped; raises HeaderError."""
+        got = admit(headers, self.gate)
+        if got is None:
+            self.fenced += 1
+            return None
+        self.apply(*got, payload, out, replica, offset)
+        return got
 
     def apply(
         self,
@@ -267,6 +293,7 @@ class StreamView:
             self.consumer, self.bootstrap, replica, None if v.started or self.from_beginning else OFFSET_END
         )
         v.switch(replica, self._pending)
+        v.gate = reader.gate
         self.switches.append((partition, old, replica, offset))
         log.info("%s p%d: switched from replica %d to %d at offset %d", self.stream, partition, old, replica, offset)
         return offset
@@ -287,16 +314,15 @@ class StreamView:
             reader = readers[p]
             if m.topic() != reader.topic:
                 continue  # fetched from a replica this partition has left
+            v = views[p]
             try:
-                ttype, tid, stime = read_headers(m.headers())
+                got = v.take(m.headers(), m.value(), out, reader.replica, m.offset() or 0)
             except HeaderError:
                 self.bad += 1
                 continue
-            v = views[p]
-            v.apply(ttype, tid, stime, m.value(), out, reader.replica, m.offset() or 0)
-            if v.gap is not None and reader.gap is None:
+            if got is not None and v.gap is not None and reader.gap is None:
                 reader.last_stable = v.last_stable
-                reader.report_gap(tid)
+                reader.report_gap(got[1])
         for reader in readers:
             if reader.gap is not None:  # read the missing ids again, from another replica if one lives
                 self.switch(reader.partition, reader.gap_replica(self.monitor))

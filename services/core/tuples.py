@@ -23,15 +23,17 @@ class TupleType(str, Enum):
     BOUNDARY = "BOUNDARY"
     UNDO = "UNDO"
     REC_DONE = "REC_DONE"
+    EPOCH = "EPOCH"  # a writer's first message: its epoch fences every older copy of it (id -1, stime 0)
 
 
 # The types by their short names, for code that tests them per tuple (``t is STABLE``).
-STABLE, TENTATIVE, BOUNDARY, UNDO, REC_DONE = (
+STABLE, TENTATIVE, BOUNDARY, UNDO, REC_DONE, EPOCH = (
     TupleType.STABLE,
     TupleType.TENTATIVE,
     TupleType.BOUNDARY,
     TupleType.UNDO,
     TupleType.REC_DONE,
+    TupleType.EPOCH,
 )
 
 H_TYPE = "ht.type"
@@ -88,14 +90,71 @@ def read_headers(headers: RawHeaders, _types: dict[bytes, TupleType] = _TYPE_BY_
         raise HeaderError("malformed ht.* headers") from None
 
 
-def peek_type_and_id(headers: RawHeaders) -> tuple[TupleType | None, int | None]:
-    """Type and id of a message if its headers name them, else None for each: for scans that skip what they cannot use."""
+class EpochGate:
+    """What a reader of one topic partition knows of its writer's epochs: the highest one seen.
+
+    Each incarnation of a node replica writes with a higher epoch than every earlier one and
+    announces it (an EPOCH tuple) before anything else, so a message with a lower epoch that
+    comes after a higher one was written by a copy that has been replaced (paused, then
+    resumed) and is dropped. ``fenced`` counts those. Per tuple the header is compared as
+    bytes with the last epoch seen; it is parsed only when it changes.
+    """
+
+    __slots__ = ("epoch", "raw", "fenced")
+
+    def __init__(self, epoch: int = 0) -> None:
+        self.epoch = epoch
+        self.raw: str | bytes | int | None = b"%d" % epoch
+        self.fenced = 0
+
+    def admits(self, raw: str | bytes | int | None) -> bool:
+        """Whether a message with epoch header ``raw`` (None: absent, epoch 0) comes from a live writer;
+        raises ValueError if it is not a number."""
+        if raw == self.raw:
+            return True
+        e = int(raw) if raw else 0
+        if e < self.epoch:
+            self.fenced += 1
+            return False
+        self.epoch, self.raw = e, raw
+        return True
+
+
+def admit(
+    headers: RawHeaders, gate: EpochGate, _types: dict[bytes, TupleType] = _TYPE_BY_BYTES
+) -> tuple[TupleType, int, int] | None:
+    """``read_headers`` for a reader that follows a writer's epochs: None for a fenced writer's message."""
+    try:
+        hd: dict[str, Any] = dict(headers)  # type: ignore[arg-type]  # None raises TypeError: handled below
+        raw = hd.get(H_EPOCH)
+        if raw != gate.raw and not gate.admits(raw):
+            return None
+        return _types[hd[H_TYPE]], int(hd[H_ID]), int(hd[H_STIME])
+    except (KeyError, TypeError, ValueError):
+        parse_headers(headers)  # raises with the precise reason
+        raise HeaderError("malformed ht.* headers") from None
+
+
+def peek(headers: RawHeaders) -> tuple[TupleType | None, int | None, int]:
+    """Type, id and epoch of a message, for scans that skip what they cannot use: None for a type
+    or id its headers do not name, epoch 0 if absent or malformed."""
     hd: dict[str, Any] = dict(headers or ())
     t = _TYPE_BY_BYTES.get(hd.get(H_TYPE) or b"")
+    tid: int | None
     try:
-        return t, int(hd.get(H_ID) or b"")
+        tid = int(hd.get(H_ID) or b"")
     except ValueError:
-        return t, None
+        tid = None
+    try:
+        return t, tid, int(hd.get(H_EPOCH) or 0)
+    except ValueError:
+        return t, tid, 0
+
+
+def peek_type_and_id(headers: RawHeaders) -> tuple[TupleType | None, int | None]:
+    """Type and id of a message if its headers name them, else None for each."""
+    t, tid, _ = peek(headers)
+    return t, tid
 
 
 def deadletter_headers(

@@ -5,6 +5,9 @@ downstream node or a client) that changes replica continues in the new topic rig
 the last stable tuple it already has: stable ids are the same on every replica, so that
 point exists in every topic that has caught up. A writer that restarts continues its dense
 id sequence from the tail. Every scheme reads its logs through these functions.
+
+Scans leave out what a fenced writer wrote (a lower epoch after a higher one, see
+``services.core.tuples.EpochGate``), and say which epoch is in force where a reader starts.
 """
 
 from __future__ import annotations
@@ -15,9 +18,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from services.core.errors import HeaderError
 from services.core.kafka import plain_consumer, retry_transient
-from services.core.tuples import STABLE, TENTATIVE, UNDO, TupleType, parse_headers, peek_type_and_id
+from services.core.tuples import (
+    EPOCH,
+    STABLE,
+    TENTATIVE,
+    UNDO,
+    EpochGate,
+    TupleType,
+    parse_headers,
+    peek,
+)
 
-Meta = tuple[TupleType | None, int | None]  # what a backward scan needs of a message: type and id
+Meta = tuple[TupleType | None, int | None, int]  # what a backward scan needs of a message: type, id, epoch
 
 
 def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -> Iterator[Message]:
@@ -37,7 +49,7 @@ def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -
 
 
 def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[list[tuple[int, Meta]]]:
-    """The partition's messages as (offset, (type, id)) in chunks of ``chunk``, newest chunk first.
+    """The partition's messages as (offset, (type, id, epoch)) in chunks of ``chunk``, newest chunk first.
 
     Readers look for the newest message with some property; scanning back from the end costs
     the distance from the tail, not the length of the log.
@@ -47,43 +59,72 @@ def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> 
         low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         while end > low:
             start = max(low, end - chunk)
-            yield [
-                (m.offset() or 0, peek_type_and_id(m.headers())) for m in _read_range(c, topic, partition, start, end)
-            ]
+            yield [(m.offset() or 0, peek(m.headers())) for m in _read_range(c, topic, partition, start, end)]
             end = start
     finally:
         c.close()
 
 
+def _live_backward(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[tuple[int, Meta]]:
+    """The partition's messages newest first, without those of fenced writers (a lower epoch after a
+    higher one). Each message's epoch is then the one in force right after it.
+
+    A chunk is judged with the highest epoch of the chunk before it: a replaced writer writes
+    at most what it had in flight and one flush after its successor's EPOCH before it stops
+    (``services.node.fence``), fewer messages than a chunk.
+    """
+    chunks = _backward_chunks(bootstrap, topic, partition, chunk)
+    cur = next(chunks, None)
+    while cur is not None:
+        older = next(chunks, None)
+        top = max((m[2] for _, m in older), default=0) if older is not None else 0
+        live = []
+        for off, m in cur:
+            if m[2] >= top:
+                top = m[2]
+                live.append((off, m))
+        yield from reversed(live)
+        cur = older
+
+
 @retry_transient
-def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:
-    """Offset right after stable tuple ``last_stable`` (or after an UNDO naming an id <= it) in a topic.
+def seek_after_stable(
+    bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000
+) -> tuple[int, int]:
+    """Offset right after stable tuple ``last_stable`` (or after an UNDO naming an id <= it) in a
+    topic, and the writer epoch in force there (a reader starting there drops lower ones).
 
     Tuples after the returned offset are all newer than ``last_stable``, except stable
     duplicates with a smaller id when the topic has not caught up, which readers drop by
     id. ``last_stable`` -1 means from the beginning.
     """
     if last_stable >= 0:
-        for msgs in _backward_chunks(bootstrap, topic, partition, chunk):
-            for off, (t, tid) in reversed(msgs):
-                if t in (STABLE, UNDO) and tid is not None and tid <= last_stable:
-                    return off + 1
-    return first_offset(bootstrap, topic, partition)
+        for off, (t, tid, epoch) in _live_backward(bootstrap, topic, partition, chunk):
+            if t in (STABLE, UNDO) and tid is not None and tid <= last_stable:
+                return off + 1, epoch
+    return first_offset(bootstrap, topic, partition), 0
+
+
+def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:
+    """The offset of ``seek_after_stable``."""
+    return seek_after_stable(bootstrap, topic, partition, last_stable, chunk)[0]
 
 
 @retry_transient
 def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> int | None:
-    """Id of the last stable tuple in a node's output topic: -1 if it has none, None if the topic is empty.
+    """Id of the last stable tuple in a node's output topic: -1 if it has none, None if nothing but
+    EPOCH tuples was ever written to it.
 
-    Every message but a TENTATIVE one names it: a STABLE tuple its own id, control
+    Every message but a TENTATIVE or EPOCH one names it: a STABLE tuple its own id, control
     tuples (BOUNDARY, UNDO, REC_DONE) the last stable id before them.
     """
     empty = True
-    for msgs in _backward_chunks(bootstrap, topic, partition, chunk):
-        empty = empty and not msgs
-        for _, (t, tid) in reversed(msgs):
-            if t not in (None, TENTATIVE) and tid is not None:
-                return tid
+    for _, (t, tid, _) in _live_backward(bootstrap, topic, partition, chunk):
+        if t is EPOCH:
+            continue
+        empty = False
+        if t not in (None, TENTATIVE) and tid is not None:
+            return tid
     return None if empty else -1
 
 
@@ -109,10 +150,14 @@ def stable_after(
     try:
         end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
         out: dict[int, tuple[int, tuple[bytes | None, bytes | None]]] = {}
-        for m in _read_range(c, topic, partition, offset_after_stable(bootstrap, topic, partition, last), end):
+        start, epoch = seek_after_stable(bootstrap, topic, partition, last)
+        gate = EpochGate(epoch)
+        for m in _read_range(c, topic, partition, start, end):
             try:
                 meta = parse_headers(m.headers())
             except HeaderError:
+                continue
+            if not gate.admits(meta.epoch):
                 continue
             if meta.type is STABLE and meta.id > last:
                 out[meta.id] = (meta.stime, (m.value(), m.key()))

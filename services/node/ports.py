@@ -22,8 +22,9 @@ from services.control.replicas import RANK, choose_replica
 from services.core.codec import codec_for
 from services.core.errors import InputGapError
 from services.core.kafka import BatchConsumer, retry_transient
+from services.core.tuples import EpochGate
 from services.dpc.states import NodeState
-from services.log.tail import offset_after_stable
+from services.log.tail import seek_after_stable
 from services.spec.plan import InputPlan
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class ReplicaReader:
     gap: int | None = None  # id of the first stable tuple that did not come (the next came instead)
     gap_tried: set[int] = field(default_factory=set)  # replicas read again for that gap
     gaps: int = 0  # gaps seen
+    gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the topic read now
 
     @property
     def topic(self) -> str:
@@ -92,9 +94,13 @@ class ReplicaReader:
         return min(untried, key=lambda r: (RANK[states[r]], r))
 
     def move(self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None) -> int:
-        """Read ``replica`` from now on, right after the last stable tuple (or at ``offset``); returns the offset."""
+        """Read ``replica`` from now on, right after the last stable tuple (or at ``offset``); returns the offset.
+
+        The reader then drops what writers older than the epoch in force there write (``gate``)."""
+        epoch = 0
         if offset is None:
-            offset = offset_after_stable(bootstrap, self.topics[replica], self.partition, self.last_stable)
+            offset, epoch = seek_after_stable(bootstrap, self.topics[replica], self.partition, self.last_stable)
+        self.gate = EpochGate(epoch)
         consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
         if replica != self.replica:

@@ -177,3 +177,22 @@ def test_readings_wall_clock_mode_tracks_now_and_default_stays_deterministic() -
     ts = [r["ts"] for r in recs]
     assert ts == sorted(ts) and before <= ts[0] and ts[-1] <= after
     assert [r["sensor"] for r in recs] == [r["sensor"] for r in readings(50)]
+
+
+def test_a_view_ignores_what_a_replaced_writer_writes_after_its_successor_appeared() -> None:
+    """Epoch 3 writes stable 0..2 and a tentative 3; epoch 5 takes over (EPOCH, UNDO(2)) and writes
+    stable 3..4. The paused epoch-3 copy, resumed, writes a conflicting stable 5, a tentative 6 and
+    an UNDO: the client sees the live writer's stream only."""
+    from services.core.tuples import EPOCH, header_writer
+
+    old, new = header_writer(0, epoch=3), header_writer(0, epoch=5)
+    log = [(old(S, i, 10 * i), {"i": i}) for i in range(3)] + [(old(T, 3, 30), {"t": 3})]
+    log += [(new(EPOCH, -1, 0), None), (new(U, 2, 0), None), (new(S, 3, 30), {"i": 3}), (new(S, 4, 40), {"i": 4})]
+    log += [(old(S, 5, 50), {"zombie": 5}), (old(T, 6, 60), {"zombie": 6}), (old(U, 4, 0), None)]
+    log += [(new(S, 5, 50), {"i": 5})]
+    view, out = PartitionView(), []
+    for headers, payload in log:
+        view.take(headers, payload, out)
+    assert view.stable == [{"i": i} for i in range(6)]
+    assert view.tentative == [] and view.fenced == 3
+    assert [e.kind for e in out] == ["stable"] * 3 + ["tentative", "undo"] + ["stable"] * 3

@@ -58,3 +58,41 @@ def test_deadletter_headers_keep_the_original_and_add_why_whence_and_who() -> No
         ("ht.src.offset", b"40"),
         ("ht.rejected.by", b"spec.n1.r1.p2"),
     ]
+
+
+def test_a_reader_drops_what_an_older_epoch_writes_after_a_newer_one_appeared() -> None:
+    """A replaced copy of a writer (epoch 3) resumes after its successor (epoch 5) announced itself:
+    its messages are dropped and counted, the successor's and everything before it are taken."""
+    from services.core.tuples import EPOCH, STABLE, EpochGate, admit
+
+    old, new = header_writer(0, epoch=3), header_writer(0, epoch=5)
+    log = [old(STABLE, 0, 1), old(STABLE, 1, 2), new(EPOCH, -1, 0), old(STABLE, 2, 3), new(STABLE, 2, 4)]
+    gate = EpochGate()
+    got = [admit(h, gate) for h in log]
+    assert got == [(STABLE, 0, 1), (STABLE, 1, 2), (EPOCH, -1, 0), None, (STABLE, 2, 4)]
+    assert (gate.epoch, gate.fenced) == (5, 1)
+
+
+def test_a_gate_starts_at_the_epoch_in_force_where_the_reader_starts() -> None:
+    from services.core.tuples import STABLE, EpochGate, admit
+
+    gate = EpochGate(5)
+    assert admit(header_writer(0, epoch=3)(STABLE, 9, 1), gate) is None
+    assert admit(make_headers(STABLE, 9, 1, epoch=5), gate) == (STABLE, 9, 1)
+    assert gate.fenced == 1
+
+
+def test_admit_says_what_is_wrong_with_bad_headers() -> None:
+    from services.core.tuples import EpochGate, admit
+
+    with pytest.raises(HeaderError, match="malformed header value"):
+        admit([("ht.type", b"STABLE"), ("ht.id", b"1"), ("ht.stime", b"2"), ("ht.epoch", b"x")], EpochGate())
+    with pytest.raises(HeaderError, match="missing ht.\\* headers"):
+        admit(None, EpochGate())
+
+
+def test_peek_reads_the_epoch_and_tolerates_its_absence() -> None:
+    from services.core.tuples import STABLE, peek
+
+    assert peek(make_headers(STABLE, 4, 1, epoch=12)) == (STABLE, 4, 12)
+    assert peek([("ht.type", b"UNDO")]) == (TupleType.UNDO, None, 0)

@@ -24,6 +24,12 @@ class Msg:
     def headers(self) -> Any:
         return self._headers
 
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def key(self) -> None:
+        return None
+
 
 LOG = [Msg(0, make_headers(STABLE, 0, 10)), Msg(1, make_headers(STABLE, 1, 20)), Msg(2, make_headers(TENTATIVE, 2, 30))]
 
@@ -81,3 +87,57 @@ def test_last_stable_id_retries_a_destroyed_broker(flaky: list[FakeConsumer]) ->
 def test_last_message_retries_a_destroyed_broker(flaky: list[FakeConsumer]) -> None:
     m = tail.last_message("b", "t.r1", 0, timeout=1)
     assert m is not None and m.offset() == 2
+
+
+class LogConsumer(FakeConsumer):
+    """One partition holding ``log`` (a list of headers, offset = index), never failing."""
+
+    def __init__(self, log: list[Any]) -> None:
+        super().__init__(fail=False)
+        self.log = [Msg(i, h) for i, h in enumerate(log)]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        return 0, len(self.log)
+
+    def consume(self, n: int, timeout: float) -> list[Msg]:
+        out = self.log[self.pos : self.pos + n]
+        self.pos += len(out)
+        return out
+
+
+def _zombie_log() -> list[Any]:
+    """Epoch 3 writes stable 0..4; epoch 5 takes over (EPOCH) and writes stable 5..6; the replaced
+    epoch-3 copy, resumed, then writes stable 5, a tentative 6 and an UNDO naming 5."""
+    from services.core.tuples import EPOCH, UNDO, header_writer
+
+    old, new = header_writer(0, epoch=3), header_writer(0, epoch=5)
+    log = [old(STABLE, i, 10 * i) for i in range(5)]
+    log += [new(EPOCH, -1, 0), new(STABLE, 5, 50), new(STABLE, 6, 60)]
+    log += [old(STABLE, 5, 51), old(TENTATIVE, 6, 61), old(UNDO, 5, 0)]
+    return log
+
+
+@pytest.mark.parametrize("chunk", [3, 4, 2000])
+def test_scans_leave_out_what_a_fenced_writer_wrote(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """The last stable id, the seek point after an id and the stable tuples after it are the live
+    writer's, however the scan's chunks fall."""
+    log = _zombie_log()
+    monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(log))
+    assert tail.last_stable_id("b", "t.r0", 0, chunk=chunk) == 6
+    assert tail.seek_after_stable("b", "t.r0", 0, 5, chunk=chunk) == (7, 5)
+    assert tail.seek_after_stable("b", "t.r0", 0, 3, chunk=chunk) == (4, 3)
+
+
+def test_stable_after_takes_only_the_live_writers_tuples(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _zombie_log()
+    monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(log))
+    assert {i: stime for i, (stime, _) in tail.stable_after("b", "t.r0", 0, 3).items()} == {4: 40, 5: 50, 6: 60}
+
+
+def test_a_topic_with_only_an_epoch_marker_has_nothing_written() -> None:
+    from services.core.tuples import EPOCH, header_writer
+
+    log = [header_writer(0, epoch=5)(EPOCH, -1, 0)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(log))
+        assert tail.last_stable_id("b", "t.r0", 0) is None
