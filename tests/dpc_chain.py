@@ -1,23 +1,33 @@
 """The replicated 3-node chain that the DPC fault tests run (Borealis DPC).
 
 Every run sends the same paced workload through s1, s2, s3 -> n1 -> n2 -> n3 with two
-replicas per node, each a real process. A failure-free run gives the expected output;
-each fault schedule (kill -9, SIGSTOP/SIGCONT, a stopped source, overlapping) must end
-with the same stable output on every replica, tuple for tuple, never undo a stable tuple,
-and keep new results coming within the delay bound X while an input is down.
+replicas per node, each a real process. A failure-free run of the same ``Shape`` (length,
+rate, partitions) gives the expected output; each fault schedule (kill -9, SIGSTOP/SIGCONT,
+a stopped or flapping source, both replicas of a node killed, the coordinator killed while
+replicas reconcile, a broker killed, overlapping) must end with the same stable output on
+every replica and partition, tuple for tuple and ids included, never undo a stable tuple,
+and, when a source fails, produce tentative results within the delay bound X and then
+correct them (UNDO, stable corrections, REC_DONE).
+
+A ``Schedule`` is the list of timed faults ``run_chain`` carries out, and remembers what it
+did: which sources were down when, which replicas were down when. ``check_schedule`` turns
+that into the checks every fault test makes.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
-from bench.harness import Recorder, ServiceProcesses
+from bench.harness import Recorder, ReplicaOutput, ServiceProcesses
 from bench.workload import PacedSources, readings_workload
 from services.control.monitor import ReplicaMonitor
 from services.core.tuples import TupleType
@@ -27,7 +37,7 @@ from tests.integration.helpers import unique_spec
 
 CHAIN = """\
 name: chain-{u}
-defaults: {partitions: 1, replicas: 2}
+defaults: {partitions: PARTITIONS, replicas: 2}
 dpc: {delay: 3000, bucket: 100, restart_image_interval: 1000, heartbeat_interval: 100, failure_timeout: 800,
       reconciliation: RECONCILIATION}
 streams:
@@ -49,6 +59,8 @@ nodes:
   n2: {operators: [scale]}
   n3: {operators: [per_sensor]}
 """
+NODES = ("n1", "n2", "n3")
+OUTPUTS = ("merged", "scaled", "stats")  # the node outputs whose replicas are compared
 RATE = 100  # tuples per second per source; event time advances 10 ms per tuple
 SECONDS = 10
 X = 3.0
@@ -56,8 +68,29 @@ SLACK = 1.5  # scheduling on a 2-core machine shared with the broker and six ser
 BASE = 1_700_000_000_000
 
 
-def workload(names: list[str]) -> dict[str, list[dict[str, Any]]]:
-    return readings_workload(names, RATE * SECONDS, RATE, sensors=4, start_ms=BASE)
+@dataclass(frozen=True)
+class Shape:
+    """What a chain run sends and how it is laid out; a fault run is compared with a failure-free run of its shape.
+
+    With 2 partitions use 8 sensors: sensors s0..s3 all hash to partition 0 of 2.
+    """
+
+    seconds: int = SECONDS
+    rate: int = RATE
+    partitions: int = 1
+    sensors: int = 4
+
+    @property
+    def step_ms(self) -> int:
+        return 1000 // self.rate
+
+
+DEFAULT = Shape()
+TWO_PARTITIONS = Shape(partitions=2, sensors=8)
+
+
+def workload(names: list[str], shape: Shape = DEFAULT) -> dict[str, list[dict[str, Any]]]:
+    return readings_workload(names, shape.rate * shape.seconds, shape.rate, sensors=shape.sensors, start_ms=BASE)
 
 
 @dataclass
@@ -66,12 +99,24 @@ class Run:
     recorder: Recorder
     sources: PacedSources
     log_dir: Path
+    shape: Shape = DEFAULT
+    t0: float = 0.0  # monotonic time the workload started: schedule times are relative to it
 
     def stream(self, base: str) -> str:
         return next(s for s in self.spec.streams if s.startswith(base + "_"))
 
-    def final(self, base: str, replica: int) -> list:
-        return self.recorder.replica(self.stream(base), replica).final_stable()
+    def partitions(self) -> range:
+        return range(self.shape.partitions)
+
+    def output(self, base: str, replica: int, partition: int = 0) -> ReplicaOutput:
+        return self.recorder.replica(self.stream(base), replica, partition)
+
+    def final(self, base: str, replica: int, partition: int = 0) -> list:
+        return self.output(base, replica, partition).final_stable()
+
+    def sink(self) -> list[ReplicaOutput]:
+        """Every replica topic partition of the chain's output (the window results)."""
+        return [self.output("stats", r, p) for r in range(2) for p in self.partitions()]
 
 
 Fault = Callable[[ServiceProcesses, PacedSources], None]
@@ -83,40 +128,49 @@ def run_chain(
     schedule: list[tuple[float, Fault]],
     expect: Run | None,
     reconciliation: str = "checkpoint",
+    shape: Shape | None = None,
 ) -> Run:
-    spec, path = unique_spec(CHAIN.replace("RECONCILIATION", reconciliation), tmp_path)
+    """Run the chain through ``schedule`` (seconds after the workload starts); with ``expect``,
+    the run has its shape and lasts until every replica has as much stable output as it."""
+    shape = shape or (expect.shape if expect is not None else DEFAULT)
+    if expect is not None:
+        assert expect.shape == shape, f"compared with a failure-free run of another shape: {expect.shape}"
+    text = CHAIN.replace("RECONCILIATION", reconciliation).replace("PARTITIONS", str(shape.partitions))
+    spec, path = unique_spec(text, tmp_path)
     assert all(spec.reconciliation_of(n) == reconciliation for n in spec.nodes)
     provision(spec, kafka.bootstrap)
     services = ServiceProcesses(spec, path, kafka.bootstrap, tmp_path / "logs")
     services.start()
     mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     names = [s for s in spec.sources()]
+    parts = range(shape.partitions)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not all(
-            mon.state(n, 0, r) is NodeState.STABLE for n in spec.nodes for r in range(2)
+            mon.state(n, p, r) is NodeState.STABLE for n in spec.nodes for p in parts for r in range(2)
         ):
             time.sleep(0.2)
         recorder = Recorder(
             spec, kafka.bootstrap, [s for s in spec.streams if spec.stream_topics(s) and s not in names]
         )
-        sources = PacedSources(spec, kafka.bootstrap, workload(names), RATE).start()
+        sources = PacedSources(spec, kafka.bootstrap, workload(names, shape), shape.rate).start()
         t0 = time.monotonic()
         for at, fault in sorted(schedule, key=lambda f: f[0]):
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             fault(services, sources)
-        sources.join(SECONDS + 60)
-        run = Run(spec, recorder, sources, tmp_path / "logs")
-        sink = run.stream("stats")
+        sources.join(shape.seconds + 60)
+        run = Run(spec, recorder, sources, tmp_path / "logs", shape, t0)
         if expect is not None:
-            bases = ("merged", "scaled", "stats")
-            want = {b: len(expect.final(b, 0)) for b in bases}
-            recorder.wait_for(lambda: all(len(run.final(b, r)) >= want[b] for b in bases for r in range(2)), 90)
+            want = {(b, p): len(expect.final(b, 0, p)) for b in OUTPUTS for p in parts}
+            recorder.wait_for(
+                lambda: all(len(run.final(b, r, p)) >= n for (b, p), n in want.items() for r in range(2)),
+                90 + 2 * shape.seconds,
+            )
         else:
             last = -1
             while True:  # failure-free: wait until the output stops growing
                 time.sleep(3)
-                n = len(run.recorder.replica(sink, 0).final_stable())
+                n = sum(len(run.final(b, r, p)) for b in OUTPUTS for r in range(2) for p in parts)
                 if n == last:
                     break
                 last = n
@@ -129,36 +183,65 @@ def run_chain(
 
 
 def check_eventual_consistency(run: Run, failure_free: Run) -> None:
-    """Every replica of every node output ends with the failure-free stable sequence; nothing stable undone."""
-    for base in ("merged", "scaled", "stats"):
-        want = failure_free.final(base, 0)
-        for r in range(2):
-            got = run.final(base, r)
-            assert len(got) == len(want), f"{base}.r{r}: {len(got)} stable tuples, failure-free run had {len(want)}"
-            for i, (g, w) in enumerate(zip(got, want, strict=True)):
-                assert g == w, f"{base}.r{r}, stable tuple {i}: {g} != failure-free {w}"
+    """Every replica and partition of every node output ends with the failure-free stable sequence,
+    ids included; nothing stable undone."""
+    assert run.shape == failure_free.shape
+    for base in OUTPUTS:
+        for p in run.partitions():
+            want = failure_free.final(base, 0, p)
+            assert want, f"{base}[{p}]: the failure-free run has no stable output there"
+            for r in range(2):
+                got = run.final(base, r, p)
+                where = f"{base}.r{r}[{p}]"
+                assert len(got) == len(want), f"{where}: {len(got)} stable tuples, failure-free run had {len(want)}"
+                for i, (g, w) in enumerate(zip(got, want, strict=True)):
+                    assert g == w, f"{where}, stable tuple {i}: {g} != failure-free {w}"
     for key, out in run.recorder.outputs.items():
         assert out.undid_stable() == [], f"{key}: a stable tuple was undone"
 
 
+def check_source_failure(run: Run, exclude: Sequence[tuple[float, float]] = ()) -> None:
+    """DPC did its job while a source was down: new results within X (plus slack), tentative ones
+    among them, and corrections (UNDO, then REC_DONE) once it healed. ``exclude``: intervals
+    (seconds after the start) in which the delay bound cannot hold, because every replica of
+    some node was down; results whose input was generated then are not timed."""
+    sink = run.sink()
+    tentative, undo, rec_done = (
+        sum(o.count(t) for o in sink) for t in (TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE)
+    )
+    assert tentative > 0, f"a source failed but the chain never went tentative: {summary(run)}"
+    assert undo > 0 and rec_done > 0, f"tentative results were never corrected (UNDO, REC_DONE): {summary(run)}"
+    delay = max_delay_new(run, exclude)
+    if exclude:
+        print(
+            f"max_delay_new outside the node outages {[(round(a, 1), round(b, 1)) for a, b in exclude]}: {delay:.2f}s"
+        )
+    assert delay <= X + SLACK, f"new results waited {delay:.2f}s, more than X = {X}s + {SLACK}s: {summary(run)}"
+
+
 def summary(run: Run) -> str:
-    sink = [run.recorder.replica(run.stream("stats"), r) for r in range(2)]
+    sink = [run.output("stats", r, p) for r in range(2) for p in run.partitions()]
     return (
         f"tentative={[o.count(TupleType.TENTATIVE) for o in sink]} undo={[o.count(TupleType.UNDO) for o in sink]} "
         f"rec_done={[o.count(TupleType.REC_DONE) for o in sink]} max_delay_new={max_delay_new(run):.2f}s"
     )
 
 
-def max_delay_new(run: Run) -> float:
-    """Longest wait, over every window result, from its last input being generated to any version of it arriving."""
-    first: dict[int, float] = {}
-    for r in range(2):
-        for m in run.recorder.replica(run.stream("stats"), r).messages:
+def max_delay_new(run: Run, exclude: Sequence[tuple[float, float]] = ()) -> float:
+    """Longest wait, over every window result, from its last input being generated to any version of it
+    arriving; results whose last input was generated in an ``exclude`` interval (seconds after start) left out."""
+    first: dict[tuple[int, int], float] = {}
+    for o in run.sink():
+        for m in o.messages:
             if m.type in (TupleType.STABLE, TupleType.TENTATIVE):
-                first[m.stime] = min(first.get(m.stime, m.at), m.at)
-    sent = run.sources.sent_at
-    delays = [at - sent[end - 10] for end, at in first.items() if end - 10 in sent]
-    return max(delays)
+                first[(m.partition, m.stime)] = min(first.get((m.partition, m.stime), m.at), m.at)
+    sent, step = run.sources.sent_at, run.shape.step_ms
+    delays = [
+        at - sent[end - step]
+        for (_, end), at in first.items()
+        if end - step in sent and not any(a <= sent[end - step] - run.t0 <= b for a, b in exclude)
+    ]
+    return max(delays, default=0.0)
 
 
 def kill(role: str) -> Fault:
@@ -184,25 +267,226 @@ def stop_source(n: int, seconds: float) -> Fault:
     return f
 
 
-def random_schedule(seed: int) -> list[tuple[float, Fault]]:
-    """One to three overlapping faults at random times, each on a different replica or source:
-    kill -9 then restart, SIGSTOP then SIGCONT, or a source that stops for a while."""
+class Schedule(list[tuple[float, Fault]]):
+    """Timed faults for ``run_chain``, built by kind, with what each kind takes down and when.
+
+    Times are seconds after the workload starts. ``sources_down`` and ``replicas_down``
+    record the intervals, so the checks know whether a source failed and when a node had
+    no replica up (the delay bound assumes one replica of every node is alive)."""
+
+    def __init__(self, partitions: int = 1) -> None:
+        super().__init__()
+        self.partitions = partitions
+        self.sources_down: list[tuple[float, float]] = []
+        self.replicas_down: dict[str, list[tuple[float, float]]] = {}
+        self.kinds: list[str] = []
+        self.broker_restarts: list[threading.Thread] = []
+
+    def _down(self, role: str, start: float, end: float) -> None:
+        self.replicas_down.setdefault(role, []).append((start, end))
+
+    def kill(self, role: str, at: float, seconds: float) -> Schedule:
+        """kill -9 one node replica (or the coordinator), restart it ``seconds`` later."""
+        self += [(at, kill(role)), (at + seconds, restart(role))]
+        if role != "coordinator":
+            self._down(role, at, at + seconds)
+        self.kinds.append(f"kill {role} at {at} for {seconds}")
+        return self
+
+    def pause(self, role: str, at: float, seconds: float) -> Schedule:
+        """SIGSTOP one node replica, SIGCONT it ``seconds`` later."""
+        self += [(at, pause(role)), (at + seconds, resume(role))]
+        self._down(role, at, at + seconds)
+        self.kinds.append(f"pause {role} at {at} for {seconds}")
+        return self
+
+    def stop_source(self, n: int, at: float, seconds: float) -> Schedule:
+        """Source ``s<n>`` disconnected: its tuples are generated on time, delivered when it heals."""
+        self.append((at, stop_source(n, seconds)))
+        self.sources_down.append((at, at + seconds))
+        self.kinds.append(f"source s{n} down at {at} for {seconds}")
+        return self
+
+    def flap(self, n: int, at: float, down: float, period: float, times: int) -> Schedule:
+        """Source ``s<n>`` goes down for ``down`` s every ``period`` s, ``times`` times, from ``at``."""
+        assert down < period, "a flapping source comes back between its failures"
+        for k in range(times):
+            self.append((at + k * period, stop_source(n, down)))
+            self.sources_down.append((at + k * period, at + k * period + down))
+        self.kinds.append(f"source s{n} flaps at {at}: down {down} every {period}, {times} times")
+        return self
+
+    def kill_both(self, node: str, at: float, seconds: float, stagger: float = 0.1, partition: int = 0) -> Schedule:
+        """Both replicas of a node partition killed (``stagger`` apart) and restarted (``stagger`` apart):
+        nothing of it survives but its logs and restart images."""
+        r0, r1 = f"{node}.r0.p{partition}", f"{node}.r1.p{partition}"
+        self += [(at, kill(r0)), (at + stagger, kill(r1))]
+        self += [(at + seconds, restart(r0)), (at + seconds + stagger, restart(r1))]
+        self._down(r0, at, at + seconds)
+        self._down(r1, at + stagger, at + seconds + stagger)
+        self.kinds.append(f"kill both {node}.p{partition} at {at} for {seconds} (stagger {stagger})")
+        return self
+
+    def kill_coordinator_in_reconciliation(
+        self, n: int, at: float, seconds: float, after_heal: float, down: float
+    ) -> Schedule:
+        """Source ``s<n>`` down for ``seconds``; the coordinator killed ``after_heal`` s after it healed,
+        while the replicas ask for and hold reconciliation grants, restarted ``down`` s later."""
+        self.stop_source(n, at, seconds)
+        heal = at + seconds
+        self += [(heal + after_heal, kill("coordinator")), (heal + after_heal + down, restart("coordinator"))]
+        self.kinds.append(f"kill coordinator {after_heal} after s{n} healed, for {down}")
+        return self
+
+    def kill_broker(self, cluster: Any, at: float, seconds: float) -> Schedule:
+        """kill -9 the broker that leads the most partitions of the chain's topics (chosen when the fault
+        fires), start it again ``seconds`` later in the background (``wait_brokers`` waits for it)."""
+        victim: list[int] = []
+
+        def down(s: ServiceProcesses, _: PacedSources) -> None:
+            topics = [t for t, _ in s.spec.all_topics()]
+            meta = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+            leaders = [p.leader for t in topics if t in meta.topics for p in meta.topics[t].partitions.values()]
+            victim.append(max(set(leaders), key=leaders.count))  # broker index = KRaft node id
+            cluster.kill_broker(victim[0])
+            self.kinds.append(f"(broker {victim[0]} led {leaders.count(victim[0])} of {len(leaders)} partitions)")
+
+        def up(_: ServiceProcesses, __: PacedSources) -> None:
+            t = threading.Thread(target=cluster.start_broker, args=(victim[0],), daemon=True)
+            t.start()
+            self.broker_restarts.append(t)
+
+        self += [(at, down), (at + seconds, up)]
+        self.kinds.append(f"kill -9 a broker at {at} for {seconds}")
+        return self
+
+    def wait_brokers(self, timeout: float = 180) -> None:
+        for t in self.broker_restarts:
+            t.join(timeout)
+
+    @property
+    def source_failure(self) -> bool:
+        return bool(self.sources_down)
+
+    def outages(self) -> list[tuple[float, float]]:
+        """Intervals in which every replica of some node partition was down (killed or paused)."""
+        out = []
+        for role, spans in self.replicas_down.items():
+            node, r, p = role.split(".")
+            if r != "r0":
+                continue
+            for a0, b0 in spans:
+                for a1, b1 in self.replicas_down.get(f"{node}.r1.{p}", []):
+                    if max(a0, a1) < min(b0, b1):
+                        out.append((max(a0, a1), min(b0, b1)))
+        return out
+
+    def untimed(self) -> list[tuple[float, float]]:
+        """Where new results cannot come within X: a node outage, from X before it (results then due
+        during it) to RECOVERY after it (the restarted replicas start, restore and catch up)."""
+        return [(a - X, b + RECOVERY) for a, b in self.outages()]
+
+    def __str__(self) -> str:
+        return "; ".join(self.kinds) or "no faults"
+
+
+RECOVERY = 5.0  # a restarted node replica's start (interpreter, imports, consumers), restore and catch-up
+
+
+def check_schedule(run: Run, failure_free: Run, schedule: list[tuple[float, Fault]]) -> None:
+    """The checks every fault run makes: the failure-free stable output on every replica (ids included),
+    nothing stable undone, and if a source failed, tentative results within X that were then corrected."""
+    print(f"{schedule}: {summary(run)}")
+    check_eventual_consistency(run, failure_free)
+    if isinstance(schedule, Schedule) and schedule.source_failure:
+        check_source_failure(run, schedule.untimed())
+
+
+def random_schedule(seed: int) -> Schedule:
+    """One to three overlapping faults at random times, each on a different replica or source, drawn from
+    every kind: kill -9 then restart, SIGSTOP then SIGCONT, a stopped source, a flapping source, both
+    replicas of a node killed and restarted, the coordinator killed while replicas reconcile after a
+    source failure; and in a third of the schedules the coordinator killed at a random time as well."""
     rng = random.Random(seed)
+    sched = Schedule()
     roles = rng.sample([f"n{n}.r{r}.p0" for n in (1, 2, 3) for r in (0, 1)], 3)
-    out: list[tuple[float, Fault]] = []
+    sources = rng.sample([1, 2, 3], 3)
+    coordinator_free = True
     if rng.random() < 0.3:  # the coordinator dies too: the data path must not care
         at = round(rng.uniform(1.0, 6.0), 1)
-        out += [(at, kill("coordinator")), (at + round(rng.uniform(1.0, 4.0), 1), restart("coordinator"))]
+        sched.kill("coordinator", at, round(rng.uniform(1.0, 4.0), 1))
+        coordinator_free = False
+    busy: set[str] = set()  # replicas a fault already takes down: never two faults on one process
     for role in roles[: rng.randint(1, 3)]:
+        if role in busy:
+            continue
+        partner = role.replace(".r0.", ".r1.") if ".r0." in role else role.replace(".r1.", ".r0.")
         at, d = round(rng.uniform(1.0, 6.0), 1), round(rng.uniform(1.0, 4.0), 1)
-        kind = rng.choice(["kill", "pause", "source"])
+        kinds = ["kill", "pause", "source", "flap", "both"] + (["coordinator"] if coordinator_free else [])
+        kind = rng.choice(kinds)
+        if kind == "both" and partner in busy:
+            kind = "kill"
+        busy.add(role)
         if kind == "kill":
-            out += [(at, kill(role)), (at + d, restart(role))]
+            sched.kill(role, at, d)
         elif kind == "pause":
-            out += [(at, pause(role)), (at + d, resume(role))]
+            sched.pause(role, at, d)
+        elif kind == "source":  # longer than a node's delay share (0.9 s), so the chain goes tentative
+            sched.stop_source(sources.pop(), at, round(rng.uniform(1.5, 4.0), 1))
+        elif kind == "flap":  # at least two failures within the 10 s workload
+            n, start = sources.pop(), round(rng.uniform(1.0, 2.5), 1)
+            sched.flap(n, start, round(rng.uniform(1.2, 2.0), 1), round(rng.uniform(3.5, 4.5), 1), 2)
+        elif kind == "both":
+            busy.add(partner)
+            sched.kill_both(role.split(".")[0], at, d, round(rng.uniform(0.0, 0.5), 1))
         else:
-            out.append((at, stop_source(int(role[1]), d)))
-    return out
+            n, start, down = sources.pop(), round(rng.uniform(1.0, 4.0), 1), round(rng.uniform(1.5, 3.0), 1)
+            after, gone = round(rng.uniform(0.1, 1.0), 1), round(rng.uniform(1.0, 4.0), 1)
+            sched.kill_coordinator_in_reconciliation(n, start, down, after, gone)
+            coordinator_free = False
+    return sched
+
+
+class RssSampler:
+    """A fault at time 0 that samples the resident memory (VmRSS) of every node replica process every
+    ``interval`` s until ``stop()``: ``samples[role]`` is a list of (seconds after start, pid, kB).
+    A restarted replica is sampled under its new pid."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.samples: dict[str, list[tuple[float, int, int]]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, services: ServiceProcesses, _: PacedSources) -> None:
+        t0 = time.monotonic()
+
+        def run() -> None:
+            while not self._stop.is_set():
+                for role, proc in list(services.procs.items()):
+                    if role != "coordinator" and (kb := vm_rss_kb(proc.pid)) is not None:
+                        self.samples.setdefault(role, []).append((time.monotonic() - t0, proc.pid, kb))
+                self._stop.wait(self.interval)
+
+        self._thread = threading.Thread(target=run, name="rss-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+def vm_rss_kb(pid: int) -> int | None:
+    """Resident set size of a process in kB, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 @pytest.fixture(scope="session")
