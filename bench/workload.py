@@ -23,10 +23,9 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
-from services.client.source import SourceWriter, readings
+from services.client.source import END_OF_TIME, SourceWriter, readings
 from services.spec import Spec
 
-END_OF_TIME = 2**62  # the final boundary: no tuple will ever come again
 BASE_TS = 1_700_000_000_000  # event time of every workload's first tuple
 
 Record = dict[str, Any]

@@ -22,6 +22,10 @@ from services.core.tuples import TupleType, make_headers
 from services.log.tail import next_tuple_id
 from services.spec import Spec
 
+# The stime of a source's final boundary: no tuple will ever come after it, so downstream
+# nodes stop waiting for the stream (its windows close, its buckets are complete).
+END_OF_TIME = 2**62
+
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
@@ -186,6 +190,13 @@ class SourceWriter:
 
             signal.signal(signal.SIGINT, stop)
             signal.signal(signal.SIGTERM, stop)
+
+    def end(self) -> int:
+        """The final boundary: the stream is over, downstream results no longer wait for it."""
+        self.release()
+        self.boundary(END_OF_TIME)
+        self.flush()
+        return END_OF_TIME
 
     def flush(self) -> None:
         """Wait until every produced message is acknowledged (held ones stay held)."""
