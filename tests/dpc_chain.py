@@ -150,6 +150,14 @@ def run_chain(
             mon.state(n, p, r) is NodeState.STABLE for n in spec.nodes for p in parts for r in range(2)
         ):
             time.sleep(0.2)
+        late = [
+            f"{n}.r{r}.p{p}"
+            for n in spec.nodes
+            for p in parts
+            for r in range(2)
+            if mon.state(n, p, r) is not NodeState.STABLE
+        ]
+        assert not late, f"not STABLE 60 s after they started (logs in {tmp_path / 'logs'}): {late}"
         recorder = Recorder(
             spec, kafka.bootstrap, [s for s in spec.streams if spec.stream_topics(s) and s not in names]
         )
@@ -174,6 +182,10 @@ def run_chain(
                 if n == last:
                     break
                 last = n
+            for b in OUTPUTS:
+                for p in parts:
+                    r0, r1 = run.final(b, 0, p), run.final(b, 1, p)
+                    assert r0 and r0 == r1, f"failure-free run: {b}[{p}] has {len(r0)} and {len(r1)} stable tuples"
         return run
     finally:
         mon.close()
