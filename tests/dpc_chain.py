@@ -212,17 +212,18 @@ def check_eventual_consistency(run: Run, failure_free: Run) -> None:
         assert out.undid_stable() == [], f"{key}: a stable tuple was undone"
 
 
-def check_source_failure(run: Run, exclude: Sequence[tuple[float, float]] = ()) -> None:
+def check_source_failure(run: Run, exclude: Sequence[tuple[float, float]] = (), tentative: bool = True) -> None:
     """DPC did its job while a source was down: new results within X (plus slack), tentative ones
-    among them, and corrections (UNDO, then REC_DONE) once it healed. ``exclude``: intervals
-    (seconds after the start) in which the delay bound cannot hold, because every replica of
-    some node was down; results whose input was generated then are not timed."""
-    sink = run.sink()
-    tentative, undo, rec_done = (
-        sum(o.count(t) for o in sink) for t in (TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE)
-    )
-    assert tentative > 0, f"a source failed but the chain never went tentative: {summary(run)}"
-    assert undo > 0 and rec_done > 0, f"tentative results were never corrected (UNDO, REC_DONE): {summary(run)}"
+    among them (unless ``tentative`` is False), and corrections (UNDO, then REC_DONE) once it healed.
+    ``exclude``: intervals (seconds after the start) in which the delay bound cannot hold, because
+    every replica of some node was down; results whose input was generated then are not timed."""
+    if tentative:
+        sink = run.sink()
+        n, undo, rec_done = (
+            sum(o.count(t) for o in sink) for t in (TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE)
+        )
+        assert n > 0, f"a source failed but the chain never went tentative: {summary(run)}"
+        assert undo > 0 and rec_done > 0, f"tentative results were never corrected (UNDO, REC_DONE): {summary(run)}"
     delay = max_delay_new(run, exclude)
     if exclude:
         print(
@@ -380,6 +381,22 @@ class Schedule(list[tuple[float, Fault]]):
     def source_failure(self) -> bool:
         return bool(self.sources_down)
 
+    def tentative_expected(self) -> bool:
+        """Whether a source failure must show as tentative results: one that no node outage touches, or
+        one that lasts a second past its first delay share and past every outage's recovery. A source
+        that is down only while every replica of a node is down (or restarting) makes nothing
+        tentative: by the time the node is back, the input is whole again."""
+        blocked = [(lo, hi + RECOVERY) for lo, hi in self.outages()]
+        for a, b in self.sources_down:
+            if not any(lo < b and a < hi for lo, hi in blocked):
+                return True
+            free = [(a + SHARE, b)]
+            for lo, hi in blocked:
+                free = [part for x, y in free for part in ((x, min(y, lo)), (max(x, hi), y)) if part[1] > part[0]]
+            if any(y - x >= 1.0 for x, y in free):
+                return True
+        return False
+
     def outages(self) -> list[tuple[float, float]]:
         """Intervals in which every replica of some node partition was down (killed or paused)."""
         out = []
@@ -402,6 +419,7 @@ class Schedule(list[tuple[float, Fault]]):
         return "; ".join(self.kinds) or "no faults"
 
 
+SHARE = 0.9  # a node's delay share: alpha x X / 3 nodes
 RECOVERY = 5.0  # a restarted node replica's start (interpreter, imports, consumers), restore and catch-up
 
 
@@ -411,7 +429,10 @@ def check_schedule(run: Run, failure_free: Run, schedule: list[tuple[float, Faul
     print(f"{schedule}: {summary(run)}")
     check_eventual_consistency(run, failure_free)
     if isinstance(schedule, Schedule) and schedule.source_failure:
-        check_source_failure(run, schedule.untimed())
+        expected = schedule.tentative_expected()
+        if not expected:
+            print("the source failures fell inside node outages: no tentative results expected")
+        check_source_failure(run, schedule.untimed(), tentative=expected)
 
 
 def random_schedule(seed: int) -> Schedule:
