@@ -27,6 +27,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# The epoch field of a claim: the heartbeat a node replica sends first, whose offset + 1 is
+# its epoch (``services.node.fence``). Kafka gives offsets in one order, so every later start
+# of the replica gets a higher epoch, with no coordinator involved.
+CLAIM_EPOCH = -1
+
+
 def replica_key(node: str, partition: int, replica: int) -> str:
     """How the control plane names one node replica partition: ``node/pX/rY``."""
     return f"{node}/p{partition}/r{replica}"

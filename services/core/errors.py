@@ -50,3 +50,7 @@ class FaultError(HastreamError, LookupError):
 
 class InputGapError(HastreamError, LookupError):
     """Stable tuples of an input are missing from every replica's log: nothing can fill the gap."""
+
+
+class FencedError(HastreamError, RuntimeError):
+    """A newer incarnation of this node replica has started: this copy must write no more."""

@@ -77,6 +77,9 @@ class DpcScheme:
         node = self.node
         bootstrap = node.settings.bootstrap
         image = restart.load(bootstrap, self.restart_topic, node.partition)
+        lasts = {s: last_stable_id(bootstrap, node.outputs.topic(s), node.partition) for s in self.soutputs}
+        if image is not None and self._claims_unwritten(image, lasts):
+            image = None
         offsets: dict[str, int] = {}
         if image is not None:
             self._check_retained(image.offsets)
@@ -92,7 +95,7 @@ class DpcScheme:
             log.info("restarting from the restart image of %d", image.taken_ms)
         for s, so in self.soutputs.items():
             topic = node.outputs.topic(s)
-            last = last_stable_id(bootstrap, topic, node.partition)
+            last = lasts[s]
             if last is None:
                 continue  # a first run: nothing written yet
             if image is None and last >= 0:  # everything is regenerated from the inputs' start
@@ -102,6 +105,23 @@ class DpcScheme:
         if image is not None and image.failed:
             self._enter_failure(image.snapshot)  # still in the failure the image was taken in
         return offsets
+
+    def _claims_unwritten(self, image: restart.RestartImage, lasts: dict[str, int | None]) -> bool:
+        """Whether ``image`` counts stable tuples its output topics do not hold (from their live writers):
+        written by a replaced copy of this replica after it was fenced. Such an image is not used,
+        or the restart would leave a gap in the ids; the replica starts from its inputs instead."""
+        for s, (next_id, _) in image.outputs.items():
+            last = lasts.get(s, -1)
+            if next_id - 1 > (last if last is not None else -1):
+                log.warning(
+                    "the restart image counts %s up to stable id %d, the topic holds up to %s: written by a "
+                    "replaced copy of this replica, so the restart starts from the inputs",
+                    s,
+                    next_id - 1,
+                    last,
+                )
+                return True
+        return False
 
     def _check_retained(self, offsets: dict[str, int]) -> None:
         node = self.node

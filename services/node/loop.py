@@ -21,7 +21,7 @@ from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.dpc.policies import Reconciliation
 from services.dpc.states import NodeState
-from services.node import restart
+from services.node import fence, restart
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
@@ -62,6 +62,7 @@ class NodeService:
         return self.stats
 
     def _start(self) -> None:
+        self._take_epoch()
         self.inputs.open(self.consumer, self.scheme.on_restart())
         self.outputs.flush()
         self.running = True
@@ -74,6 +75,27 @@ class NodeService:
             self.plan.scheme.value,
             ", ".join(p.topic for p in self.inputs.ports),
         )
+
+    def _take_epoch(self) -> None:
+        """Claim a new epoch and announce it on every output before reading them to restart, so a
+        replaced copy of this replica that resumes is ignored and stops (``services.node.fence``)."""
+        plan, st = self.plan, self.settings
+        self.epoch = fence.claim_epoch(st.bootstrap, plan.heartbeat_topic, plan.node, self.partition, self.replica)
+        self.heartbeat.epoch = self.epoch
+        time.sleep(fence.NOTICE_S)
+        f = fence.Fence(
+            st.bootstrap,
+            self.monitor,
+            plan.heartbeat_topic,
+            plan.node,
+            self.partition,
+            self.replica,
+            self.epoch,
+            plan.dpc.failure_timeout / 1000,
+        )
+        self.outputs.guard = f.check
+        self.outputs.begin(self.epoch)
+        log.info("epoch %d", self.epoch)
 
     def _loop(self, max_idle_s: float | None) -> None:
         scheme, st = self.scheme, self.settings

@@ -4,19 +4,21 @@ Each replica writes ``<stream>.r<k>``, partition = the node's partition. A schem
 its results with ``encode`` (a record that does not fit the stream's schema is rejected
 there, before it gets an id), then appends ``Out`` records (type, id, stime, payload or
 None) to ``queue(stream)``; ``flush`` adds the ``ht.*`` headers and waits until Kafka has
-them all, so whatever a restart image records as written is written.
+them all, so whatever a restart image records as written is written. ``begin`` sets the
+incarnation's epoch (``services.node.fence``); ``guard`` runs before each flush.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from confluent_kafka import Message
 
 from services.core.codec import ENCODE_ERRORS, codec_for
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_encoder
-from services.core.tuples import STABLE, deadletter_headers, header_writer, make_headers
+from services.core.tuples import EPOCH, STABLE, deadletter_headers, header_writer, make_headers
 from services.dpc.soutput import Out
 from services.operators.base import Item, Reject, reason
 from services.spec.plan import OutputPlan
@@ -31,9 +33,19 @@ class Outputs:
         self._writers = {
             o.stream: (o.topics[replica], codec_for(o.schema).encode, o.key, key_encoder(o.key_type)) for o in plans
         }
+        self.replica = replica
         self._headers = header_writer(replica, epoch)
         self.producer: BatchProducer | None = None
         self.produced = 0
+        self.guard: Callable[[], None] | None = None  # raises if this writer may no longer write
+
+    def begin(self, epoch: int) -> None:
+        """Write with ``epoch`` from now on, announced first on every output partition (an EPOCH
+        tuple): readers drop what older copies of this replica write after it."""
+        self._headers = header_writer(self.replica, epoch)
+        for q in self.queues.values():
+            q.insert(0, (EPOCH, -1, 0, None))
+        self.flush()
 
     def open(self, producer: BatchProducer) -> None:
         self.producer = producer
@@ -64,6 +76,8 @@ class Outputs:
     def flush(self) -> int:
         """Write every queued message and wait for Kafka's acknowledgement; returns how many."""
         assert self.producer is not None
+        if self.guard is not None:
+            self.guard()
         part, send = self.partition, self.producer.send
         produce, on_delivery = self.producer.raw.produce, self.producer.on_delivery
         headers_of = self._headers

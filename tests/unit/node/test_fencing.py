@@ -3,9 +3,12 @@ after its successor announced a newer epoch never reaches the node's operators."
 
 from __future__ import annotations
 
+import pickle
+from typing import Any
+
 from services.client.source import readings
 from services.core.codec import codec_for
-from services.core.tuples import EPOCH, UNDO, HeaderWriter, TupleType, header_writer
+from services.core.tuples import EPOCH, UNDO, HeaderWriter, TupleType, header_writer, read_headers
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode
 
 OLD, NEW = header_writer(0, epoch=3), header_writer(0, epoch=5)
@@ -46,3 +49,42 @@ def test_a_downstream_port_ignores_a_replaced_upstream_writer() -> None:
     assert node.written("c") == failure_free.written("c"), "nothing of the replaced writer comes out"
     assert node.stats.skipped.get("fenced") == 4
     assert node.deadletters() == []
+
+
+def test_a_restart_image_that_counts_output_the_topic_lacks_is_not_used(monkeypatch: Any) -> None:
+    """A replaced copy wrote stable 6..9 after its successor's EPOCH (fenced: readers dropped them)
+    and then its restart image, counting them. A restart from that image would go on at 10 and
+    leave 6..9 missing for good; it must start from its inputs and write 6..9."""
+    from services.dpc import scheme as dpc_scheme
+
+    recs = list(readings(10, sensors=2, seed=1, step_ms=10, start_ms=0))
+    zombie = FakeNode(CHAIN, "n1")
+    msgs = [zombie.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs)]
+    msgs.append(zombie.message("a", BOUNDARY, 9, 10**6))
+    zombie.scheme.next_image = 0.0
+    zombie.step(msgs, 0.0)
+    image = pickle.loads(zombie.producer.topics[zombie.scheme.restart_topic][-1].value)
+    assert image.outputs["b"][0] == 10
+    topic = zombie.outputs.topic("b")
+    live = [(tid, held) for tid, held in _stable_in(zombie, topic) if tid <= 5]  # what readers take of the topic
+
+    node = FakeNode(CHAIN, "n1")
+    monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: image)
+    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
+    monkeypatch.setattr(dpc_scheme, "last_stable_id", lambda *a: 5)
+    monkeypatch.setattr(dpc_scheme, "stable_after", lambda b, t, p, last: {i: h for i, h in live if i > last})
+    offsets = node.scheme.on_restart()
+    assert offsets == {}, "the restart replays its inputs from their start"
+    node.step([FakeMessage(m.topic(), m.value(), m.headers(), m.offset()) for m in msgs], 0.0)
+    assert [tid for tid, _ in node.stable("b")] == [6, 7, 8, 9]
+    assert node.stable("b") == zombie.stable("b")[6:]
+
+
+def _stable_in(node: FakeNode, topic: str) -> list[tuple[int, tuple[int, tuple[bytes | None, bytes | None]]]]:
+    """What ``stable_after`` reads of a topic: (id, (stime, (value, key))) of each stable tuple."""
+    out = []
+    for w in node.producer.topics[topic]:
+        t, tid, stime = read_headers(w.headers)
+        if t is STABLE:
+            out.append((tid, (stime, (w.value, w.key))))
+    return out

@@ -1,0 +1,97 @@
+"""Fenced writers: each incarnation of a node replica writes with its own epoch, and a replaced copy stops.
+
+A replica paused (SIGSTOP, a stuck host) past ``failure_timeout`` may be replaced by a
+second copy; when the first resumes, both would write ``<stream>.r<k>``. So at start an
+incarnation claims an epoch: it sends a claim heartbeat and takes its offset + 1, higher
+than any earlier incarnation's since Kafka hands out offsets in one order. It waits a
+moment (a copy still running sees the claim and stops), writes an EPOCH tuple to each of
+its output partitions and only then reads its logs to restart. Every tuple it writes
+carries the epoch (``ht.epoch``), and so do its heartbeats.
+
+Readers drop a lower epoch after a higher one (``services.core.tuples.EpochGate``). The
+replaced copy stops itself: before each flush it checks whether the monitor has seen a
+higher epoch of its replica and, if it stood still longer than ``failure_timeout``, first
+reads every heartbeat sent meanwhile. It raises ``FencedError`` and exits, having written
+at most what it had in flight and one flush after its successor's EPOCH.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from services.control.messages import CLAIM_EPOCH, Heartbeat, now_ms
+from services.control.monitor import ReplicaMonitor
+from services.core.errors import FencedError
+from services.core.kafka import RDKAFKA_LOG, plain_consumer, retry_transient
+from services.dpc.states import NodeState
+
+log = logging.getLogger(__name__)
+
+NOTICE_S = 0.3  # how long a new incarnation gives a running older copy to see its claim and stop
+
+
+@retry_transient
+def claim_epoch(bootstrap: str, topic: str, node: str, partition: int, replica: int) -> int:
+    """A new epoch for this incarnation: one past the offset of the claim it sends to the heartbeat topic."""
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": RDKAFKA_LOG})
+    got: list[int] = []
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            got.append(msg.offset() or 0)
+        else:
+            errors.append(err)
+
+    hb = Heartbeat(node, partition, replica, NodeState.RECOVERING, now_ms(), CLAIM_EPOCH)
+    p.produce(topic, hb.encode(), node.encode(), 0, on_delivery=delivered)
+    p.flush(30)
+    if not got:
+        raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT, "epoch claim not delivered"))
+    return got[0] + 1
+
+
+class Fence:
+    """This incarnation's epoch, and the check that no newer incarnation of its replica has started."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        monitor: ReplicaMonitor,
+        topic: str,
+        node: str,
+        partition: int,
+        replica: int,
+        epoch: int,
+        stall_s: float,
+    ) -> None:
+        self.bootstrap, self.monitor, self.topic = bootstrap, monitor, topic
+        self.node, self.partition, self.replica = node, partition, replica
+        self.epoch, self.stall_s = epoch, stall_s
+        self.checked = time.monotonic()
+
+    def check(self) -> None:
+        """Raise ``FencedError`` if a newer incarnation has claimed the replica; called before each flush."""
+        now = time.monotonic()
+        if now - self.checked > self.stall_s:  # long enough to have been replaced meanwhile
+            self.monitor.read_up_to(_end(self.bootstrap, self.topic))
+        self.checked = now
+        newer = self.monitor.epoch(self.node, self.partition, self.replica)
+        if newer > self.epoch:
+            raise FencedError(
+                f"{self.node} p{self.partition} r{self.replica} was replaced by a newer incarnation "
+                f"(epoch {newer} > {self.epoch}, after this process stood still): it stops writing and exits"
+            )
+
+
+@retry_transient
+def _end(bootstrap: str, topic: str) -> int:
+    """The heartbeat topic's end offset now."""
+    c = plain_consumer(bootstrap, "fence")
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        c.close()
