@@ -230,6 +230,7 @@ class ImageWriter:
             self._write(b"".join(frames))
         except Exception as e:  # the loop goes on: the next image is tried at the next interval
             self.failed += 1
+            self._head = None  # read again: the manifest may have landed though its flush failed
             log.warning("restart image not written to %s[%d]: %s", self.topic, self.partition, e)
             return
         self.on_written()

@@ -30,6 +30,7 @@ class FakeLog:
         self.msgs: list[FakeMessage] = []
         self.next = 0
         self.sends_left: int | None = None
+        self.flushes, self.failing_flush = 0, 0
 
     @property
     def raw(self) -> FakeLog:
@@ -48,7 +49,9 @@ class FakeLog:
         kw["on_delivery"](None, self.msgs[-1])
 
     def flush(self, timeout: float = 30) -> None:
-        pass
+        self.flushes += 1
+        if self.flushes == self.failing_flush:
+            raise KafkaException("not acknowledged in time")
 
     def crash_after(self, n: int | None) -> None:
         self.sends_left = n
@@ -160,6 +163,17 @@ def test_a_failed_write_is_counted_and_the_next_one_goes_through(log: FakeLog) -
     log.crash_after(None)
     write(w, image(10, 2))
     assert load() == image(10, 2)
+
+
+def test_a_write_whose_manifest_landed_though_its_flush_failed_is_not_overwritten_next(log: FakeLog) -> None:
+    w = writer(log)
+    write(w, image(3, 1))
+    log.failing_flush = log.flushes + 2  # the manifest's
+    write(w, image(3, 2))
+    assert w.failed == 1 and load() == image(3, 2)
+    log.crash_after(2)
+    write(w, image(3, 3))  # torn: it must not have gone to the slot of the image it believes failed
+    assert load() == image(3, 2)
 
 
 def test_an_image_still_in_flight_when_the_next_is_due_makes_the_scheme_skip_that_one() -> None:
