@@ -44,6 +44,8 @@ from services.core.errors import HastreamError
 from services.core.paths import hastream_home, jars_dir
 
 __all__ = [
+    "FAILOVER_BOUND_S",
+    "FAILOVER_PROPS",
     "KAFKA_VERSION",
     "KafkaCluster",
     "KafkaClusterError",
@@ -58,6 +60,23 @@ STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 # Heap per broker JVM. The brokers are meant for a 2-core laptop/CI box running several JVMs
 # (Kafka, Spark, tests) at once; override with HASTREAM_KAFKA_HEAP (e.g. "1g") for benchmarks.
 DEFAULT_HEAP = "512m"
+
+# How fast the cluster notices a dead broker and moves its partitions' leadership, so a broker
+# failure fits inside DPC's delay bound X (docs/dpc.md, "The delay budget"). The controller
+# fences a broker whose heartbeats stop for the session timeout, which drops it from every ISR
+# and elects new leaders; when the dead broker was the active controller, the other voters
+# first notice (fetch timeout) and elect a new one (election timeout, randomized up to twice
+# it). docker-compose.yml sets the same values.
+FAILOVER_PROPS: dict[str, int] = {
+    "broker.heartbeat.interval.ms": 100,
+    "broker.session.timeout.ms": 1000,
+    "controller.quorum.fetch.timeout.ms": 1000,
+    "controller.quorum.election.timeout.ms": 300,
+    "controller.quorum.election.backoff.max.ms": 300,
+}
+# The longest a partition stops taking and delivering writes when its leader is killed, with
+# these settings and the clients of services.core.kafka: the F of docs/dpc.md's delay budget.
+FAILOVER_BOUND_S = 3.0
 
 _log = logging.getLogger(__name__)
 # librdkafka reports every refused connection while a broker is still booting; those are
@@ -400,8 +419,7 @@ class KafkaCluster:
             "auto.create.topics.enable": "false",
             "num.partitions": 1,
             "group.initial.rebalance.delay.ms": 0,
-            "broker.heartbeat.interval.ms": 1000,
-            "broker.session.timeout.ms": 6000,
+            **FAILOVER_PROPS,
             "replica.lag.time.max.ms": 10000,
             "controlled.shutdown.enable": "true",
             # Small footprint: several JVMs share a 2-core box.

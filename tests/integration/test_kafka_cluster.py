@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.kafka.cluster import KafkaCluster
+from bench.broker_failover import measure
+from infra.kafka.cluster import FAILOVER_BOUND_S, KafkaCluster
 from services.core.paths import REPO_ROOT
 
 
@@ -240,3 +241,16 @@ def test_three_brokers_survive_kill_minus_nine(kafka3: KafkaCluster, topic_name:
     assert not errors, f"delivery errors: {errors[:5]}"
     log = _read_all(bootstrap, topic, partitions)
     assert sorted(log) == list(range(2500)), "records lost or duplicated in the log"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_leader_fail_over_fits_the_delay_budget(kafka3: KafkaCluster) -> None:
+    """kill -9 of a partition's leader: writes are acknowledged and read again within the
+    fail-over time F that docs/dpc.md's delay budget assumes, whichever broker dies."""
+    for i, up in enumerate(kafka3.alive()):
+        if not up:
+            kafka3.start_broker(i)
+    runs = measure(kafka3, trials=3)
+    assert all(max(r.produce_s, r.consume_s) <= FAILOVER_BOUND_S for r in runs), runs

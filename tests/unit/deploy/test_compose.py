@@ -18,7 +18,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from infra.kafka.cluster import KAFKA_VERSION, KafkaCluster, _Node
+from infra.kafka.cluster import FAILOVER_PROPS, KAFKA_VERSION, KafkaCluster, _Node
 from services.core.paths import REPO_ROOT
 from services.deploy.local import service_commands, service_env
 from services.spec import load_spec
@@ -173,6 +173,14 @@ def test_broker_replication_matches_the_local_single_broker(compose: dict[str, A
     for k in keys:
         var = "KAFKA_" + k.upper().replace(".", "_")
         assert env.get(var) == props[k] == "1", f"{var}: compose {env.get(var)!r}, local launcher {props[k]!r}"
+
+
+def test_broker_fails_over_as_fast_as_the_local_cluster(compose: dict[str, Any]) -> None:
+    """The settings that fit a broker fail-over inside X (docs/dpc.md) are the launcher's."""
+    env = _env(compose["services"]["kafka"])
+    for k, v in FAILOVER_PROPS.items():
+        var = "KAFKA_" + k.upper().replace(".", "_")
+        assert str(env.get(var)) == str(v), f"{var}: compose {env.get(var)!r}, local launcher {v!r}"
 
 
 def test_services_start_after_topics_exist(compose: dict[str, Any], node_services: dict[str, dict[str, Any]]) -> None:
