@@ -73,6 +73,9 @@ def test_writing_a_large_image_does_not_stall_the_nodes_heartbeats(kafka, tmp_pa
     """A node whose state pickles to ~50 MB writes an image every 0.5 s: its heartbeats must
     never pause for the failure timeout, or its partner and readers would count it failed."""
     spec, _ = unique_spec(JOIN, tmp_path)
+    # Segments that hold any image whole: this test is about heartbeats, not size limits.
+    roomy = {**restart.TOPIC_CONFIG, "segment.bytes": str(256 * 1024 * 1024)}
+    ensure_topics(kafka.bootstrap, [TopicSpec(t, n, 1, roomy) for t, n in spec.restart_topics()])
     create_topics(spec, kafka.bootstrap)
     svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap))
     svc.pipeline.operators[0].set_state(_join_state(800_000))
