@@ -272,7 +272,7 @@ class DpcScheme:
 
     def _enter_failure(self, snapshot: bytes | None = None) -> None:
         """First tentative input: remember the pre-failure state to come back to."""
-        self.pre_failure = snapshot if snapshot is not None else self.node.pipeline.snapshot()
+        self.pre_failure = snapshot if snapshot is not None else self.node.pipeline.snapshot(self.node.tick)
         self.reconciler.begin(self.pre_failure)
         self.op_time_saved = self.op_time
         self.failed = True
