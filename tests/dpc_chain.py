@@ -198,6 +198,12 @@ def check_eventual_consistency(run: Run, failure_free: Run) -> None:
     """Every replica and partition of every node output ends with the failure-free stable sequence,
     ids included; nothing stable undone."""
     assert run.shape == failure_free.shape
+    counts = " ".join(
+        f"{b}.r{r}[{p}]={len(run.final(b, r, p))}/{len(failure_free.final(b, 0, p))}"
+        for b in OUTPUTS
+        for p in run.partitions()
+        for r in range(2)
+    )
     for base in OUTPUTS:
         for p in run.partitions():
             want = failure_free.final(base, 0, p)
@@ -205,7 +211,9 @@ def check_eventual_consistency(run: Run, failure_free: Run) -> None:
             for r in range(2):
                 got = run.final(base, r, p)
                 where = f"{base}.r{r}[{p}]"
-                assert len(got) == len(want), f"{where}: {len(got)} stable tuples, failure-free run had {len(want)}"
+                assert len(got) == len(want), (
+                    f"{where}: {len(got)} stable tuples, failure-free run had {len(want)} (all: {counts})"
+                )
                 for i, (g, w) in enumerate(zip(got, want, strict=True)):
                     assert g == w, f"{where}, stable tuple {i}: {g} != failure-free {w}"
     for key, out in run.recorder.outputs.items():
