@@ -38,7 +38,7 @@ from tests.integration.helpers import unique_spec
 CHAIN = """\
 name: chain-{u}
 defaults: {partitions: PARTITIONS, replicas: 2}
-dpc: {delay: 3000, bucket: 100, restart_image_interval: 1000, heartbeat_interval: 100, failure_timeout: 800,
+dpc: {delay: DELAY, bucket: 100, restart_image_interval: 1000, heartbeat_interval: 100, failure_timeout: 800,
       reconciliation: RECONCILIATION}
 streams:
   s1_{u}: {schema: reading, key: sensor}
@@ -79,6 +79,11 @@ class Shape:
     rate: int = RATE
     partitions: int = 1
     sensors: int = 4
+    delay: int = 3000  # X in ms: dpc.delay of the spec
+
+    @property
+    def x(self) -> float:
+        return self.delay / 1000
 
     @property
     def step_ms(self) -> int:
@@ -136,6 +141,7 @@ def run_chain(
     if expect is not None:
         assert expect.shape == shape, f"compared with a failure-free run of another shape: {expect.shape}"
     text = CHAIN.replace("RECONCILIATION", reconciliation).replace("PARTITIONS", str(shape.partitions))
+    text = text.replace("DELAY", str(shape.delay))
     spec, path = unique_spec(text, tmp_path)
     assert all(spec.reconciliation_of(n) == reconciliation for n in spec.nodes)
     provision(spec, kafka.bootstrap)
@@ -237,7 +243,8 @@ def check_source_failure(run: Run, exclude: Sequence[tuple[float, float]] = (), 
         print(
             f"max_delay_new outside the node outages {[(round(a, 1), round(b, 1)) for a, b in exclude]}: {delay:.2f}s"
         )
-    assert delay <= X + SLACK, f"new results waited {delay:.2f}s, more than X = {X}s + {SLACK}s: {summary(run)}"
+    x = run.shape.x
+    assert delay <= x + SLACK, f"new results waited {delay:.2f}s, more than X = {x}s + {SLACK}s: {summary(run)}"
 
 
 def summary(run: Run) -> str:

@@ -1,6 +1,11 @@
 """The chain on a 3-broker cluster (replication 3, min ISR 2) with a broker killed with kill -9
 while a source is down: new results still within X, tentative then corrected, and every replica
-ends with the failure-free output of the same cluster."""
+ends with the failure-free output of the same cluster.
+
+X is the one docs/dpc.md ("The delay budget across a broker failure") gives for a 3-node chain
+that must cover a broker failure: X >= failure_timeout + F + alpha x X / k with F = 4 s, so
+X = 7.5 s. The default X = 3 s covers node and source failures only (runs of this schedule with
+it saw new results up to 4.5 to 9.5 s late)."""
 
 from __future__ import annotations
 
@@ -9,20 +14,22 @@ from pathlib import Path
 import pytest
 
 from infra.kafka.cluster import KafkaCluster
-from tests.dpc_chain import Run, Schedule, check_schedule, run_chain
+from tests.dpc_chain import Run, Schedule, Shape, check_schedule, run_chain
+
+BUDGET = Shape(delay=7500)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def failure_free3(kafka3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return run_chain(kafka3, tmp_path_factory.mktemp("ff3"), [], None)
+    return run_chain(kafka3, tmp_path_factory.mktemp("ff3"), [], None, shape=BUDGET)
 
 
 @pytest.mark.timeout(900)
 def test_broker_killed_during_a_source_failure(kafka3: KafkaCluster, tmp_path: Path, failure_free3: Run) -> None:
-    """s2 down 2..6 s; at 3 s the broker leading most of the chain's partitions is killed (kill -9) and
-    started again at 9 s."""
+    """s2 down 2..6 s (longer than a node's share, 0.9 x 7.5 / 3 = 2.25 s); at 3 s the broker leading most
+    of the chain's partitions is killed (kill -9), and started again at 9 s."""
     schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(kafka3, 3.0, 6.0)
     try:
         run = run_chain(kafka3, tmp_path, schedule, failure_free3)
