@@ -274,11 +274,7 @@ class SUnion:
         all are processed. Kept buckets that are not settled stay kept."""
         done = self.settled()
         for k in done:
-            yield (
-                k,
-                STABLE,
-                [STuple(STABLE, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order)],
-            )
+            yield self._kept_as(k, STABLE)
         for k in done:
             del self.kept[k]
 
@@ -286,14 +282,15 @@ class SUnion:
         """The kept buckets, tentatively again, after a reconciliation of the settled ones:
         the node is still in the failure they belong to; they stay kept."""
         for k in sorted(self.kept):
-            yield (
-                k,
-                TENTATIVE,
-                [
-                    STuple(TENTATIVE, t.port, t.id, t.stime, t.rec)
-                    for t in sorted(self.kept[k].tuples, key=STuple.order)
-                ],
-            )
+            yield self._kept_as(k, TENTATIVE)
+
+    def _kept_as(self, k: int, label: TupleType) -> Ready:
+        """Kept bucket ``k`` in serialization order, as copies carrying ``label``."""
+        return (
+            k,
+            label,
+            [STuple(label, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order)],
+        )
 
     def redo(self) -> list[STuple]:
         """Every settled kept bucket's stable tuples at once (``redo_buckets``, flattened)."""

@@ -238,6 +238,15 @@ class FakeNode:
         """(id, record) of every stable tuple written to ``stream``, in order."""
         return [(tid, rec) for t, tid, _, rec in self.written(stream) if t is STABLE and rec is not None]
 
+    def stable_in(self, topic: str) -> list[tuple[int, tuple[int, tuple[bytes | None, bytes | None]]]]:
+        """What ``stable_after`` reads of a topic this node wrote: (id, (stime, (value, key))) of each stable tuple."""
+        out = []
+        for w in self.producer.topics[topic]:
+            t, tid, stime = read_headers(w.headers)
+            if t is STABLE:
+                out.append((tid, (stime, (w.value, w.key))))
+        return out
+
     def deadletters(self) -> list[dict[str, bytes]]:
         return [dict(w.headers) for w in self.producer.topics[self.plan.deadletter_topic]]
 

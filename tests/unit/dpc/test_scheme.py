@@ -201,8 +201,6 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
     replica that dies in the failure restarts into it and still reconciles."""
     import pickle
 
-    from services.dpc import scheme as dpc_scheme
-
     healthy = FakeNode(MERGE_AFTER_WINDOW, "n")
     run(healthy, merge_inputs(healthy), [4])
     first = FakeNode(MERGE_AFTER_WINDOW, "n", replica=1)
@@ -222,20 +220,7 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
     image = pickle.loads(images[-1].value)
     assert image.failed and image.sunion.kept, "the image must hold the kept buckets to redo"
 
-    # kill -9; the replica restarts on the same topics
-    second = FakeNode(MERGE_AFTER_WINDOW, "n", replica=1)
-    second.producer.topics = first.producer.topics
-    monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: pickle.loads(images[-1].value))
-    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
-    monkeypatch.setattr(
-        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in _stable_in(second, topic)), default=-1)
-    )
-    monkeypatch.setattr(
-        dpc_scheme,
-        "stable_after",
-        lambda b, topic, p, last: {tid: held for tid, held in _stable_in(second, topic) if tid > last},
-    )
-    offsets = second.scheme.on_restart()
+    second, offsets = restarted(first, monkeypatch)  # kill -9; the replica restarts on the same topics
     assert second.scheme.failed, "the restarted replica is still in the failure"
     rest = [m for m in msgs if m.offset() >= offsets.get(m.topic(), 0)]
     run(second, [m for m in rest if m.topic() != silent], [3], now=time.monotonic() + delay + 1)
@@ -243,18 +228,6 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
     assert second.stats.reconciliations == 1
     for stream in ("merged", "pairs"):
         assert second.stable(stream) == healthy.stable(stream), f"{stream} differs from the failure-free run"
-
-
-def _stable_in(node: FakeNode, topic: str) -> list[tuple[int, tuple[int, tuple[bytes | None, bytes | None]]]]:
-    """What ``stable_after`` reads of a topic: (id, (stime, (value, key))) of each stable tuple."""
-    from services.core.tuples import read_headers
-
-    out = []
-    for w in node.producer.topics[topic]:
-        t, tid, stime = read_headers(w.headers)
-        if t is STABLE:
-            out.append((tid, (stime, (w.value, w.key))))
-    return out
 
 
 def test_a_source_id_that_jumps_is_deadlettered_and_never_used_to_drop_later_tuples() -> None:
@@ -346,12 +319,12 @@ def restarted(first: FakeNode, monkeypatch: Any) -> tuple[FakeNode, dict[str, in
     monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: pickle.loads(images[-1].value))
     monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
     monkeypatch.setattr(
-        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in _stable_in(second, topic)), default=-1)
+        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in second.stable_in(topic)), default=-1)
     )
     monkeypatch.setattr(
         dpc_scheme,
         "stable_after",
-        lambda b, topic, p, last: {tid: held for tid, held in _stable_in(second, topic) if tid > last},
+        lambda b, topic, p, last: {tid: held for tid, held in second.stable_in(topic) if tid > last},
     )
     return second, second.scheme.on_restart()
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from services.client.source import readings
 from services.core.codec import codec_for
-from services.core.tuples import EPOCH, UNDO, HeaderWriter, TupleType, header_writer, read_headers
+from services.core.tuples import EPOCH, UNDO, HeaderWriter, TupleType, header_writer
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode
 
 OLD, NEW = header_writer(0, epoch=3), header_writer(0, epoch=5)
@@ -66,7 +66,7 @@ def test_a_restart_image_that_counts_output_the_topic_lacks_is_not_used(monkeypa
     image = pickle.loads(zombie.producer.topics[zombie.scheme.restart_topic][-1].value)
     assert image.outputs["b"][0] == 10
     topic = zombie.outputs.topic("b")
-    live = [(tid, held) for tid, held in _stable_in(zombie, topic) if tid <= 5]  # what readers take of the topic
+    live = [(tid, held) for tid, held in zombie.stable_in(topic) if tid <= 5]  # what readers take of the topic
 
     node = FakeNode(CHAIN, "n1")
     monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: image)
@@ -78,13 +78,3 @@ def test_a_restart_image_that_counts_output_the_topic_lacks_is_not_used(monkeypa
     node.step([FakeMessage(m.topic(), m.value(), m.headers(), m.offset()) for m in msgs], 0.0)
     assert [tid for tid, _ in node.stable("b")] == [6, 7, 8, 9]
     assert node.stable("b") == zombie.stable("b")[6:]
-
-
-def _stable_in(node: FakeNode, topic: str) -> list[tuple[int, tuple[int, tuple[bytes | None, bytes | None]]]]:
-    """What ``stable_after`` reads of a topic: (id, (stime, (value, key))) of each stable tuple."""
-    out = []
-    for w in node.producer.topics[topic]:
-        t, tid, stime = read_headers(w.headers)
-        if t is STABLE:
-            out.append((tid, (stime, (w.value, w.key))))
-    return out
