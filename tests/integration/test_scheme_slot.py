@@ -79,6 +79,9 @@ class RecordingScheme:
     def on_stop(self) -> None:
         self.calls.append("on_stop")
 
+    def progress(self) -> tuple[int, int]:
+        return self.seen, -1
+
 
 def test_loop_calls_the_scheme_at_its_fixed_points(kafka: Any, tmp_path: Path) -> None:
     spec, _ = unique_spec(SPEC, tmp_path)
