@@ -234,6 +234,7 @@ def test_view_switches_to_the_other_replica_after_the_last_stable_id(kafka, spec
         beats.stop(0)  # r0 goes silent: FAILED after failure_timeout
         events += view.read_until(lambda v: all(len(v.stable(p)) == n for p in range(2)), timeout=10)
         assert time.monotonic() - t0 < 5
+        assert view.monitor is not None
         assert view.monitor.state(next(iter(spec.nodes)), 0, 0) is NodeState.FAILED
         assert view.current == [1, 1]
         view.poll(0.3)
@@ -376,6 +377,7 @@ def test_stop_source_holds_a_live_producer_and_its_tuples_arrive_late(kafka, spe
         text=True,
     )
     try:
+        assert prod.stderr is not None
         pidfile = d / "sources" / f"{src}.json"
         deadline = time.monotonic() + 20
         while not pidfile.exists() and time.monotonic() < deadline:

@@ -139,7 +139,7 @@ class ControlLog:
             for m in self._c.consume(100, 0.1):
                 if m.error() is None:
                     with self._lock:
-                        self.messages.append(ControlMessage.decode(m.value()).as_dict())
+                        self.messages.append(ControlMessage.decode(m.value() or b"").as_dict())
 
     def grants(self) -> list[int]:
         """Replicas granted, in order."""

@@ -74,7 +74,7 @@ def check_staggered(run: Run, bootstrap: str) -> None:
     c.assign([TopicPartition(run.spec.control_topic, 0, 0)])
     msgs = []
     while batch := c.consume(500, 2):
-        msgs += [ControlMessage.decode(m.value()).as_dict() for m in batch if m.error() is None]
+        msgs += [ControlMessage.decode(m.value() or b"").as_dict() for m in batch if m.error() is None]
     c.close()
     holder: dict[str, int | None] = {}
     granted: set[tuple[str, int]] = set()

@@ -69,7 +69,7 @@ def test_a_replaced_replica_that_is_resumed_is_ignored_and_stops(kafka, tmp_path
         for stream in (f"mid_{u}", f"out_{u}"):  # as a client reads them; out_ is n2's, from its input port
             n = len(want[stream][0])
             with StreamView(spec, stream, kafka.bootstrap, stable_only=True) as view:
-                events = view.read_until(lambda v, n=n: len(v.stable(0)) >= n, 60)
+                events = view.read_until(_holds_stable(n), 60)
                 time.sleep(1.0)
                 events += view.poll(timeout=0.5)
                 assert [e.id for e in events] == list(range(n)), f"{stream}: stable ids are not 0..{n - 1} once each"
@@ -84,6 +84,11 @@ def _speaks(mon: ReplicaMonitor, pid: int) -> bool:
     """n1's replica is STABLE, and the process ``pid`` says so."""
     st = mon.get("n1", 0, 0)
     return st is not None and st.pid == pid and mon.state("n1", 0, 0) is NodeState.STABLE
+
+
+def _holds_stable(n: int) -> Callable[[StreamView], bool]:
+    """A ``read_until`` condition: the view holds at least ``n`` stable records of partition 0."""
+    return lambda v: len(v.stable(0)) >= n
 
 
 def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.broker_failover import measure
 from infra.kafka.cluster import FAILOVER_BOUND_S, KafkaCluster
 from services.core.paths import REPO_ROOT
+from services.core.tuples import Headers
 
 
 def _create_topic(
@@ -47,10 +48,13 @@ def _consume_until(consumer: Consumer, want: set[int], seen: list[int], timeout:
         msg = consumer.poll(0.5)
         if msg is None:
             continue
-        if msg.error():
-            assert msg.error().retriable() or not msg.error().fatal(), msg.error()
+        err = msg.error()
+        if err:
+            assert err.retriable() or not err.fatal(), err
             continue
-        seen.append(int(msg.value()))
+        value = msg.value()
+        assert value is not None
+        seen.append(int(value))
     missing = want - set(seen)
     assert not missing, f"{len(missing)} records never consumed, e.g. {sorted(missing)[:10]}"
 
@@ -60,7 +64,7 @@ def test_round_trip_with_headers(kafka: Any, topic_name: Callable[..., str]) -> 
     topic = topic_name()
     _create_topic(kafka.bootstrap, topic)
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "enable.idempotence": True})
-    sent = [
+    sent: list[tuple[bytes, bytes, Headers]] = [
         (
             f"key-{i}".encode(),
             f"value-{i}".encode(),
@@ -185,8 +189,10 @@ def _read_all(bootstrap: str, topic: str, partitions: int) -> list[int]:
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
-            out.append(int(msg.value()))
-            positions[msg.partition()] = msg.offset() + 1
+            value, partition, offset = msg.value(), msg.partition(), msg.offset()
+            assert value is not None and partition is not None and offset is not None
+            out.append(int(value))
+            positions[partition] = offset + 1
         return out
     finally:
         consumer.close()

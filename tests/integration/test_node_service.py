@@ -115,11 +115,12 @@ def _send_garbage(bootstrap: str, topic: str, next_id: int) -> None:
 def _read_raw(bootstrap: str, topic: str, n: int, timeout: float = 30) -> list:
     import time
 
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, Message, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, 0)])
-    got, deadline = [], time.monotonic() + timeout
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
         got += [m for m in c.consume(100, 0.5) if m.error() is None]
     c.close()

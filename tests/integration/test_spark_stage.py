@@ -243,6 +243,7 @@ def test_window_stage_matches_reference(kafka: Any, spark: Any, tmp_path: Path) 
         assert [t.value for t in got[p]] == expected[p], f"partition {p} differs from the reference"
         assert [t.meta.id for t in got[p]] == list(range(len(got[p])))
         for t in got[p]:
+            assert t.value is not None and t.key is not None
             assert t.meta.type is TupleType.STABLE
             assert t.meta.stime == t.value["window_end"]
             assert (t.meta.replica, t.meta.epoch) == (0, 0)

@@ -7,6 +7,7 @@ report is fed a synthetic result.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,7 @@ def test_failover_summary_section_and_plot(tmp_path: Path) -> None:
     results = []
     for label, hb, ft in failover.SETTINGS:
         trials = [_trial(i, ft - 50 + 10 * i, 50 - 5 * i) for i in range(5)]
-        s = {
+        s: dict[str, Any] = {
             "label": label,
             "heartbeat_ms": hb,
             "failure_timeout_ms": ft,

@@ -183,14 +183,16 @@ def test_a_view_ignores_what_a_replaced_writer_writes_after_its_successor_appear
     """Epoch 3 writes stable 0..2 and a tentative 3; epoch 5 takes over (EPOCH, UNDO(2)) and writes
     stable 3..4. The paused epoch-3 copy, resumed, writes a conflicting stable 5, a tentative 6 and
     an UNDO: the client sees the live writer's stream only."""
-    from services.core.tuples import EPOCH, header_writer
+    from services.core.tuples import EPOCH, Headers, header_writer
 
     old, new = header_writer(0, epoch=3), header_writer(0, epoch=5)
-    log = [(old(S, i, 10 * i), {"i": i}) for i in range(3)] + [(old(T, 3, 30), {"t": 3})]
+    log: list[tuple[Headers, dict[str, int] | None]] = [(old(S, i, 10 * i), {"i": i}) for i in range(3)]
+    log += [(old(T, 3, 30), {"t": 3})]
     log += [(new(EPOCH, -1, 0), None), (new(U, 2, 0), None), (new(S, 3, 30), {"i": 3}), (new(S, 4, 40), {"i": 4})]
     log += [(old(S, 5, 50), {"zombie": 5}), (old(T, 6, 60), {"zombie": 6}), (old(U, 4, 0), None)]
     log += [(new(S, 5, 50), {"i": 5})]
-    view, out = PartitionView(), []
+    view = PartitionView()
+    out: list[ViewEvent] = []
     for headers, payload in log:
         view.take(headers, payload, out)
     assert view.stable == [{"i": i} for i in range(6)]

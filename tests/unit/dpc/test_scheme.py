@@ -217,7 +217,9 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
     first.step([], base + delay + 1)  # the periodic image, in the failure
     images = first.producer.topics[first.scheme.restart_topic]
     assert images, "no restart image written during the failure"
-    image = pickle.loads(images[-1].value)
+    newest = images[-1].value
+    assert newest is not None
+    image = pickle.loads(newest)
     assert image.failed and image.sunion.kept, "the image must hold the kept buckets to redo"
 
     second, offsets = restarted(first, monkeypatch)  # kill -9; the replica restarts on the same topics
@@ -316,7 +318,13 @@ def restarted(first: FakeNode, monkeypatch: Any) -> tuple[FakeNode, dict[str, in
     second = FakeNode(first.spec, first.node, replica=first.replica)
     second.producer.topics = first.producer.topics
     second.offsets.update(first.offsets)
-    monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: pickle.loads(images[-1].value))
+
+    def newest_image(*a: Any) -> Any:
+        value = images[-1].value
+        assert value is not None, "a restart image is never a tombstone"
+        return pickle.loads(value)
+
+    monkeypatch.setattr(dpc_scheme.restart, "load", newest_image)
     monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
     monkeypatch.setattr(
         dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in second.stable_in(topic)), default=-1)

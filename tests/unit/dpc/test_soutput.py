@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.core.tuples import TupleType
-from services.dpc.soutput import RestartMismatch, SOutput
+from services.dpc.soutput import Out, RestartMismatch, SOutput
 
 S, T, U, R, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY
 
@@ -60,7 +60,8 @@ def test_restart_from_checkpoint_writes_each_stable_tuple_once(n: int, data: Any
 
 
 def test_undo_names_last_stable_and_corrections_continue_ids() -> None:
-    so, out = SOutput(), []
+    so = SOutput()
+    out: list[Out] = []
     so.stable(items(0, 3), out)
     so.tentative(items(100, 103), out)
     assert [(m[0], m[1]) for m in out[3:]] == [(T, 3), (T, 4), (T, 5)], "tentative ids continue after the last stable"
@@ -71,7 +72,8 @@ def test_undo_names_last_stable_and_corrections_continue_ids() -> None:
 
 
 def test_new_failure_before_rec_done_forces_rec_done_between_stable_and_tentative() -> None:
-    so, out = SOutput(), []
+    so = SOutput()
+    out: list[Out] = []
     so.tentative(items(0, 2), out)
     so.undo(out)
     so.stable(items(0, 1), out)
@@ -82,7 +84,8 @@ def test_new_failure_before_rec_done_forces_rec_done_between_stable_and_tentativ
 
 
 def test_undo_without_tentative_output_sends_nothing() -> None:
-    so, out = SOutput(), []
+    so = SOutput()
+    out: list[Out] = []
     so.stable(items(0, 2), out)
     so.undo(out)
     so.rec_done(out)
@@ -90,7 +93,8 @@ def test_undo_without_tentative_output_sends_nothing() -> None:
 
 
 def test_boundaries_increase_and_wait_for_corrections() -> None:
-    so, out = SOutput(), []
+    so = SOutput()
+    out: list[Out] = []
     so.boundary(100, out)
     so.boundary(100, out)
     so.boundary(50, out)
@@ -102,7 +106,8 @@ def test_boundaries_increase_and_wait_for_corrections() -> None:
 
 
 def test_tentative_output_is_dropped_while_replaying_duplicates() -> None:
-    so, out = SOutput(0), []
+    so = SOutput(0)
+    out: list[Out] = []
     so.restarted(9, {i: (i, {"v": i}) for i in range(10)})
     so.stable(items(0, 5), out)
     so.tentative(items(100, 102), out)

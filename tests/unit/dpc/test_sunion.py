@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 from hypothesis import given, settings
@@ -17,7 +18,8 @@ END = 10**6  # a final boundary on every input: end of stream
 @st.composite
 def input_events(draw: Any, port: int) -> list[tuple]:
     """One input: tuples in stime order with dense ids, each followed (sometimes) by a boundary."""
-    events, stime = [], 0
+    events: list[tuple] = []
+    stime = 0
     for i in range(draw(st.integers(0, 25))):
         stime += draw(st.integers(0, 7))
         events.append(("t", port, i, stime))
@@ -230,6 +232,7 @@ def test_a_bucket_leaves_only_once_the_caller_has_processed_it() -> None:
         su.push(0, TupleType.STABLE, i, stime, i, 0.0)
     su.boundary(0, END)
     it = su.buckets(0.0)
+    assert isinstance(it, Generator)  # a generator: closing it is what a crash in mid-bucket does
     k, label, tuples = next(it)
     assert (k, label, [t.rec for t in tuples]) == (0, TupleType.STABLE, [0])
     k, _, _ = next(it)  # bucket 0 is done; processing bucket 1 now ... and it raises
@@ -246,6 +249,7 @@ def test_kept_buckets_stay_until_their_redo_is_done() -> None:
     su.boundary(0, END)
     su.boundary(1, END)
     redo = su.redo_buckets()
+    assert isinstance(redo, Generator)  # a generator: closing it is what a crash in mid-redo does
     next(redo)
     redo.close()  # the redo died halfway
     assert sorted(su.kept) == [0, 1] and su.can_reconcile()

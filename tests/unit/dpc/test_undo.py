@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.node.pipeline import NodePipeline
+from services.operators.window import WindowAggregate
 from services.spec import parse_spec
 from services.spec.plan import plan_node
 from tests.unit.operators.test_operators import SPEC
@@ -137,6 +138,7 @@ def test_window_advance_closes_like_a_tuple() -> None:
     got = [(r["window_start"], r["count"], stime) for r, stime in p.drain()["sliding"]]
     assert got == [(-20, 2, 10), (-10, 2, 20)]
     slide = next(op for op in p.operators if op.name == "slide")
+    assert isinstance(slide, WindowAggregate)
     assert slide.watermark == 20 and slide.oldest_time(0) == 0
 
 

@@ -63,7 +63,9 @@ def test_a_restart_image_that_counts_output_the_topic_lacks_is_not_used(monkeypa
     msgs.append(zombie.message("a", BOUNDARY, 9, 10**6))
     zombie.scheme.next_image = 0.0
     zombie.step(msgs, 0.0)
-    image = pickle.loads(zombie.producer.topics[zombie.scheme.restart_topic][-1].value)
+    written = zombie.producer.topics[zombie.scheme.restart_topic][-1].value
+    assert written is not None
+    image = pickle.loads(written)
     assert image.outputs["b"][0] == 10
     topic = zombie.outputs.topic("b")
     live = [(tid, held) for tid, held in zombie.stable_in(topic) if tid <= 5]  # what readers take of the topic

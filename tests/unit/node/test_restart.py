@@ -62,7 +62,7 @@ class FakeLog:
             m for m in self.msgs if m is self.msgs[-1] or (newest[m.key()] == m.offset() and m.value() is not None)
         ]
 
-    def live_chunk_keys(self) -> set[bytes]:
+    def live_chunk_keys(self) -> set[bytes | None]:
         newest = {m.key(): m for m in self.msgs}
         return {k for k, m in newest.items() if k != restart.manifest_key(0) and m.value() is not None}
 
@@ -179,10 +179,10 @@ def test_a_write_whose_manifest_landed_though_its_flush_failed_is_not_overwritte
 def test_an_image_still_in_flight_when_the_next_is_due_makes_the_scheme_skip_that_one() -> None:
     node = FakeNode(CHAIN, "n1")
     node.scheme.next_image = 0.0
-    node.images.busy = True  # type: ignore[misc]
+    node.images.busy = True
     node.step([], 1.0)
     assert not node.producer.topics[node.images.topic], "no second image while one is in flight"
-    node.images.busy = False  # type: ignore[misc]
+    node.images.busy = False
     node.scheme.next_image = 0.0
     node.step([], 2.0)
     assert len(node.producer.topics[node.images.topic]) == 1

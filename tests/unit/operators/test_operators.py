@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from services.node.pipeline import NodePipeline
 from services.operators.reference import canonical, evaluate
-from services.operators.window import window_starts
+from services.operators.window import WindowAggregate, window_starts
 from services.spec import parse_spec
 from services.spec.plan import plan_node
 
@@ -58,7 +58,7 @@ def run_pipeline(a: list[dict], b: list[dict], order: list[bool], runs: bool) ->
     p = NodePipeline(plan_node(spec, "all"))
     feeds = {True: p.entry("a"), False: p.entry("b")}
     pending: list = []
-    pending_side = None
+    pending_side = True  # the input the pending tuples came from; read only once there are some
     ia = ib = 0
     for take_a in order + [True] * len(a) + [False] * len(b):
         if take_a and ia < len(a):
@@ -132,4 +132,6 @@ def test_late_tuple_does_not_change_closed_windows() -> None:
     feed([({"sensor": "k0", "ts": 1, "value": 100.0, "seq": 0}, 1)])  # late: its windows are closed
     assert closed and all(r["max"] == 1.0 for r in closed)
     assert not p.drain().get("sliding")
-    assert next(o for o in p.operators if o.name == "slide").late > 0
+    slide = next(o for o in p.operators if o.name == "slide")
+    assert isinstance(slide, WindowAggregate)
+    assert slide.late > 0

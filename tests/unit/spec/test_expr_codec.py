@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from services.core.codec import codec_for
 from services.core.errors import DecodeError, ExprError, HeaderError
-from services.core.tuples import TupleType, make_headers, parse_headers
+from services.core.tuples import RawHeaders, TupleType, make_headers, parse_headers
 from services.spec.expr import compile_expr
 
 
@@ -47,7 +47,7 @@ def test_codec_roundtrip(sensor: str, ts: int, value: float, seq: int) -> None:
 @pytest.mark.parametrize("payload", [b"", b"\xff\xff\xff\xff", b"\x02a", None])
 def test_codec_rejects_garbage(payload: bytes | None) -> None:
     with pytest.raises(DecodeError):
-        codec_for("reading").decode(payload)  # type: ignore[arg-type]
+        codec_for("reading").decode(payload)
 
 
 def test_codec_rejects_trailing_bytes() -> None:
@@ -59,12 +59,13 @@ def test_codec_rejects_trailing_bytes() -> None:
 def test_headers_roundtrip_and_errors() -> None:
     m = parse_headers(make_headers(TupleType.TENTATIVE, 42, 1000, replica=1, epoch=3))
     assert (m.type, m.id, m.stime, m.replica, m.epoch) == (TupleType.TENTATIVE, 42, 1000, 1, 3)
-    for bad, why in [
+    cases: list[tuple[RawHeaders, str]] = [
         (None, "missing ht"),
         ([("ht.type", b"STABLE"), ("ht.stime", b"1")], "ht.id"),
         ([("ht.type", b"WHAT"), ("ht.id", b"1"), ("ht.stime", b"1")], "unknown tuple type"),
         ([("ht.type", b"STABLE"), ("ht.id", b"x"), ("ht.stime", b"1")], "malformed"),
-    ]:
+    ]
+    for bad, why in cases:
         with pytest.raises(HeaderError, match=why):
             parse_headers(bad)
 
