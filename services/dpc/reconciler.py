@@ -5,6 +5,10 @@ before the first tentative tuple and restores it. Undo/redo marks the operators'
 logs instead and rebuilds the state at the mark (``services.dpc.undo``): no snapshot, at
 the price of logging input. Either way, SUnion then redoes the stable version of every
 bucket emitted since, and SOutput sends UNDO before the corrections.
+
+A failure that outgrew the memory bound (``sunion`` spills it) is redone from the logs;
+undo/redo then stops logging and comes back by restoring the snapshot instead, so its
+input logs stay bounded too.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ class Reconcilable(Protocol):
     def restore(self, data: bytes) -> None: ...
     def mark(self) -> None: ...
     def undo(self) -> None: ...
+    def unmark(self) -> None: ...
 
 
 class Reconciler(Protocol):
@@ -32,6 +37,9 @@ class Reconciler(Protocol):
 
     def rollback(self) -> None:
         """Back to the state at ``begin()``; what ran since is forgotten."""
+
+    def spill(self) -> None:
+        """The failure spilled: keep nothing that grows with it until ``rollback()``."""
 
 
 class CheckpointRedo:
@@ -48,16 +56,31 @@ class CheckpointRedo:
         self.operators.restore(self.saved)
         self.saved = None
 
+    def spill(self) -> None:
+        pass  # the snapshot does not grow
+
 
 class UndoRedo:
     def __init__(self, operators: Reconcilable) -> None:
         self.operators = operators
+        self.saved: bytes | None = None  # the snapshot the node keeps anyway: the way back once spilled
+        self.spilled = False
 
     def begin(self, snapshot: bytes) -> None:
         self.operators.mark()
+        self.saved, self.spilled = snapshot, False
+
+    def spill(self) -> None:
+        if not self.spilled:
+            self.operators.unmark()  # the logs trim again
+            self.spilled = True
 
     def rollback(self) -> None:
-        self.operators.undo()
+        if self.spilled and self.saved is not None:
+            self.operators.restore(self.saved)
+        else:
+            self.operators.undo()
+        self.saved, self.spilled = None, False
 
 
 def reconciler(method: Reconciliation, operators: Reconcilable) -> Reconciler:

@@ -10,7 +10,11 @@ operators run, SOutput numbers the results. The states are the paper's (``states
   The node's input ports keep following the best upstream replica.
 - STABILIZATION: every tentative input has its stable version; with the consistency
   manager's turn (the coordinator's GRANT, or turn-taking without it) the replica sends
-  UNDO, rolls back, redoes the stable inputs, sends REC_DONE and is STABLE again.
+  UNDO, rolls back, redoes the stable inputs, sends REC_DONE and is STABLE again. A
+  failure whose kept input outgrew ``dpc.max_kept`` (spilled, see ``sunion``) is redone
+  from the logs instead: SUnion and every input port go back to where they were when the
+  failure began, and the loop reads the input again, still in STABILIZATION, until it has
+  reached the inputs' ends as they were when the turn came.
 
 The scheme makes no Kafka calls: it works through the node (``NodeRuntime``).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from confluent_kafka import Message
 
@@ -30,7 +35,7 @@ from services.dpc.policies import Policy
 from services.dpc.reconciler import reconciler
 from services.dpc.soutput import SOutput
 from services.dpc.states import NodeState, check_transition
-from services.dpc.sunion import STuple, SUnion
+from services.dpc.sunion import STuple, SUnion, SUnionState
 from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
 from services.node.ports import InputPort
@@ -44,12 +49,23 @@ FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writ
 REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
 
 
+@dataclass
+class FailureStart:
+    """Where a failure began: what a spilled failure's redo goes back to, and its restart image."""
+
+    sunion: SUnionState
+    ports: dict[str, tuple[int, int]]  # input stream -> (replica read, last stable id)
+    offsets: dict[str, int]  # input topic -> next offset
+
+
 class DpcScheme:
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node
         plan = node.plan
         self.dpc = plan.dpc
-        self.sunion = SUnion(len(plan.inputs), self.dpc.bucket, plan.delay_s, self.dpc.failure_policy)
+        self.sunion = SUnion(
+            len(plan.inputs), self.dpc.bucket, plan.delay_s, self.dpc.failure_policy, self.dpc.max_kept
+        )
         self.soutputs = {o.stream: SOutput() for o in plan.outputs}
         self.reconciler = reconciler(plan.reconciliation, node.pipeline)
         self.entries = [node.pipeline.entry(i.stream) for i in plan.inputs]
@@ -63,6 +79,9 @@ class DpcScheme:
         self.op_time: int | None = None  # the operators' time: the last advance()
         self.op_time_saved: int | None = None  # op_time when the failure began
         self.pre_failure: bytes | None = None  # the operators' state when the failure began
+        self.failure_start: FailureStart | None = None  # and the rest of the node's
+        self.start_imaged = False  # a spilled failure's restart image (its start) is written
+        self.replaying: dict[str, tuple[int, int]] | None = None  # a spilled redo: the input ends to reach
         self.next_image = time.monotonic()
         self.recovering = True  # restarted and not caught up yet: heartbeats say RECOVERING
         self.catch_up: dict[str, tuple[int, int]] | None = None  # the input ends to reach first
@@ -103,7 +122,7 @@ class DpcScheme:
             in_topic = stable_after(bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
             node.outputs.queue(s).extend(so.restarted(last, in_topic, f"{topic}[{node.partition}]"))
         if image is not None and image.failed:
-            self._enter_failure(image.snapshot)  # still in the failure the image was taken in
+            self._enter_failure(image.snapshot, offsets)  # still in the failure the image was taken in
         return offsets
 
     def _claims_unwritten(self, image: restart.RestartImage, lasts: dict[str, int | None]) -> bool:
@@ -270,10 +289,21 @@ class DpcScheme:
                 node.stats.rejected += len(pipeline.rejected)
             pipeline.rejected.clear()
 
-    def _enter_failure(self, snapshot: bytes | None = None) -> None:
-        """First tentative input: remember the pre-failure state to come back to."""
-        self.pre_failure = snapshot if snapshot is not None else self.node.pipeline.snapshot(self.node.tick)
+    def _enter_failure(self, snapshot: bytes | None = None, offsets: dict[str, int] | None = None) -> None:
+        """First tentative input: remember the pre-failure state to come back to.
+
+        SUnion's state and the input positions are remembered too (tuples, not clock
+        readings): a failure that spills goes back to them to read its input again.
+        """
+        node = self.node
+        self.pre_failure = snapshot if snapshot is not None else node.pipeline.snapshot(node.tick)
         self.reconciler.begin(self.pre_failure)
+        self.failure_start = FailureStart(
+            self.sunion.state(),
+            {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
+            offsets if offsets is not None else node.inputs.positions(),
+        )
+        self.start_imaged = False
         self.op_time_saved = self.op_time
         self.failed = True
         self._set_state(NodeState.UPSTREAM_FAILURE)
@@ -328,11 +358,15 @@ class DpcScheme:
     def on_check(self, now: float) -> None:
         if self.recovering:
             self._check_caught_up()
+        if self.replaying is not None:
+            self._check_replayed()
+        if self.sunion.spilled:
+            self.reconciler.spill()
         self._check_reconciliation(now)
         if now >= self.next_image and not any(so.deduplicating for so in self.soutputs.values()):
             self.next_image = now + self.dpc.restart_image_interval / 1000
-            if not self.node.images.busy:  # else this one is skipped: one image in flight at a time
-                self._write_image()
+            if not self.node.images.busy and not (self.sunion.spilled and self.start_imaged):
+                self._write_image()  # skipped while one is in flight, or a spilled failure's start is written
 
     def _check_reconciliation(self, now: float) -> None:
         partners = self._partners()
@@ -377,15 +411,12 @@ class DpcScheme:
         keeps advancing under an input that goes down again and again.
         """
         node = self.node
-        self._set_state(NodeState.STABILIZATION)
+        spilled = self.sunion.spilled
+        self._roll_back()
+        if spilled:
+            self._replay()
+            return
         t0 = time.monotonic()
-        queue = node.outputs.queue
-        for s, so in self.soutputs.items():
-            so.undo(queue(s))
-        self.reconciler.rollback()
-        self.op_time = self.op_time_saved
-        self.failed = False
-        self.pre_failure = None
         redone = 0
         for bucket in self.sunion.redo_buckets():
             self._run(*bucket)
@@ -393,16 +424,7 @@ class DpcScheme:
             node.tick()
         self._advance()
         still_failed = self.sunion.in_failure()
-        if not still_failed:
-            for s, so in self.soutputs.items():
-                so.rec_done(queue(s))
-        node.outputs.flush()
-        node.send_control(
-            ControlMessage(ControlKind.DONE, node.plan.node, node.partition, node.replica, round_ms=self.requested_ms)
-        )
-        self.granted = False
-        self.requested_at, self.requested_ms = 0.0, 0
-        node.stats.reconciliations += 1
+        self._end_round(rec_done=not still_failed)
         if still_failed:
             self._enter_failure()
             for bucket in self.sunion.rerun_buckets():
@@ -417,17 +439,83 @@ class DpcScheme:
             "; a new failure goes on" if still_failed else "",
         )
 
+    def _roll_back(self) -> None:
+        """The turn came: UNDO on every output, the operators back to their pre-failure state."""
+        self._set_state(NodeState.STABILIZATION)
+        queue = self.node.outputs.queue
+        for s, so in self.soutputs.items():
+            so.undo(queue(s))
+        self.reconciler.rollback()
+        self.op_time = self.op_time_saved
+        self.failed = False
+        self.pre_failure = None
+
+    def _end_round(self, rec_done: bool) -> None:
+        """The reconciliation is over: REC_DONE downstream (unless a failure goes on), DONE to the coordinator."""
+        node = self.node
+        if rec_done:
+            for s, so in self.soutputs.items():
+                so.rec_done(node.outputs.queue(s))
+        node.outputs.flush()
+        node.send_control(
+            ControlMessage(ControlKind.DONE, node.plan.node, node.partition, node.replica, round_ms=self.requested_ms)
+        )
+        self.granted = False
+        self.requested_at, self.requested_ms = 0.0, 0
+        node.stats.reconciliations += 1
+
+    def _replay(self) -> None:
+        """Redo a spilled failure from the logs: SUnion and every input port go back to the
+        failure's start (each port on the replica it reads now, right after the stable
+        tuple it had then); the loop then processes the input again."""
+        node, start = self.node, self.failure_start
+        assert start is not None
+        self.sunion.rewind(start.sunion, time.monotonic())
+        node.inputs.rewind({s: last for s, (_, last) in start.ports.items()}, node.settings.bootstrap)
+        self.failure_start = None
+        self.replaying = node.inputs.ends()
+        node.stats.replays += 1
+        log.info("reconciling a spilled failure: reading the inputs again from where it began")
+
+    def _check_replayed(self) -> None:
+        """A spilled failure's redo ends when the inputs are read up to where they ended at the
+        turn, or when the input fails again meanwhile (the node is in that new failure)."""
+        assert self.replaying is not None
+        if not self.failed and not self.node.inputs.reached(self.replaying):
+            return
+        self.replaying = None
+        self._end_round(rec_done=not self.failed)
+        if not self.failed:
+            self._set_state(NodeState.STABLE)
+        log.info("redo from the logs done%s", "; a new failure goes on" if self.failed else "")
+
     # -- restart image -------------------------------------------------------------------
     def _write_image(self) -> None:
         """Write a restart image: state consistent with the input positions, outputs already
         delivered, so the image never claims output that is not in the topics.
 
         In an upstream failure the operators' state is tentative: the image holds the state
-        from before the failure instead, and SUnion's kept buckets, which redo will need.
+        from before the failure instead, and SUnion's kept buckets, which redo will need. A
+        spilled failure kept no tuples: its image is the failure's start, from which a
+        restart reads the failure's input again.
         """
         node = self.node
         node.outputs.flush()
         node.producer.flush()
+        start = self.failure_start
+        if self.sunion.spilled and start is not None and self.pre_failure is not None:
+            image = restart.RestartImage(
+                self.pre_failure,
+                start.sunion,
+                {s: so.state() for s, so in self.soutputs.items()},
+                start.ports,
+                start.offsets,
+                now_ms(),
+                bool(start.sunion.kept),  # a failure that began with kept buckets restarts in it
+            )
+            self.start_imaged = True
+            node.images.write(image, node.tick)
+            return
         image = restart.RestartImage(
             self.pre_failure if self.pre_failure is not None else node.pipeline.snapshot(node.tick),
             self.sunion.state(),

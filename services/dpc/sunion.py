@@ -22,7 +22,12 @@ meanwhile leaves the later ones kept, so a flapping input still lets the node re
 what is settled.
 
 Inputs are Kafka logs, so stable tuples need not be buffered for checkpoint/redo: a node
-replays them by seeking back to the offsets recorded with its checkpoint.
+replays them by seeking back to the offsets recorded with its checkpoint. The same holds
+for the failure's input: once the kept buckets hold more than ``max_kept`` tuples, SUnion
+drops their tuples and keeps only the range they span (the failure is *spilled*). It
+still knows when that range has settled (every input's boundary past it); the node then
+reconciles by going back to its state at the failure's start (``rewind``) and reading its
+inputs again from there, so memory stays bounded however long the failure lasts.
 
 A bucket leaves SUnion only once the caller has processed it (``buckets`` hands them out
 one at a time), and kept buckets only once their redo is done: a node that dies halfway
@@ -89,9 +94,11 @@ class SUnion:
     than that; tentative input is not held again under "process", so a chain adds the
     wait once, not once per node."""
 
-    def __init__(self, inputs: int, bucket_ms: int, delay_s: float, policy: str = Policy.PROCESS) -> None:
-        if inputs < 1 or bucket_ms < 1 or delay_s < 0:
-            raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1 and delay_s >= 0")
+    def __init__(
+        self, inputs: int, bucket_ms: int, delay_s: float, policy: str = Policy.PROCESS, max_kept: int | None = None
+    ) -> None:
+        if inputs < 1 or bucket_ms < 1 or delay_s < 0 or (max_kept is not None and max_kept < 0):
+            raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1, delay_s >= 0 and max_kept >= 0")
         if policy not in FAILURE_POLICIES:
             raise ValueError(f"SUnion policy must be 'process' or 'delay', got {policy!r}")
         self.inputs, self.bucket_ms, self.delay_s = inputs, bucket_ms, delay_s
@@ -100,6 +107,10 @@ class SUnion:
         self.pending: dict[int, Bucket] = {}  # bucket index -> tuples not yet emitted
         self.emitted_below: int | None = None  # buckets below this index have been emitted or passed
         self.kept: dict[int, Bucket] = {}  # emitted since the first tentative bucket: to redo
+        self.max_kept = max_kept  # more kept tuples than this: spill (None: no bound)
+        self.kept_tuples = 0  # tuples in kept buckets
+        self.peak_kept = 0  # the most kept tuples at any time
+        self.spilled_from: int | None = None  # first bucket of a spilled failure: its tuples were dropped
         self.rejected: list[STuple] = []  # stime below their input's boundary: dead-letter them
         self.progress: list[int | None] = [None] * inputs  # boundary, or newest tentative stime
         self.progressed_at: list[float | None] = [None] * inputs  # when progress last moved
@@ -125,6 +136,23 @@ class SUnion:
         self.kept = {k: Bucket(now, list(ts)) for k, ts in st.kept.items()}
         self.progressed_at = [None if p is None else now for p in self.progress]
         self.rejected = []
+        self.spilled_from, self._settled = None, (None, 0.0)
+        self._count_kept()
+
+    def rewind(self, st: SUnionState, now: float) -> None:
+        """Back to ``st``, taken when a failure began, to serialize that failure's input again
+        as every port reads it anew right after the last stable tuple it had then: buckets
+        kept then are pending again, and tentative tuples go (their inputs are read again)."""
+        self.restore(st, now)
+        if self.kept:
+            first = min(self.kept)
+            self.emitted_below = first if self.emitted_below is None else min(self.emitted_below, first)
+            for k, b in self.kept.items():
+                self.pending.setdefault(k, Bucket(now)).tuples.extend(b.tuples)
+            self.kept = {}
+            self._count_kept()
+        for b in self.pending.values():
+            b.tuples = [t for t in b.tuples if t.type is STABLE]
 
     # -- input ----------------------------------------------------------------
     def push(self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float) -> None:
@@ -139,11 +167,14 @@ class SUnion:
         k = stime // self.bucket_ms
         if self.emitted_below is not None and k < self.emitted_below:
             # A bucket already passed without this input (emitted tentatively, or skipped
-            # while empty): the tuple is part of its correction.
-            kept = self.kept.get(k)
-            if kept is None:
-                kept = self.kept[k] = Bucket(now)
-            kept.tuples.append(t)
+            # while empty): the tuple is part of its correction, unless the failure spilled
+            # (the node will read it again from the log).
+            if self.spilled_from is None:
+                kept = self.kept.get(k)
+                if kept is None:
+                    kept = self.kept[k] = Bucket(now)
+                kept.tuples.append(t)
+                self._kept_more(1)
             return
         b = self.pending.get(k)
         if b is None:
@@ -178,6 +209,7 @@ class SUnion:
         for buckets in (self.pending, self.kept):
             for b in buckets.values():
                 b.tuples = [t for t in b.tuples if t.port != port or t.type is STABLE]
+        self._count_kept()
 
     # -- output ---------------------------------------------------------------
     def _complete(self, k: int) -> bool:
@@ -202,17 +234,19 @@ class SUnion:
             if not b.tuples:  # emptied by an UNDO or a switch: nothing to emit or to redo
                 del self.pending[k]
                 continue
-            if self._complete(k) and b.clean() and not self.kept:
+            failed = self.in_failure()
+            if self._complete(k) and b.clean() and not failed:
                 label = STABLE
-            elif (due is not None and k <= due) or (process and (self.kept or not b.clean()) and self._passed(k, now)):
+            elif (due is not None and k <= due) or (process and (failed or not b.clean()) and self._passed(k, now)):
                 label = TENTATIVE  # overdue, or can only be tentative and need not wait
             else:
                 break
             b.tuples.sort(key=STuple.order)
             yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec) for t in b.tuples]
             del self.pending[k]
-            if label is TENTATIVE:
+            if label is TENTATIVE and self.spilled_from is None:
                 self.kept[k] = b  # the caller got copies, so later corrections only change b
+                self._kept_more(len(b.tuples))
             self.emitted_below = k + 1 if self.emitted_below is None else max(self.emitted_below, k + 1)
 
     def poll(self, now: float) -> list[STuple]:
@@ -234,18 +268,37 @@ class SUnion:
         for held in (self.pending, self.kept):
             if held:
                 f = min(f, min(held) * self.bucket_ms)
+        if self.spilled_from is not None:
+            f = min(f, self.spilled_from * self.bucket_ms)
         return (f // self.bucket_ms) * self.bucket_ms
 
     # -- reconciliation -------------------------------------------------------
     def in_failure(self) -> bool:
         """Some emitted bucket was tentative and has not been reconciled yet."""
-        return bool(self.kept)
+        return bool(self.kept) or self.spilled_from is not None
+
+    @property
+    def spilled(self) -> bool:
+        """The failure's tuples were dropped for ``max_kept``: it is reconciled by reading the inputs again."""
+        return self.spilled_from is not None
+
+    def _kept_more(self, n: int) -> None:
+        self.kept_tuples += n
+        if self.max_kept is not None and self.kept_tuples > self.max_kept:
+            self.spilled_from = min(self.kept)
+            self.kept, self.kept_tuples = {}, 0
+        if self.kept_tuples > self.peak_kept:
+            self.peak_kept = self.kept_tuples
+
+    def _count_kept(self) -> None:
+        self.kept_tuples = sum(len(b.tuples) for b in self.kept.values())
+        self.peak_kept = max(self.peak_kept, self.kept_tuples)
 
     def settled(self) -> list[int]:
         """The kept buckets whose stable version is known, from the first one on up to the
         first that is not (incomplete, or still holding tentative input): what can be
         reconciled now. A failure that came back before the last one was reconciled leaves
-        its buckets after these."""
+        its buckets after these. A spilled failure has no kept buckets (``settled_upto``)."""
         out = []
         for k in sorted(self.kept):
             if not (self._complete(k) and self.kept[k].clean()):
@@ -253,21 +306,34 @@ class SUnion:
             out.append(k)
         return out
 
+    def settled_upto(self) -> tuple[int | None, bool]:
+        """The last bucket of the failure whose stable version is known, counting from the
+        failure's first bucket (None: not even that one), and whether every bucket emitted
+        tentatively is. A spilled failure's bucket is known once every input's boundary has
+        passed it: an input's stable tuples replace its tentative ones before its boundary."""
+        if self.spilled_from is not None:
+            end = self.emitted_below if self.emitted_below is not None else self.spilled_from
+            known = [b for b in self.boundaries if b is not None]
+            below = min(known) // self.bucket_ms if len(known) == self.inputs else self.spilled_from
+            below = min(below, end)
+            return (below - 1 if below > self.spilled_from else None), below >= end
+        done = self.settled()
+        return (done[-1] if done else None), bool(done) and len(done) == len(self.kept)
+
     def can_reconcile(self) -> bool:
         """Every kept bucket is now complete and clean: its stable version is known."""
-        return bool(self.kept) and len(self.settled()) == len(self.kept)
+        return self.in_failure() and self.settled_upto()[1]
 
     def ready_to_reconcile(self, now: float) -> bool:
         """Reconcile now: every kept bucket is settled, or some are and no more have settled for
         ``delay_s`` (an input failed again before the rest could). While corrections keep
         arriving, the node waits for them rather than reconcile piece by piece."""
-        done = self.settled()
-        last = done[-1] if done else None
+        last, everything = self.settled_upto()
         if last != self._settled[0]:
             self._settled = (last, now)
-        if not done:
+        if last is None:
             return False
-        return len(done) == len(self.kept) or now - self._settled[1] >= self.delay_s
+        return everything or now - self._settled[1] >= self.delay_s
 
     def redo_buckets(self) -> Iterator[Ready]:
         """The stable version of every settled kept bucket, in order; they are forgotten once
@@ -277,6 +343,7 @@ class SUnion:
             yield self._kept_as(k, STABLE)
         for k in done:
             del self.kept[k]
+        self._count_kept()
 
     def rerun_buckets(self) -> Iterator[Ready]:
         """The kept buckets, tentatively again, after a reconciliation of the settled ones:

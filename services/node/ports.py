@@ -172,6 +172,14 @@ class Inputs:
         pos = self.positions()
         return all(max(pos[t], first) >= end for t, (first, end) in ends.items() if t in pos)
 
+    def rewind(self, last_stable: dict[str, int], bootstrap: str) -> None:
+        """Read every port again right after the stable tuple ``last_stable[stream]``, on the
+        replica it reads now (a spilled failure's redo)."""
+        assert self.consumer is not None
+        for p in self.ports:
+            p.last_stable = last_stable[p.stream]
+            self.assigned[p.topic] = p.move(self.consumer.raw, bootstrap, p.replica)
+
     def lag(self) -> int:
         """Input messages in the logs not read yet, from the end offsets the last fetches brought (no request)."""
         assert self.consumer is not None

@@ -40,6 +40,7 @@ class NodeStats:
     tentative: int = 0
     undos_received: int = 0
     reconciliations: int = 0
+    replays: int = 0  # reconciliations of spilled failures: redone from the logs
     switches: int = 0
     gaps: int = 0  # stable ids that did not come in order: read again from a replica's log
     restart_images: int = 0

@@ -49,6 +49,7 @@ class DpcConfig:
     restart_image_interval: int = 2000  # how often a STABLE replica writes its restart image, ms
     heartbeat_interval: int = 200  # ms
     failure_timeout: int = 1000  # a replica silent this long is failed, ms
+    max_kept: int = 100_000  # input tuples a failure keeps in memory for its redo; past it, redo reads the logs
 
 
 @dataclass(frozen=True)

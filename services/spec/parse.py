@@ -74,7 +74,15 @@ def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> S
 def _parse_dpc(ck: Problems, top: dict) -> DpcConfig:
     raw = ck.mapping(top.get("dpc"), ("dpc",), "dpc")
     d = DpcConfig()
-    ints = ("delay", "bucket", "boundary_interval", "restart_image_interval", "heartbeat_interval", "failure_timeout")
+    ints = (
+        "delay",
+        "bucket",
+        "boundary_interval",
+        "restart_image_interval",
+        "heartbeat_interval",
+        "failure_timeout",
+        "max_kept",
+    )
     choices: dict[str, tuple[Enum, ...]] = {
         "reconciliation": tuple(Reconciliation),
         "failure_policy": FAILURE_POLICIES,

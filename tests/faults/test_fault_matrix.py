@@ -4,12 +4,13 @@ Each schedule ends with the failure-free stable output on every replica and part
 included, and nothing stable undone; each one with a source failure also produced tentative
 results within X, then corrected them. Quick: a flapping source, and the coordinator killed
 while replicas reconcile. Slow: 2 partitions per node, both replicas of a node killed during a
-source failure, a source flapping 5 s down every 10 s, and a long failure with every node
-replica's memory watched.
+source failure, a source flapping 5 s down every 10 s, and a long failure past the memory
+bound (``dpc.max_kept``) with every node replica's memory watched.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +19,7 @@ import pytest
 from services.core.tuples import TupleType
 from tests.dpc_chain import (
     BASE,
+    NODES,
     TWO_PARTITIONS,
     RssSampler,
     Run,
@@ -29,6 +31,8 @@ from tests.dpc_chain import (
 )
 
 pytestmark = pytest.mark.integration
+
+SPILLED = "reconciling a spilled failure"  # the node's log line when it redoes a failure from the logs
 
 
 def test_flapping_source(kafka: Any, tmp_path: Path, failure_free: Run) -> None:
@@ -43,6 +47,19 @@ def test_coordinator_killed_during_reconciliation(kafka: Any, tmp_path: Path, fa
     to, the coordinator dies (kill -9) for 3 s: reconciliation finishes anyway, one replica at a time."""
     schedule = Schedule().kill_coordinator_in_reconciliation(1, 2.0, 3.0, after_heal=0.3, down=3.0)
     check_schedule(run_chain(kafka, tmp_path, schedule, failure_free), failure_free, schedule)
+
+
+def test_a_source_failure_past_the_memory_bound_is_redone_from_the_logs(
+    kafka: Any, tmp_path: Path, failure_free: Run
+) -> None:
+    """s3 down for 4 s with ``dpc.max_kept`` 300 (n1 sees 200 readings a second of s1 and s2): every
+    node's failure spills, and its replicas redo it by reading their inputs again from Kafka, with
+    a replica of n2 killed while it does: the failure-free output all the same."""
+    schedule = Schedule().stop_source(3, 2.0, 4.0).kill("n2.r1.p0", 6.6, 2.0)
+    run = run_chain(kafka, tmp_path, schedule, failure_free, shape=replace(failure_free.shape, max_kept=300))
+    check_schedule(run, failure_free, schedule)
+    spilled = {n: [r for r in (0, 1) if SPILLED in (run.log_dir / f"{n}.r{r}.p0.log").read_text()] for n in NODES}
+    assert all(spilled.values()), f"every node redid its failure from the logs (replicas that did: {spilled})"
 
 
 @pytest.mark.slow
@@ -94,8 +111,8 @@ def test_source_flapping_5s_down_every_10s(kafka: Any, tmp_path: Path, reference
     )
 
 
-LONG = Shape(seconds=40)
-RSS_GROWTH_KB = 96 * 1024
+LONG = Shape(seconds=40, max_kept=500)
+RSS_GROWTH_KB = 48 * 1024
 
 
 @pytest.mark.slow
@@ -103,16 +120,16 @@ RSS_GROWTH_KB = 96 * 1024
 def test_long_source_failure_memory_stays_bounded(
     kafka: Any, tmp_path: Path, reference: Callable[[Shape], Run]
 ) -> None:
-    """s2 down 2..32 s of a 40 s run (30 s, ten times X): tentative results within X all along, the
-    failure-free output in the end, and no node replica's resident memory grows past RSS_GROWTH_KB
-    over its size when the workload started.
+    """s2 down 2..32 s of a 40 s run (30 s, ten times X) with ``dpc.max_kept`` 500: tentative
+    results within X all along, the failure-free output in the end, every node's failure spilled
+    and redone from the logs, and no node replica's resident memory grows past RSS_GROWTH_KB over
+    its size when the workload started.
 
-    The figure: the whole workload is 3 x 4,000 readings; a node that kept every input tuple of the
-    failure as Python objects (a dict, headers and bucket entry, ~1 kB each) would hold about 12 MB
-    more, and each restart image taken in the failure is serialized from that. 96 MB is that many
-    times over: it catches memory growing faster than the kept input (copies per image, per bucket,
-    per poll), not the kept input itself. There is no memory-bound setting in the DPC spec yet
-    (``dpc.max_kept`` or similar): once there is, this test should set it small and bound RSS by it."""
+    The figure: n1 sees 2 x 3,000 readings of s1 and s3 in the failure; keeping them all as
+    Python objects (a dict, headers and bucket entry, ~1 kB each) would hold about 6 MB, and
+    each restart image taken in the failure is serialized from that. With max_kept 500 a node
+    keeps at most about 0.5 MB of them; 48 MB is what a node replica's heap, its Kafka client
+    buffers and the allocator's slack grow by in a 40 s run without a failure, with room."""
     failure_free = reference(LONG)
     rss = RssSampler()
     schedule = Schedule().stop_source(2, 2.0, 30.0)
@@ -128,6 +145,8 @@ def test_long_source_failure_memory_stays_bounded(
         every5 = [f"{t:.0f}s:{kb / 1024:.0f}" for t, _, kb in samples[::10]]
         print(f"{role}: VmRSS {start / 1024:.0f} MB at start, +{growth[role] / 1024:.1f} MB at most; MB {every5}")
     check_schedule(run, failure_free, schedule)
+    spilled = {n: [r for r in (0, 1) if SPILLED in (run.log_dir / f"{n}.r{r}.p0.log").read_text()] for n in NODES}
+    assert all(spilled.values()), f"every node redid its failure from the logs (replicas that did: {spilled})"
     assert set(growth) == {f"n{n}.r{r}.p0" for n in (1, 2, 3) for r in (0, 1)}
     over = {role: g for role, g in growth.items() if g > RSS_GROWTH_KB}
     assert not over, f"resident memory grew by more than {RSS_GROWTH_KB // 1024} MB in a 30 s failure: {over} kB"

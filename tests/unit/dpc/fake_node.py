@@ -188,6 +188,9 @@ class FakeNode:
         self.offsets: dict[str, int] = defaultdict(int)  # each input topic's end: messages made so far
         self.consumer = FakeConsumer(self.offsets)
         self.inputs.consumer = self.consumer  # type: ignore[assignment]
+        self.log: dict[str, list[FakeMessage]] = defaultdict(list)  # every message made, per topic
+        self.replay: list[FakeMessage] = []  # what the ports read again after a rewind
+        self.inputs.rewind = self._rewind  # type: ignore[method-assign]
         self.scheme = DpcScheme(self)  # type: ignore[arg-type]
         self.ticks = 0
 
@@ -214,7 +217,30 @@ class FakeNode:
         value = codec_for(self.spec.streams[stream].schema).encode(rec) if rec is not None else None
         off = self.offsets[port.topic]
         self.offsets[port.topic] += 1
-        return FakeMessage(port.topic, value, make_headers(ttype, tid, stime), off, self.partition)
+        msg = FakeMessage(port.topic, value, make_headers(ttype, tid, stime), off, self.partition)
+        self.log[port.topic].append(msg)
+        return msg
+
+    def _rewind(self, last_stable: dict[str, int], bootstrap: str) -> None:
+        """``Inputs.rewind`` over the fake log: each port reads its topic again right after the
+        last STABLE or UNDO naming an id up to its last stable id (``seek_after_stable``)."""
+        for p in self.inputs.ports:
+            p.last_stable = last_stable[p.stream]
+            msgs = self.log[p.topic]
+            start = next(
+                (
+                    i + 1
+                    for i in range(len(msgs) - 1, -1, -1)
+                    if (h := read_headers(msgs[i].headers()))[0] in (STABLE, UNDO) and h[1] <= p.last_stable
+                ),
+                0,
+            )
+            self.replay += msgs[start:]
+            self.consumer.read[p.topic] = start
+
+    def take_replay(self) -> list[FakeMessage]:
+        out, self.replay = self.replay, []
+        return out
 
     def step(self, msgs: list[FakeMessage], now: float) -> None:
         """One loop iteration: the polled messages, processing, the periodic checks, flush."""

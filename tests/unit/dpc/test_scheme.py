@@ -6,17 +6,22 @@ same stable tuples under the same ids.
 
 from __future__ import annotations
 
+import pickle
 import time
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from services.control.messages import ControlKind
+from services.core.tuples import REC_DONE, UNDO
+from services.dpc.states import NodeState
 from services.spec import parse_spec
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode, source_messages
 
 # A window's results merged, inside one node, with another stream: by a union and by a join.
-MERGE_AFTER_WINDOW = parse_spec("""\
+MERGE_TEXT = """\
 name: merge
 defaults: {replicas: 2}
 streams:
@@ -32,7 +37,8 @@ operators:
          fields: {key: left.key, ts: "max(left.window_end, right.window_end)", left_value: left.sum, right_value: right.sum}}
 nodes:
   n: {operators: [tumble, mix, near]}
-""")
+"""
+MERGE_AFTER_WINDOW = parse_spec(MERGE_TEXT)
 
 DIVIDE = parse_spec(
     """\
@@ -432,3 +438,72 @@ def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_wh
     healthy.step([healthy.message("b", STABLE, i, i * 10, reading(i)) for i in range(30)], 0.0)
     healthy.step([healthy.message("b", BOUNDARY, 29, 300)], 0.0)
     assert n2.stable("c") == healthy.stable("c") and not n2.scheme.failed
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "undo"])
+def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_free_output(method: str) -> None:
+    """Input c silent for most of the run: the node keeps at most max_kept tuples of the
+    failure, and once c heals it reads both inputs again from where the failure began."""
+    spec = parse_spec(
+        MERGE_TEXT.replace("nodes:", "dpc: {max_kept: 4}\nnodes:").replace(
+            "mix, near]}", f"mix, near], reconciliation: {method}}}"
+        )
+    )
+    healthy, failing = FakeNode(spec, "n"), FakeNode(spec, "n", replica=1)
+    run(healthy, merge_inputs(healthy), [4])
+    msgs = merge_inputs(failing)
+    cut = len(msgs) // 4
+    c_topic = failing.inputs.ports[1].topic
+    held = [m for m in msgs[cut:] if m.topic() == c_topic]
+    flowing = [m for m in msgs[cut:] if m.topic() != c_topic]
+    run(failing, msgs[:cut], [3], now=0.0)
+    delay = failing.plan.delay_s
+    run(failing, flowing, [3], now=delay + 1)
+    su = failing.scheme.sunion
+    assert failing.stats.tentative > 0 and su.spilled, "the failure outgrew max_kept"
+    assert su.peak_kept <= 4
+    run(failing, held, [5], now=delay + 2)  # c heals: the turn comes, the node rewinds its inputs
+    assert failing.stats.replays == 1 and failing.states[-1] is NodeState.STABILIZATION
+    replay = failing.take_replay()
+    assert replay, "the inputs are read again from where the failure began"
+    run(failing, replay, [7], now=delay + 3)
+    assert failing.states[-1] is NodeState.STABLE and failing.stats.reconciliations == 1
+    assert failing.controls[-1].kind is ControlKind.DONE, "the turn is given back once the redo is done"
+    for stream in ("merged", "pairs"):
+        written = [t for t, *_ in failing.written(stream)]
+        assert UNDO in written and written[-1] is REC_DONE
+        assert failing.stable(stream) == healthy.stable(stream), (
+            f"{stream}: the redo from the logs numbered differently"
+        )
+    assert su.peak_kept <= 4
+
+
+def test_a_restart_image_of_a_spilled_failure_is_its_start_and_a_restart_from_it_reconciles(monkeypatch: Any) -> None:
+    def reading(i: int) -> dict:
+        return {"sensor": f"s{i % 3}", "ts": i * 10, "value": float(i), "seq": i}
+
+    first = FakeNode(CHAIN, "n2")
+    first.scheme.sunion.max_kept = 5
+    first.step([first.message("b", STABLE, i, i * 10, reading(i)) for i in range(10)], 0.0)
+    first.step([first.message("b", BOUNDARY, 9, 100)], 0.0)
+    first.step([first.message("b", TENTATIVE, i, i * 10, reading(i)) for i in range(10, 30)], 1.0)
+    first.step([], 1.0 + first.plan.delay_s)
+    assert first.scheme.sunion.spilled
+    first.scheme.next_image = 0.0
+    first.step([], 2.0 + first.plan.delay_s)
+    value = first.producer.topics[first.plan.restart_topics[0]][-1].value
+    assert value is not None
+    image = pickle.loads(value)
+    start = first.scheme.failure_start
+    assert start is not None and image.sunion == start.sunion and image.offsets == start.offsets
+    assert image.ports == {"b": (0, 9)} and not image.failed, "the image is the failure's start"
+    assert not image.sunion.kept
+    second, offsets = restarted(first, monkeypatch)
+    assert offsets == image.offsets
+    healed = [second.message("b", UNDO, 9, 0)]
+    healed += [second.message("b", STABLE, i, i * 10, reading(i)) for i in range(10, 30)]
+    second.step(healed + [second.message("b", BOUNDARY, 29, 300)], 5.0)
+    healthy = FakeNode(CHAIN, "n2", replica=1)
+    healthy.step([healthy.message("b", STABLE, i, i * 10, reading(i)) for i in range(30)], 0.0)
+    healthy.step([healthy.message("b", BOUNDARY, 29, 300)], 0.0)
+    assert second.stable("c") == healthy.stable("c")

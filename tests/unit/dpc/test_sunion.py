@@ -292,3 +292,49 @@ def test_settled_kept_buckets_are_redone_and_the_rest_stay_kept_for_the_next_rec
         (TupleType.TENTATIVE, "t2"),
     ]
     assert sorted(su.kept) == [2], "rerun buckets stay kept"
+
+
+def test_a_long_failure_keeps_at_most_max_kept_tuples_and_reconciles_once_the_range_settles() -> None:
+    su = SUnion(2, BUCKET, delay_s=1.0, max_kept=5)
+    su.boundary(0, 10)
+    su.boundary(1, 10)
+    labels = []
+    for i in range(100):  # input 1 silent for 100 buckets: every bucket of input 0 goes out tentatively
+        su.push(0, TupleType.STABLE, i, 10 + i * BUCKET, f"a{i}", 2.0 + i)
+        su.boundary(0, 20 + i * BUCKET)
+        labels += [t.type for t in su.poll(2.0 + i + 1.5)]
+        assert su.kept_tuples <= 5, "the failure's tuples are bounded by max_kept"
+    assert labels == [TupleType.TENTATIVE] * 100, "a spilled failure is still a failure: tentative to the end"
+    assert su.spilled and su.in_failure() and su.peak_kept == 5
+    assert su.frontier() == 10, "nothing after the failure's start is stable"
+    su.push(1, TupleType.STABLE, 0, 500, "late", 200.0)  # input 1's correction: dropped, it is in the log
+    assert su.kept_tuples == 0 and not su.pending
+    su.boundary(1, 600)
+    assert su.settled_upto() == (59, False) and not su.ready_to_reconcile(200.0)
+    assert su.ready_to_reconcile(201.5), "the settled part is reconciled once no more settles for the delay"
+    su.boundary(1, 5000)
+    assert su.settled_upto() == (100, True) and su.can_reconcile()
+
+
+def test_rewind_returns_to_the_failure_start_with_kept_buckets_pending_and_tentative_input_dropped() -> None:
+    su = SUnion(2, BUCKET, delay_s=1.0, max_kept=1)
+    su.boundary(0, 10)
+    su.boundary(1, 10)
+    su.push(0, TupleType.STABLE, 0, 12, "a0", 0.0)
+    su.poll(2.0)  # bucket 1 tentative, kept
+    su.push(0, TupleType.STABLE, 1, 25, "a1", 2.0)
+    su.push(1, TupleType.TENTATIVE, 0, 26, "t0", 2.0)
+    at_start = su.state()  # a failure begins again here (after a partial reconciliation, say)
+    su.poll(4.0)
+    assert su.spilled
+    su.rewind(at_start, now=10.0)
+    assert not su.in_failure() and su.kept_tuples == 0
+    assert {k: [t.rec for t in b.tuples] for k, b in su.pending.items()} == {1: ["a0"], 2: ["a1"]}
+    su.push(1, TupleType.STABLE, 0, 15, "b0", 10.0)  # input 1 read again from the log: stable now
+    su.boundary(0, 30)
+    su.boundary(1, 30)
+    assert [(t.type, t.rec) for t in su.poll(10.0)] == [
+        (TupleType.STABLE, "a0"),
+        (TupleType.STABLE, "b0"),
+        (TupleType.STABLE, "a1"),
+    ]
