@@ -15,12 +15,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Protocol
 
 from services.control.messages import Heartbeat, now_ms
 from services.core.kafka import BatchProducer
 from services.dpc.states import NodeState
 
 log = logging.getLogger(__name__)
+
+
+class _RawFlush(Protocol):
+    """The producer's own client: flushed once, without retries, when the sender stops."""
+
+    def flush(self, timeout: float) -> int: ...
+
+
+class HeartbeatProducer(Protocol):
+    """What a heartbeat sender uses of its ``BatchProducer``, so tests can record the beats instead."""
+
+    def send(self, topic: str, value: bytes, key: bytes | None, partition: int) -> None: ...
+
+    def poll(self, timeout: float) -> None: ...
+
+    @property
+    def raw(self) -> _RawFlush: ...
 
 
 class HeartbeatSender:
@@ -38,7 +56,7 @@ class HeartbeatSender:
         interval_s: float,
         stall_s: float | None = None,
         state: NodeState = NodeState.STABLE,
-        producer: BatchProducer | None = None,
+        producer: HeartbeatProducer | None = None,
     ) -> None:
         self.topic, self.node, self.partition, self.replica = topic, node, partition, replica
         self.interval_s, self.stall_s = interval_s, stall_s

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
@@ -35,6 +36,18 @@ class ReplicaStatus:
         if self.seen is None:
             return False
         return ((now if now is not None else time.monotonic()) - self.seen) <= timeout_s
+
+
+class Monitor(Protocol):
+    """What schemes and input ports read of a ``ReplicaMonitor``, so tests can set replica states instead."""
+
+    timeout_s: float
+
+    def state(self, node: str, partition: int, replica: int) -> NodeState: ...
+
+    def states(self, node: str, partition: int, replicas: int) -> list[NodeState]: ...
+
+    def boundaries(self, node: str, partition: int, replicas: int) -> list[int]: ...
 
 
 class ReplicaMonitor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from tenacity import RetryCallState, retry, retry_if_exception, stop_after_delay, wait_exponential
@@ -180,6 +180,36 @@ class BatchConsumer:
     @property
     def raw(self) -> Consumer:
         return self._c
+
+
+class RawProducer(Protocol):
+    """The one call made on a producer's own client (``BatchProducer.raw``), so tests can fake it."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int,
+        *,
+        headers: RawHeaders = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None: ...
+
+
+class DataProducer(Protocol):
+    """What a node's outputs, its scheme and its restart-image writer use of a ``BatchProducer``, so tests can fake it."""
+
+    def send(
+        self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = -1, headers: RawHeaders = None
+    ) -> None: ...
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None: ...
+
+    def flush(self, timeout: float = 30) -> None: ...
+
+    @property
+    def raw(self) -> RawProducer: ...
 
 
 class BatchProducer:

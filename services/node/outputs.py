@@ -16,7 +16,7 @@ from typing import Callable
 from confluent_kafka import Message
 
 from services.core.codec import ENCODE_ERRORS, codec_for
-from services.core.kafka import BatchProducer
+from services.core.kafka import DataProducer
 from services.core.partitioner import key_encoder
 from services.core.tuples import EPOCH, STABLE, deadletter_headers, header_writer, make_headers
 from services.dpc.soutput import Out
@@ -35,7 +35,7 @@ class Outputs:
         }
         self.replica = replica
         self._headers = header_writer(replica, epoch)
-        self.producer: BatchProducer | None = None
+        self.producer: DataProducer | None = None
         self.produced = 0
         self.guard: Callable[[], None] | None = None  # raises if this writer may no longer write
 
@@ -47,7 +47,7 @@ class Outputs:
             q.insert(0, (EPOCH, -1, 0, None))
         self.flush()
 
-    def open(self, producer: BatchProducer) -> None:
+    def open(self, producer: DataProducer) -> None:
         self.producer = producer
 
     def queue(self, stream: str) -> list[Out]:

@@ -41,7 +41,7 @@ from typing import Callable
 from confluent_kafka import KafkaError, Message
 
 from services.core.errors import RestartImageError
-from services.core.kafka import BatchProducer
+from services.core.kafka import BatchProducer, DataProducer
 from services.core.pickling import dump_frames
 from services.core.tuples import RawHeaders
 from services.dpc.sunion import SUnionState
@@ -192,7 +192,7 @@ class ImageWriter:
         bootstrap: str,
         topic: str,
         partition: int,
-        producer: BatchProducer | None = None,
+        producer: DataProducer | None = None,
         chunk_bytes: int = CHUNK_BYTES,
         on_written: Callable[[], None] = lambda: None,
     ) -> None:

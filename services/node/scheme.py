@@ -12,19 +12,19 @@ itself: it works on the node's inputs, operators and output queues.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from confluent_kafka import Message
 
 from services.control.messages import ControlMessage
-from services.control.monitor import ReplicaMonitor
+from services.control.monitor import Monitor
 from services.core.config import Settings
-from services.core.kafka import BatchProducer
+from services.core.kafka import DataProducer
 from services.dpc.states import NodeState
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import InputPort, Inputs
-from services.node.restart import ImageWriter
+from services.node.restart import RestartImage
 from services.operators.base import Item
 from services.spec.plan import NodePlan
 
@@ -47,6 +47,18 @@ class NodeStats:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
+class Images(Protocol):
+    """What a scheme uses of the node's ``restart.ImageWriter``, so tests can write images at once."""
+
+    @property
+    def busy(self) -> bool:
+        """An image is still being written."""
+
+    def write(self, image: RestartImage, progress: Callable[[], None]) -> None: ...
+
+    def wait(self) -> None: ...
+
+
 class NodeRuntime(Protocol):
     """What a scheme may use of the node replica it runs in."""
 
@@ -58,9 +70,17 @@ class NodeRuntime(Protocol):
     inputs: Inputs
     pipeline: NodePipeline
     outputs: Outputs
-    producer: BatchProducer
-    images: ImageWriter  # writes restart images in the background
-    monitor: ReplicaMonitor
+
+    # Read-only, so that a node may hold any object doing what these protocols say (tests hold fakes).
+    @property
+    def producer(self) -> DataProducer: ...
+
+    @property
+    def images(self) -> Images:
+        """Writes restart images in the background."""
+
+    @property
+    def monitor(self) -> Monitor: ...
 
     def set_state(self, state: NodeState) -> None:
         """Announce the replica's state (its heartbeats carry it)."""

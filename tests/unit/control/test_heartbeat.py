@@ -19,10 +19,17 @@ class Sent:
     def poll(self, timeout: float = 0) -> None:
         pass
 
+    @property
+    def raw(self) -> Sent:
+        return self
+
+    def flush(self, timeout: float = 30) -> int:
+        return 0
+
 
 def sender(stall_s: float | None) -> tuple[HeartbeatSender, Sent]:
     sent = Sent()
-    hb = HeartbeatSender("unused", "hb", "n", 0, 1, 0.1, stall_s, NodeState.RECOVERING, producer=sent)  # type: ignore[arg-type]
+    hb = HeartbeatSender("unused", "hb", "n", 0, 1, 0.1, stall_s, NodeState.RECOVERING, producer=sent)
     return hb, sent
 
 

@@ -182,7 +182,7 @@ class FakeNode:
         self.pipeline = NodePipeline(self.plan, undo=self.plan.reconciliation is Reconciliation.UNDO)
         self.outputs = Outputs(self.plan.outputs, self.partition, self.replica)
         self.producer = FakeProducer()
-        self.outputs.open(self.producer)  # type: ignore[arg-type]
+        self.outputs.open(self.producer)
         self.images = FakeImages(self.producer, self.plan.restart_topics[self.replica])
         self.monitor = FakeMonitor()
         self.offsets: dict[str, int] = defaultdict(int)  # each input topic's end: messages made so far
@@ -191,7 +191,7 @@ class FakeNode:
         self.log: dict[str, list[FakeMessage]] = defaultdict(list)  # every message made, per topic
         self.replay: list[FakeMessage] = []  # what the ports read again after a rewind
         self.inputs.rewind = self._rewind  # type: ignore[method-assign]
-        self.scheme = DpcScheme(self)  # type: ignore[arg-type]
+        self.scheme = DpcScheme(self)
         self.ticks = 0
 
     # -- NodeRuntime -----------------------------------------------------------------

@@ -48,6 +48,9 @@ class FakeLog:
         self.send(topic, value, key, partition, kw.get("headers"))
         kw["on_delivery"](None, self.msgs[-1])
 
+    def on_delivery(self, err: Any, msg: Any) -> None:
+        """Never called: every message is delivered."""
+
     def flush(self, timeout: float = 30) -> None:
         self.flushes += 1
         if self.flushes == self.failing_flush:
@@ -90,7 +93,7 @@ def image(chunks: int, seed: int = 1) -> RestartImage:
 
 def writer(log: FakeLog) -> ImageWriter:
     """A replica's writer as a (re)started process builds it: it knows nothing but the log."""
-    return ImageWriter("unused:9092", TOPIC, 0, producer=log, chunk_bytes=CHUNK)  # type: ignore[arg-type]
+    return ImageWriter("unused:9092", TOPIC, 0, producer=log, chunk_bytes=CHUNK)
 
 
 def write(w: ImageWriter, img: RestartImage) -> None:
