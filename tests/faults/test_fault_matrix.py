@@ -112,7 +112,9 @@ def test_source_flapping_5s_down_every_10s(kafka: Any, tmp_path: Path, reference
 
 
 LONG = Shape(seconds=40, max_kept=500)
-RSS_GROWTH_KB = 48 * 1024
+IN_FAILURE = (6.0, 31.0)  # s2 is down 2..32 s: every node is past its wait and in the failure
+FAILURE_GROWTH_KB = 8 * 1024
+RSS_GROWTH_KB = 96 * 1024
 
 
 @pytest.mark.slow
@@ -122,14 +124,15 @@ def test_long_source_failure_memory_stays_bounded(
 ) -> None:
     """s2 down 2..32 s of a 40 s run (30 s, ten times X) with ``dpc.max_kept`` 500: tentative
     results within X all along, the failure-free output in the end, every node's failure spilled
-    and redone from the logs, and no node replica's resident memory grows past RSS_GROWTH_KB over
-    its size when the workload started.
+    and redone from the logs, and resident memory flat while the failure lasts.
 
-    The figure: n1 sees 2 x 3,000 readings of s1 and s3 in the failure; keeping them all as
-    Python objects (a dict, headers and bucket entry, ~1 kB each) would hold about 6 MB, and
-    each restart image taken in the failure is serialized from that. With max_kept 500 a node
-    keeps at most about 0.5 MB of them; 48 MB is what a node replica's heap, its Kafka client
-    buffers and the allocator's slack grow by in a 40 s run without a failure, with room."""
+    The figures: n1 sees 2 x 100 readings a second of s1 and s3; keeping them as Python objects
+    (a dict, headers and bucket entry, ~1 kB each) grows a replica by ~0.2 MB/s, 5 MB over the
+    25 s of IN_FAILURE, and restart images serialized from them more (0.6-0.7 MB/s was measured
+    when every tuple was kept). With max_kept 500 a node keeps at most ~0.5 MB of them, so 8 MB
+    over IN_FAILURE is slack for the allocator. Catching up after the heal (3,000 readings held
+    by s2, the failure's input read again, a full fetch queue) grows a replica by 15-50 MB once,
+    whatever the failure's length: RSS_GROWTH_KB bounds the whole run."""
     failure_free = reference(LONG)
     rss = RssSampler()
     schedule = Schedule().stop_source(2, 2.0, 30.0)
@@ -138,15 +141,22 @@ def test_long_source_failure_memory_stays_bounded(
         run = run_chain(kafka, tmp_path, schedule, failure_free)
     finally:
         rss.stop()
-    growth = {}
+    growth, in_failure = {}, {}
     for role, samples in sorted(rss.samples.items()):
         start = samples[0][2]
         growth[role] = max(kb for _, _, kb in samples) - start
+        during = [kb for t, _, kb in samples if IN_FAILURE[0] <= t <= IN_FAILURE[1]]
+        in_failure[role] = max(during) - during[0]
         every5 = [f"{t:.0f}s:{kb / 1024:.0f}" for t, _, kb in samples[::10]]
-        print(f"{role}: VmRSS {start / 1024:.0f} MB at start, +{growth[role] / 1024:.1f} MB at most; MB {every5}")
+        print(
+            f"{role}: VmRSS {start / 1024:.0f} MB at start, +{in_failure[role] / 1024:.1f} MB in the failure, "
+            f"+{growth[role] / 1024:.1f} MB at most; MB {every5}"
+        )
     check_schedule(run, failure_free, schedule)
     spilled = {n: [r for r in (0, 1) if SPILLED in (run.log_dir / f"{n}.r{r}.p0.log").read_text()] for n in NODES}
     assert all(spilled.values()), f"every node redid its failure from the logs (replicas that did: {spilled})"
     assert set(growth) == {f"n{n}.r{r}.p0" for n in (1, 2, 3) for r in (0, 1)}
+    grew = {role: g for role, g in in_failure.items() if g > FAILURE_GROWTH_KB}
+    assert not grew, f"resident memory grew by more than {FAILURE_GROWTH_KB // 1024} MB in the failure: {grew} kB"
     over = {role: g for role, g in growth.items() if g > RSS_GROWTH_KB}
-    assert not over, f"resident memory grew by more than {RSS_GROWTH_KB // 1024} MB in a 30 s failure: {over} kB"
+    assert not over, f"resident memory grew by more than {RSS_GROWTH_KB // 1024} MB over the run: {over} kB"
