@@ -462,6 +462,9 @@ def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_f
     su = failing.scheme.sunion
     assert failing.stats.tentative > 0 and su.spilled, "the failure outgrew max_kept"
     assert su.peak_kept <= 4
+    if method == "undo":
+        logs = failing.pipeline.logs or []
+        assert logs and all(lg.mark_at is None for lg in logs), "no mark pins the input logs: they trim again"
     run(failing, held, [5], now=delay + 2)  # c heals: the turn comes, the node rewinds its inputs
     assert failing.stats.replays == 1 and failing.states[-1] is NodeState.STABILIZATION
     replay = failing.take_replay()
