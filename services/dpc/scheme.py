@@ -142,16 +142,23 @@ class DpcScheme:
                 return True
         return False
 
-    def _check_retained(self, offsets: dict[str, int]) -> None:
+    def _check_retained(self, offsets: dict[str, int], redo: bool = False) -> None:
+        """Stop with one line when input that must be read again (``offsets``, by topic) is gone from the logs."""
         node = self.node
         for topic, off in offsets.items():
             first = first_offset(node.settings.bootstrap, topic, node.partition)
             if first > max(off, 0):
+                what = (
+                    "its redo of a failure longer than dpc.max_kept would miss input; raise the inputs' retention "
+                    "above the longest failure"
+                    if redo
+                    else "its restart would renumber its output; raise the inputs' retention, or delete this "
+                    "replica's output and restart topics to start it afresh"
+                )
                 raise RestartImageError(
                     f"{node.plan.node} p{node.partition} r{node.replica} must replay {topic}[{node.partition}] "
                     f"from offset {max(off, 0)}, but the log now starts at {first} (retention or trimming removed "
-                    "the rest): its restart would renumber its output; raise the inputs' retention, or delete "
-                    "this replica's output and restart topics to start it afresh"
+                    f"the rest): {what}"
                 )
 
     def on_stop(self) -> None:
@@ -412,6 +419,10 @@ class DpcScheme:
         """
         node = self.node
         spilled = self.sunion.spilled
+        if spilled and self.failure_start is not None:  # its input must still be in the logs
+            sources = {p.topic for p in node.inputs.ports if p.upstream is None}  # upstream gaps are read elsewhere
+            offsets = self.failure_start.offsets
+            self._check_retained({t: off for t, off in offsets.items() if t in sources}, redo=True)
         self._roll_back()
         if spilled:
             self._replay()

@@ -440,10 +440,9 @@ def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_wh
     assert n2.stable("c") == healthy.stable("c") and not n2.scheme.failed
 
 
-@pytest.mark.parametrize("method", ["checkpoint", "undo"])
-def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_free_output(method: str) -> None:
-    """Input c silent for most of the run: the node keeps at most max_kept tuples of the
-    failure, and once c heals it reads both inputs again from where the failure began."""
+def spilled_merge(method: str) -> tuple[FakeNode, FakeNode, list[FakeMessage], float]:
+    """A healthy node, and one whose input c went silent for longer than max_kept (4) allows:
+    with c's held messages and the time it is at."""
     spec = parse_spec(
         MERGE_TEXT.replace("nodes:", "dpc: {max_kept: 4}\nnodes:").replace(
             "mix, near]}", f"mix, near], reconciliation: {method}}}"
@@ -465,11 +464,25 @@ def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_f
     if method == "undo":
         logs = failing.pipeline.logs or []
         assert logs and all(lg.mark_at is None for lg in logs), "no mark pins the input logs: they trim again"
-    run(failing, held, [5], now=delay + 2)  # c heals: the turn comes, the node rewinds its inputs
+    return healthy, failing, held, delay + 2
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "undo"])
+def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_free_output(
+    method: str, monkeypatch: Any
+) -> None:
+    """Input c silent for most of the run: the node keeps at most max_kept tuples of the
+    failure, and once c heals it reads both inputs again from where the failure began."""
+    from services.dpc import scheme as dpc_scheme
+
+    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
+    healthy, failing, held, now = spilled_merge(method)
+    su = failing.scheme.sunion
+    run(failing, held, [5], now=now)  # c heals: the turn comes, the node rewinds its inputs
     assert failing.stats.replays == 1 and failing.states[-1] is NodeState.STABILIZATION
     replay = failing.take_replay()
     assert replay, "the inputs are read again from where the failure began"
-    run(failing, replay, [7], now=delay + 3)
+    run(failing, replay, [7], now=now + 1)
     assert failing.states[-1] is NodeState.STABLE and failing.stats.reconciliations == 1
     assert failing.controls[-1].kind is ControlKind.DONE, "the turn is given back once the redo is done"
     for stream in ("merged", "pairs"):
@@ -479,6 +492,17 @@ def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_f
             f"{stream}: the redo from the logs numbered differently"
         )
     assert su.peak_kept <= 4
+
+
+def test_a_redo_from_the_logs_stops_with_one_line_when_retention_removed_the_input(monkeypatch: Any) -> None:
+    from services.core.errors import RestartImageError
+    from services.dpc import scheme as dpc_scheme
+
+    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 10**6)
+    _, failing, held, now = spilled_merge("checkpoint")
+    with pytest.raises(RestartImageError, match=r"must replay .* raise the inputs' retention above the longest"):
+        run(failing, held, [5], now=now)
+    assert failing.stats.replays == 0 and not failing.take_replay(), "nothing read again: the node stops"
 
 
 def test_a_restart_image_of_a_spilled_failure_is_its_start_and_a_restart_from_it_reconciles(monkeypatch: Any) -> None:
