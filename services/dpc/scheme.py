@@ -50,8 +50,9 @@ REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this lo
 
 
 @dataclass
-class FailureStart:
-    """Where a failure began: what a spilled failure's redo goes back to, and its restart image."""
+class InputPoint:
+    """SUnion's state and where every input stands: what a restart image holds, and where a
+    spilled failure's redo goes back to (the failure's start)."""
 
     sunion: SUnionState
     ports: dict[str, tuple[int, int]]  # input stream -> (replica read, last stable id)
@@ -79,7 +80,7 @@ class DpcScheme:
         self.op_time: int | None = None  # the operators' time: the last advance()
         self.op_time_saved: int | None = None  # op_time when the failure began
         self.pre_failure: bytes | None = None  # the operators' state when the failure began
-        self.failure_start: FailureStart | None = None  # and the rest of the node's
+        self.failure_start: InputPoint | None = None  # and the rest of the node's
         self.start_imaged = False  # a spilled failure's restart image (its start) is written
         self.replaying: dict[str, tuple[int, int]] | None = None  # a spilled redo: the input ends to reach
         self.next_image = time.monotonic()
@@ -305,11 +306,7 @@ class DpcScheme:
         node = self.node
         self.pre_failure = snapshot if snapshot is not None else node.pipeline.snapshot(node.tick)
         self.reconciler.begin(self.pre_failure)
-        self.failure_start = FailureStart(
-            self.sunion.state(),
-            {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
-            offsets if offsets is not None else node.inputs.positions(),
-        )
+        self.failure_start = self._input_point(offsets)
         self.start_imaged = False
         self.op_time_saved = self.op_time
         self.failed = True
@@ -513,30 +510,29 @@ class DpcScheme:
         node = self.node
         node.outputs.flush()
         node.producer.flush()
-        start = self.failure_start
-        if self.sunion.spilled and start is not None and self.pre_failure is not None:
-            image = restart.RestartImage(
-                self.pre_failure,
-                start.sunion,
-                {s: so.state() for s, so in self.soutputs.items()},
-                start.ports,
-                start.offsets,
-                now_ms(),
-                bool(start.sunion.kept),  # a failure that began with kept buckets restarts in it
-            )
-            self.start_imaged = True
-            node.images.write(image, node.tick)
-            return
+        spilled = self.failure_start if self.sunion.spilled else None
+        point = spilled or self._input_point()
         image = restart.RestartImage(
             self.pre_failure if self.pre_failure is not None else node.pipeline.snapshot(node.tick),
-            self.sunion.state(),
+            point.sunion,
             {s: so.state() for s, so in self.soutputs.items()},
-            {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
-            node.inputs.positions(),
+            point.ports,
+            point.offsets,
             now_ms(),
-            self.pre_failure is not None,
+            # A spilled failure restarts before it began, in the failure only if it began with kept buckets.
+            bool(point.sunion.kept) if spilled else self.pre_failure is not None,
         )
+        self.start_imaged = spilled is not None
         node.images.write(image, node.tick)  # pickled here; chunked and written in the background
+
+    def _input_point(self, offsets: dict[str, int] | None = None) -> InputPoint:
+        """SUnion's state and every port's replica, last stable id and offset (``offsets`` if given) now."""
+        node = self.node
+        return InputPoint(
+            self.sunion.state(),
+            {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
+            offsets if offsets is not None else node.inputs.positions(),
+        )
 
 
 def _reason(e: Exception) -> str:

@@ -35,6 +35,12 @@ pytestmark = pytest.mark.integration
 SPILLED = "reconciling a spilled failure"  # the node's log line when it redoes a failure from the logs
 
 
+def assert_every_node_redid_from_the_logs(run: Run) -> None:
+    """At least one replica of every node logged SPILLED: its failure outgrew max_kept and was read again."""
+    spilled = {n: [r for r in (0, 1) if SPILLED in (run.log_dir / f"{n}.r{r}.p0.log").read_text()] for n in NODES}
+    assert all(spilled.values()), f"every node redid its failure from the logs (replicas that did: {spilled})"
+
+
 def test_flapping_source(kafka: Any, tmp_path: Path, failure_free: Run) -> None:
     """s2 down for 2 s every 4 s, twice in the 10 s workload: each failure goes tentative within X, and
     both are corrected."""
@@ -58,8 +64,7 @@ def test_a_source_failure_past_the_memory_bound_is_redone_from_the_logs(
     schedule = Schedule().stop_source(3, 2.0, 4.0).kill("n2.r1.p0", 6.6, 2.0)
     run = run_chain(kafka, tmp_path, schedule, failure_free, shape=replace(failure_free.shape, max_kept=300))
     check_schedule(run, failure_free, schedule)
-    spilled = {n: [r for r in (0, 1) if SPILLED in (run.log_dir / f"{n}.r{r}.p0.log").read_text()] for n in NODES}
-    assert all(spilled.values()), f"every node redid its failure from the logs (replicas that did: {spilled})"
+    assert_every_node_redid_from_the_logs(run)
 
 
 @pytest.mark.slow
@@ -153,8 +158,7 @@ def test_long_source_failure_memory_stays_bounded(
             f"+{growth[role] / 1024:.1f} MB at most; MB {every5}"
         )
     check_schedule(run, failure_free, schedule)
-    spilled = {n: [r for r in (0, 1) if SPILLED in (run.log_dir / f"{n}.r{r}.p0.log").read_text()] for n in NODES}
-    assert all(spilled.values()), f"every node redid its failure from the logs (replicas that did: {spilled})"
+    assert_every_node_redid_from_the_logs(run)
     assert set(growth) == {f"n{n}.r{r}.p0" for n in (1, 2, 3) for r in (0, 1)}
     grew = {role: g for role, g in in_failure.items() if g > FAILURE_GROWTH_KB}
     assert not grew, f"resident memory grew by more than {FAILURE_GROWTH_KB // 1024} MB in the failure: {grew} kB"
