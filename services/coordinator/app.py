@@ -304,12 +304,20 @@ class Coordinator:
 
     # -- running ----------------------------------------------------------------------
     def provision(self) -> None:
-        """Create the heartbeats and control topics if missing (faust only creates its own)."""
+        """Create the heartbeats and control topics and the tables' changelogs if missing.
+
+        Faust creates its changelogs itself, but while it joins its group: a changelog that
+        is not in the metadata yet when a grant is first written makes that write raise, and
+        the control agent crashes on every message after it (no GRANT ever goes out). Made
+        here, they exist before the worker starts.
+        """
         rf = self.app.conf.topic_replication_factor
         cfg = {"min.insync.replicas": "2"} if rf >= 3 else {}
+        changelogs = [t.changelog_topic.get_topic_name() for t in (self.replicas, self.recon)]
         ensure_topics(
             self.bootstrap,
-            [TopicSpec(self.spec.heartbeat_topic, 1, rf, cfg), TopicSpec(self.spec.control_topic, 1, rf, cfg)],
+            [TopicSpec(self.spec.heartbeat_topic, 1, rf, cfg), TopicSpec(self.spec.control_topic, 1, rf, cfg)]
+            + [TopicSpec(name, 1, rf, {**cfg, "cleanup.policy": "compact"}) for name in changelogs],
         )
 
     def check_alone(self) -> None:

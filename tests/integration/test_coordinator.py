@@ -276,3 +276,22 @@ def test_a_burst_of_control_messages_in_one_lz4_batch_is_read(setup: tuple, kafk
     finally:
         for s in senders.values():
             s.stop()
+
+
+def test_provision_makes_the_tables_changelogs_before_the_worker_starts(kafka: Any, tmp_path: Path) -> None:
+    """A changelog faust has not made yet when the first grant is written crashes the control
+    agent on every message; provision makes both, compacted, before the worker joins its group."""
+    from confluent_kafka.admin import ConfigResource
+
+    from services.coordinator.app import Coordinator
+    from services.core.admin import admin_client
+
+    spec, _ = unique_spec(SPEC, tmp_path)
+    coord = Coordinator(spec, kafka.bootstrap, data_dir=tmp_path / "coord")
+    coord.provision()
+    names = [t.changelog_topic.get_topic_name() for t in (coord.replicas, coord.recon)]
+    admin = admin_client(kafka.bootstrap)
+    assert set(names) <= set(admin.list_topics(timeout=10).topics), "both changelogs exist"
+    for name in names:
+        (fut,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values()
+        assert fut.result()["cleanup.policy"].value == "compact", f"{name} keeps the latest value per key"
