@@ -41,20 +41,33 @@ def produce(
             help="Deployment to register with, so 'hastream fault stop-source' finds this producer (default: the spec's, else the most recent).",
         ),
     ] = None,
+    keep_open: Annotated[
+        bool,
+        typer.Option(
+            "--keep-open",
+            help="At the end, leave the stream open for a later producer instead of ending it (its last results stay tentative until one comes).",
+        ),
+    ] = False,
     bootstrap: BootstrapOpt = None,
 ) -> None:
     """Write tuples to an input stream (a generated sensor workload, or JSON lines), with periodic BOUNDARY tuples.
 
-    SIGUSR1 holds the tuples back (a stopped source), SIGUSR2 sends them late, in order.
+    At the end the stream is ended with its final boundary, so every result downstream
+    becomes stable (unless --keep-open). SIGUSR1 holds the tuples back (a stopped source),
+    SIGUSR2 sends them late, in order.
     """
-    from services.client.source import SourceWriter, readings
+    from services.client.source import END_OF_TIME, SourceWriter, readings
 
     if event_time not in ("wall", "synthetic"):
         raise fail(f"--time must be 'wall' or 'synthetic', got {event_time!r}")
     s = spec_or_exit(spec)
     try:
         writer = SourceWriter(
-            s, stream, bootstrap_for(s, bootstrap), wall_clock=json_lines is None and event_time == "wall"
+            s,
+            stream,
+            bootstrap_for(s, bootstrap),
+            wall_clock=json_lines is None and event_time == "wall",
+            exclusive=True,
         )
     except ValueError as e:
         raise fail(str(e)) from None
@@ -84,11 +97,11 @@ def produce(
         faults.register_source(dep, stream)
     writer.install_signal_handlers()
     try:
-        sent = _send_paced(writer, records, rate, total)
+        sent = _send_paced(writer, records, rate, total, None if keep_open else END_OF_TIME, json_lines is not None)
     finally:
         if dep is not None:
             faults.unregister_source(dep, stream)
-    out.print(f"produced {sent} tuples to '{stream}'")
+    out.print(f"produced {sent} tuples to '{stream}'" + ("" if keep_open else ", and ended the stream"))
     if writer.late:
         err.print(
             f"[yellow]warning:[/] {writer.late} tuples had a 'ts' below an earlier boundary; nodes dead-letter "
@@ -119,8 +132,9 @@ def _json_records(path: Path):
                 raise fail(f"{path}:{i}: not JSON: {e.msg}") from None
 
 
-def _send_paced(writer, records, rate: float, total: int | None) -> int:
-    """Send at ``rate`` with boundaries while idle and a final one; a held writer waits for release."""
+def _send_paced(writer, records, rate: float, total: int | None, final: int | None, blocking: bool) -> int:
+    """Send at ``rate`` with boundaries while idle and a final one (at ``final`` if given); a held
+    writer waits for release. ``blocking``: reading ``records`` may wait (stdin), boundaries go on."""
     from services.client.source import pump
 
     def bad_record(i: int, e: Exception) -> None:
@@ -141,6 +155,8 @@ def _send_paced(writer, records, rate: float, total: int | None) -> int:
             rate,
             progress=lambda n: prog.update(task, completed=n),
             on_record_error=bad_record,
+            final_boundary=final,
+            blocking=blocking,
             on_wait=lambda held: err.print(
                 f"source stopped: {held} messages wait for 'hastream fault resume-source' (or Ctrl-C to send them now)"
             ),

@@ -10,16 +10,19 @@ tuples keep being generated but reach Kafka only when the source is ``release()`
 
 from __future__ import annotations
 
+import queue
 import random
 import signal
+import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
 from services.core.codec import codec_for
+from services.core.errors import WriterConflictError
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
-from services.core.tuples import TupleType, make_headers
-from services.log.tail import next_tuple_id
+from services.core.tuples import TupleType, header_writer
+from services.log.tail import WriterTail, writer_tail
 from services.spec import Spec
 
 # The stime of a source's final boundary: no tuple will ever come after it, so downstream
@@ -43,15 +46,29 @@ class SourceWriter:
     that the next ``send``/``boundary``/``maybe_boundary`` applies.
     """
 
-    def __init__(self, spec: Spec, stream: str, bootstrap: str, linger_ms: int = 5, wall_clock: bool = False) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        stream: str,
+        bootstrap: str,
+        linger_ms: int = 5,
+        wall_clock: bool = False,
+        exclusive: bool = False,
+    ) -> None:
         if stream not in spec.sources():
             raise ValueError(f"'{stream}' is not an input stream of the spec (inputs: {', '.join(spec.sources())})")
         sd = spec.streams[stream]
         self.stream = stream
         self.topic, self.partitions, self.key = spec.topic(stream), sd.partitions, sd.key
         self.codec = codec_for(sd.schema)
+        tails = [writer_tail(bootstrap, self.topic, p) for p in range(self.partitions)]
+        if exclusive:
+            _check_alone(stream, tails, spec.dpc.boundary_interval)
         self.producer = BatchProducer(bootstrap, linger_ms=linger_ms)
-        self.next_id = [next_tuple_id(bootstrap, self.topic, p) for p in range(self.partitions)]
+        self.next_id = [t.next_id for t in tails]
+        # One past every earlier writer's: readers drop what an older writer still sends (EpochGate).
+        self.epoch = max(t.epoch for t in tails) + 1
+        self.headers = header_writer(0, self.epoch)
         self.sent = 0  # data tuples accepted by send() (produced or held)
         self.boundaries = 0  # boundary rounds sent (one BOUNDARY per partition each)
         self.wall_clock = wall_clock
@@ -81,7 +98,7 @@ class SourceWriter:
             self.max_stime = stime
         if self.last_boundary is not None and stime < self.last_boundary:
             self.late += 1
-        self._produce(value, key, p, make_headers(ttype, tid, stime))
+        self._produce(value, key, p, self.headers(ttype, tid, stime))
         self.sent += 1
         if self.sent % 10000 == 0:
             self.producer.poll(0)
@@ -113,7 +130,7 @@ class SourceWriter:
         if self.last_boundary is not None and b < self.last_boundary:
             b = self.last_boundary
         for p in range(self.partitions):
-            self._produce(None, None, p, make_headers(TupleType.BOUNDARY, self.next_id[p] - 1, b))
+            self._produce(None, None, p, self.headers(TupleType.BOUNDARY, self.next_id[p] - 1, b))
         self.last_boundary = b
         self.boundaries += 1
         self._last_boundary_at = time.monotonic()
@@ -205,6 +222,29 @@ class SourceWriter:
         self.producer.flush()
 
 
+def _check_alone(stream: str, tails: list[WriterTail], boundary_interval_ms: int) -> None:
+    """Refuse to write a stream another writer is writing now, or one that has ended.
+
+    A live writer sends a boundary at least every ``boundary_interval``, so a newest message
+    younger than a few of those means it is still there. Two writers would hand out the
+    same ids, and readers reject the second's (an input stream has one writer).
+    """
+    if any(t.boundary and t.stime >= END_OF_TIME for t in tails):
+        raise WriterConflictError(
+            f"stream '{stream}' has ended (its last producer sent the final boundary), so its results are final "
+            "and new tuples would be late; start a new deployment, or pass --keep-open to producers that should "
+            "leave the stream open"
+        )
+    newest = max(t.written_ms for t in tails)
+    quiet_ms = wall_ms() - newest
+    if newest and quiet_ms < max(1000, 5 * boundary_interval_ms):
+        raise WriterConflictError(
+            f"stream '{stream}' is being written by another producer (its last message is {quiet_ms} ms old): an "
+            "input stream has one writer; wait until it ends, or declare an ingress on the stream to take records "
+            "from several producers"
+        )
+
+
 def pump(
     writer: SourceWriter,
     records: Iterable[dict[str, Any]],
@@ -215,6 +255,7 @@ def pump(
     wait_release: bool = True,
     on_wait: Callable[[int], None] | None = None,
     final_boundary: int | None = None,
+    blocking: bool = False,
 ) -> int:
     """Send ``records`` at ``rate`` per second (0: as fast as possible) with periodic boundaries.
 
@@ -224,7 +265,9 @@ def pump(
     at the largest stime sent. If the writer is held at the end and ``wait_release``, it waits
     (``on_wait(buffered)`` is called once) until released, or until ``stop()``, Ctrl-C or
     ``writer.stop_requested``, which release: no tuple is left unsent. ``stop()`` is
-    checked between records. Returns the number of records sent.
+    checked between records. ``blocking`` says reading ``records`` may wait (stdin): they are
+    then read by a thread, and boundaries go on while none come (an idle but live source).
+    Returns the number of records sent.
     """
     t0 = time.monotonic()
     n = 0
@@ -235,7 +278,12 @@ def pump(
 
     try:
         try:
-            for rec in records:
+            for rec in _prefetched(records, tick) if blocking else records:
+                if rec is None:  # nothing to read for a tick: the source is idle, not gone
+                    writer.maybe_boundary()
+                    if stopped():
+                        break
+                    continue
                 try:
                     writer.send(rec)
                 except (ValueError, TypeError, KeyError) as e:
@@ -277,6 +325,36 @@ def pump(
             writer.release()  # never leave tuples unsent: they arrive late instead
             writer.flush()
     return n
+
+
+_DONE = object()
+
+
+def _prefetched(records: Iterable[dict[str, Any]], tick: float) -> Iterator[dict[str, Any] | None]:
+    """``records`` read by a thread, with None whenever none came for ``tick`` seconds; an error
+    reading them is raised here."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=10_000)
+
+    def read() -> None:
+        try:
+            for r in records:
+                q.put(r)
+            q.put(_DONE)
+        except BaseException as e:  # handed to the pump, which raises it
+            q.put(e)
+
+    threading.Thread(target=read, name="records", daemon=True).start()
+    while True:
+        try:
+            r = q.get(timeout=tick)
+        except queue.Empty:
+            yield None
+            continue
+        if r is _DONE:
+            return
+        if isinstance(r, BaseException):
+            raise r
+        yield r
 
 
 def readings(

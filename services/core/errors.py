@@ -54,3 +54,7 @@ class InputGapError(HastreamError, LookupError):
 
 class FencedError(HastreamError, RuntimeError):
     """A newer incarnation of this node replica has started: this copy must write no more."""
+
+
+class WriterConflictError(HastreamError, ValueError):
+    """An input stream already has a live writer, or has ended: a second writer would break its ids."""

@@ -38,6 +38,7 @@ from services.dpc.states import NodeState, check_transition
 from services.dpc.sunion import STuple, SUnion, SUnionState
 from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
+from services.node.ingress import LATE, RawReader
 from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 from services.operators.base import _ignore
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 STALE = "stale tentative"  # NodeStats.skipped key
 FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writer
+OUT_OF_ORDER = "out of order"  # NodeStats.skipped key: source tuples whose id went back or jumped (dead-lettered)
 REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
 
 
@@ -177,6 +179,9 @@ class DpcScheme:
             if port is None or port.gap is not None:
                 continue  # in flight from a replica the port just left, or after a gap it reads again
             try:
+                if port.raw is not None:
+                    self._take_raw(port, port.raw, m, now)
+                    continue
                 got = admit(m.headers(), port.gate)
                 if got is None:  # written by a replaced copy of the upstream replica
                     stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
@@ -191,9 +196,16 @@ class DpcScheme:
                         stats.skipped[STALE] = stats.skipped.get(STALE, 0) + 1
                         continue
                     if tid <= port.last_stable:
+                        if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
+                            stats.skipped[OUT_OF_ORDER] = stats.skipped.get(OUT_OF_ORDER, 0) + 1
+                            raise ValueError(
+                                f"ht.id {tid} goes backwards (the stream is at {port.last_stable}): "
+                                "an input stream has one writer; feed it from several through an ingress"
+                            )
                         continue  # a duplicate after a restart or a switch
-                    if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port):
+                    if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
                         if port.upstream is None:  # a source has one log and one writer: nothing to read again
+                            stats.skipped[OUT_OF_ORDER] = stats.skipped.get(OUT_OF_ORDER, 0) + 1
                             raise ValueError(f"ht.id {tid} jumps past {port.last_stable}: the source skipped ids")
                         port.report_gap(tid)
                         stats.gaps += 1
@@ -212,14 +224,58 @@ class DpcScheme:
                 elif t is not EPOCH:
                     stats.skipped["REC_DONE"] = stats.skipped.get("REC_DONE", 0) + 1
             except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
-                node.deadletter(m, _reason(e))
+                reason = _reason(e)
+                node.deadletter(m, reason)
                 stats.deadlettered += 1
+                if _sparse(stats.deadlettered):
+                    log.warning(
+                        "dead-lettered %s[%d]@%d: %s (%d so far)",
+                        m.topic(),
+                        m.partition(),
+                        m.offset(),
+                        reason,
+                        stats.deadlettered,
+                    )
         stats.consumed += len(msgs)
 
+    def _take_raw(self, port: InputPort, raw: RawReader, m: Message, now: float) -> None:
+        """An ingress's raw record as a stable tuple (its id its offset), or a tick as a boundary;
+        the input's boundary follows the newest tuple time minus the lateness (``services.node.ingress``)."""
+        raw.last_read = now
+        off = m.offset() or 0
+        if off <= port.last_stable:
+            return  # read again after a restart
+        stime, rec = raw.read(m)
+        su, i = self.sunion, port.index
+        bound = su.boundaries[i]
+        if rec is None:
+            su.boundary(i, stime, now)
+            return
+        if bound is not None and stime < bound:
+            stats = self.node.stats
+            stats.skipped[LATE] = stats.skipped.get(LATE, 0) + 1
+            raise ValueError(
+                f"late: tuple time {stime} is {bound - stime} ms behind the stream's boundary {bound} "
+                f"(the newest tuple time minus the lateness of {raw.lateness} ms)"
+            )
+        su.push(i, STABLE, off, stime, rec, now)
+        port.last_stable = off
+        su.boundary(i, stime - raw.lateness, now)
+
+    def _tick_raw(self, now: float) -> None:
+        """Write a tick into each raw input idle for its ``idle`` time: its time moves on without records."""
+        node = self.node
+        for p in node.inputs.ports:
+            raw = p.raw
+            if raw is not None and raw.tick_due(now):
+                node.producer.send(raw.topic, None, None, node.partition, raw.tick())
+                raw.last_read = now
+
     @staticmethod
-    def _first_of_source(port: InputPort) -> bool:
-        """A source's first tuple may have any id: its log may have been trimmed before this node existed."""
-        return port.upstream is None and port.last_stable < 0
+    def _first_of_source(port: InputPort, m: Message) -> bool:
+        """A source's first tuple may have any id if it is not at the log's start: retention may have
+        removed the tuples before it before this node existed. At offset 0 ids start at 0."""
+        return port.upstream is None and port.last_stable < 0 and (m.offset() or 0) > 0
 
     def on_input_failure(self, port: InputPort, now: float) -> None:
         """The port reads another upstream replica now, which sends its own version of what followed."""
@@ -360,6 +416,7 @@ class DpcScheme:
         return states
 
     def on_check(self, now: float) -> None:
+        self._tick_raw(now)
         if self.recovering:
             self._check_caught_up()
         if self.replaying is not None:
@@ -533,6 +590,12 @@ class DpcScheme:
             {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
             offsets if offsets is not None else node.inputs.positions(),
         )
+
+
+def _sparse(n: int) -> bool:
+    """Whether the ``n``-th event of a kind is logged: the 1st, 10th, 100th, ... then every 10,000th,
+    so a flood of bad input is seen without flooding the log (the metrics count every one)."""
+    return n % 10_000 == 0 or (n < 10_000 and 10 ** len(str(n)) == 10 * n)
 
 
 def _reason(e: Exception) -> str:

@@ -12,13 +12,15 @@ Scans leave out what a fenced writer wrote (a lower epoch after a higher one, se
 
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from services.core.errors import HeaderError
 from services.core.kafka import plain_consumer, retry_transient
 from services.core.tuples import (
+    BOUNDARY,
     EPOCH,
     STABLE,
     TENTATIVE,
@@ -30,6 +32,7 @@ from services.core.tuples import (
 )
 
 Meta = tuple[TupleType | None, int | None, int]  # what a backward scan needs of a message: type, id, epoch
+V = TypeVar("V")
 
 
 def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -> Iterator[Message]:
@@ -54,12 +57,19 @@ def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> 
     Readers look for the newest message with some property; scanning back from the end costs
     the distance from the tail, not the length of the log.
     """
+    return _backward(bootstrap, topic, partition, chunk, lambda m: peek(m.headers()))
+
+
+def _backward(
+    bootstrap: str, topic: str, partition: int, chunk: int, view: Callable[[Message], V]
+) -> Iterator[list[tuple[int, V]]]:
+    """The partition's messages as (offset, ``view(message)``) in chunks, newest chunk first."""
     c = plain_consumer(bootstrap, "seek")
     try:
         low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         while end > low:
             start = max(low, end - chunk)
-            yield [(m.offset() or 0, peek(m.headers())) for m in _read_range(c, topic, partition, start, end)]
+            yield [(m.offset() or 0, view(m)) for m in _read_range(c, topic, partition, start, end)]
             end = start
     finally:
         c.close()
@@ -201,6 +211,43 @@ def messages_between(bootstrap: str, topic: str, partition: int, start: int, end
         return list(_read_range(c, topic, partition, start, end))
     finally:
         c.close()
+
+
+@dataclass(frozen=True)
+class WriterTail:
+    """Where a source writer finds one partition of its stream: what the last hastream writer left."""
+
+    next_id: int  # the id that continues the dense sequence (0 in an empty partition)
+    epoch: int  # that writer's epoch (0: no hastream writer wrote here)
+    stime: int  # the ``ht.stime`` of its newest message
+    written_ms: int  # when that message was written (its Kafka timestamp), 0 if none
+    boundary: bool  # that message is a BOUNDARY
+
+
+def _writer_view(m: Message) -> WriterTail | None:
+    """What a message says of its writer, if a hastream writer wrote it (an epoch >= 1 and a type)."""
+    try:
+        meta = parse_headers(m.headers())
+    except HeaderError:
+        return None
+    if meta.epoch < 1 or meta.type not in (STABLE, BOUNDARY, EPOCH):
+        return None
+    next_id = meta.id + 1  # a boundary names the last id sent, an EPOCH the one before the next
+    return WriterTail(next_id, meta.epoch, meta.stime, m.timestamp()[1], meta.type is BOUNDARY)
+
+
+@retry_transient
+def writer_tail(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> WriterTail:
+    """The newest message a hastream source writer (``services.client.source``) wrote in one partition.
+
+    Messages of other clients (no ``ht.epoch``, or none of its tuple types) are passed over, so
+    another client's ``ht.id`` never decides where the writer's sequence goes on.
+    """
+    for rows in _backward(bootstrap, topic, partition, chunk, _writer_view):
+        for _, tail in reversed(rows):
+            if tail is not None:
+                return tail
+    return WriterTail(0, 0, 0, 0, False)
 
 
 def next_tuple_id(bootstrap: str, topic: str, partition: int) -> int:

@@ -25,6 +25,7 @@ from services.core.kafka import BatchConsumer, retry_transient
 from services.core.tuples import EpochGate
 from services.dpc.states import NodeState
 from services.log.tail import seek_after_stable
+from services.node.ingress import RawReader
 from services.spec.plan import InputPlan
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,13 @@ class InputPort(ReplicaReader):
     stream: str = field(kw_only=True)
     index: int = field(kw_only=True)  # its SUnion input number
     decode: Callable[[bytes | None], Any] = field(kw_only=True)  # the stream's Avro decoder
+    raw: RawReader | None = field(default=None, kw_only=True)  # an ingress's raw topic: ids are offsets
+
+    def move(self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None) -> int:
+        """As ``ReplicaReader.move``; a raw topic's tuple ids are offsets, so it goes on right after."""
+        if self.raw is not None and offset is None:
+            offset = self.last_stable + 1 if self.last_stable >= 0 else OFFSET_BEGINNING
+        return super().move(consumer, bootstrap, replica, offset)
 
 
 class Inputs:
@@ -133,6 +141,7 @@ class Inputs:
                 stream=p.stream,
                 index=p.index,
                 decode=codec_for(p.schema).decode,
+                raw=RawReader(p, partition) if p.ingress is not None else None,
             )
             for p in plans
         ]

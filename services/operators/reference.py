@@ -28,10 +28,11 @@ def _aggregate(func: str, vals: list[Any], count: int, total: float) -> Any:
     return min(vals) if func == "min" else max(vals)
 
 
-def _window(op: OperatorDef, recs: Records) -> Records:
+def _window(op: OperatorDef, recs: Records, ended: bool = False) -> Records:
+    """Windows closed by the newest input time, or every window once the input has ended."""
     if not recs:
         return []
-    watermark = max(r[op.time] for r in recs)
+    watermark = float("inf") if ended else max(r[op.time] for r in recs)
     groups: dict[tuple[int, Any], Records] = defaultdict(list)
     for r in recs:
         t = r[op.time]
@@ -66,8 +67,9 @@ def _join(spec: Spec, op: OperatorDef, left: Records, right: Records) -> Records
     return out
 
 
-def evaluate(spec: Spec, inputs: dict[str, list[Records]]) -> dict[str, list[Records]]:
-    """Every stream's content per partition, given the source streams' content."""
+def evaluate(spec: Spec, inputs: dict[str, list[Records]], ended: bool = False) -> dict[str, list[Records]]:
+    """Every stream's content per partition, given the source streams' content; ``ended``: the
+    sources sent their final boundary, which closes every window."""
     data: dict[str, list[Records]] = {
         s: inputs.get(s, [[] for _ in range(spec.streams[s].partitions)]) for s in spec.sources()
     }
@@ -89,7 +91,7 @@ def evaluate(spec: Spec, inputs: dict[str, list[Records]]) -> dict[str, list[Rec
             elif op.type == "union":
                 out.append([r for i in ins for r in i])
             elif op.type == "window":
-                out.append(_window(op, ins[0]))
+                out.append(_window(op, ins[0], ended))
             else:
                 out.append(_join(spec, op, ins[0], ins[1]))
         data[op.output] = out

@@ -18,6 +18,28 @@ AGG_FUNCS = ("count", "sum", "avg", "min", "max")
 ENGINES = ("python", "spark")
 
 
+RAW_SUFFIX = ".raw"  # the topic outside producers write for a stream fed through an ingress
+RECORD_TIMESTAMP = "timestamp"  # ingress ``time``: the Kafka record's timestamp, not a field
+
+
+@dataclass(frozen=True)
+class IngressDef:
+    """How an ingress reads a raw topic written by any Kafka client (docs/spec.md, "ingress")."""
+
+    format: str = "json"  # the raw values: "json" (one object) or "avro" (schemaless, the stream's schema)
+    time: str = RECORD_TIMESTAMP  # a record's tuple time: the Kafka timestamp, or this field (ms)
+    lateness: int = 1000  # ms a record may come after a newer one and still be taken
+    idle: int | None = None  # ms without records after which time moves on with the clock (None: 1000 for
+    # the record timestamp, off for a field, whose time need not be the clock's)
+    replicas: int = 1
+
+    @property
+    def idle_ms(self) -> int:
+        if self.idle is not None:
+            return self.idle
+        return 1000 if self.time == RECORD_TIMESTAMP else 0
+
+
 @dataclass(frozen=True)
 class StreamDef:
     name: str
@@ -25,6 +47,7 @@ class StreamDef:
     key: str | None = None
     partitions: int = 1
     delay: int | None = None  # X in ms for this output, end to end (None: the spec's dpc.delay)
+    ingress: IngressDef | None = None  # set on a raw stream: outside producers write it, an ingress reads it
 
 
 class Scheme(str, Enum):
@@ -117,6 +140,10 @@ class Spec:
     def sources(self) -> list[str]:
         """Input streams: produced by clients, not by any operator."""
         return [s for s in self.streams if self.producer_of(s) is None]
+
+    def raw_of(self, stream: str) -> StreamDef | None:
+        """The raw stream outside producers write when ``stream`` is fed through an ingress."""
+        return self.streams.get(stream + RAW_SUFFIX)
 
     def consumers_of(self, stream: str) -> list[OperatorDef]:
         return [op for op in self.operators.values() if stream in op.inputs]

@@ -7,6 +7,7 @@ as ``file:line:col: path: message``, one per line, so a user can fix them all at
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,25 @@ from services.core.codec import schema_fields
 from services.core.errors import SchemaNotFound, SpecError
 from services.dpc.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reconciliation
 from services.spec import validate
-from services.spec.model import ENGINES, DpcConfig, NodeDef, OperatorDef, Scheme, Spec, StreamDef
+from services.spec.model import (
+    ENGINES,
+    RAW_SUFFIX,
+    RECORD_TIMESTAMP,
+    DpcConfig,
+    IngressDef,
+    NodeDef,
+    OperatorDef,
+    Scheme,
+    Spec,
+    StreamDef,
+)
 from services.spec.problems import Problems, to_python
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
-_STREAM_KEYS = {"schema", "key", "partitions", "delay"}
+_STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress"}
+_INGRESS_KEYS = {"format", "time", "lateness", "idle", "replicas"}
 _NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha"}
 
 
@@ -58,10 +71,11 @@ def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> S
     d_parts = ck.pos_int(defaults, "partitions", ("defaults",), 1)
     d_repl = ck.pos_int(defaults, "replicas", ("defaults",), 1)
 
-    streams = _parse_streams(ck, top, d_parts)
+    streams = _parse_streams(ck, top, d_parts, d_repl)
     operators = validate.operators(ck, top, streams)
     declared = set(ck.mapping(top.get("operators"), ("operators",), "operators"))
     nodes = _parse_nodes(ck, top, operators, declared, d_repl)
+    _add_ingresses(ck, streams, operators, nodes)
     dpc = _parse_dpc(ck, top)
     spec = Spec(name, streams, operators, nodes, path, dpc)
     if not ck.problems:
@@ -102,7 +116,7 @@ def _parse_dpc(ck: Problems, top: dict) -> DpcConfig:
     return DpcConfig(alpha=float(alpha), **vals)
 
 
-def _parse_streams(ck: Problems, top: dict, d_parts: int) -> dict[str, StreamDef]:
+def _parse_streams(ck: Problems, top: dict, d_parts: int, d_repl: int) -> dict[str, StreamDef]:
     raw = ck.mapping(top.get("streams"), ("streams",), "streams")
     if not raw:
         ck.err(("streams",), "at least one stream is required")
@@ -127,8 +141,58 @@ def _parse_streams(ck: Problems, top: dict, d_parts: int) -> dict[str, StreamDef
         if key is not None and key not in fields:
             ck.err(path + ("key",), f"key field '{key}' is not in schema '{schema}' (fields: {', '.join(fields)})")
         delay = ck.pos_int(sdef, "delay", path, 0) if "delay" in sdef else None
-        out[sname] = StreamDef(sname, schema, key, ck.pos_int(sdef, "partitions", path, d_parts), delay)
+        out[sname] = sd = StreamDef(sname, schema, key, ck.pos_int(sdef, "partitions", path, d_parts), delay)
+        if "ingress" in sdef:
+            ingress = _parse_ingress(ck, sdef["ingress"], path + ("ingress",), fields, d_repl)
+            out[sname + RAW_SUFFIX] = replace(sd, name=sname + RAW_SUFFIX, delay=None, ingress=ingress)
     return out
+
+
+def _parse_ingress(ck: Problems, raw: Any, path: tuple, fields: dict[str, Any], d_repl: int) -> IngressDef:
+    """A stream's ``ingress:`` block (``{}`` or ``true`` take every default)."""
+    obj = {} if raw is True else ck.mapping(raw, path, "'ingress'")
+    ck.unknown_keys(obj, _INGRESS_KEYS, path)
+    d = IngressDef()
+    fmt = obj.get("format", d.format)
+    if fmt not in ("json", "avro"):
+        ck.err(path + ("format",), f"'format' must be json or avro, got {fmt!r}")
+    time = obj.get("time", d.time)
+    if time != RECORD_TIMESTAMP and time not in fields:
+        ck.err(
+            path + ("time",),
+            f"'time' must be '{RECORD_TIMESTAMP}' (the Kafka record's) or a field of the schema "
+            f"({', '.join(fields)}), got {time!r}",
+        )
+    lateness = ck.pos_int(obj, "lateness", path, d.lateness, minimum=0)
+    idle = ck.pos_int(obj, "idle", path, 0, minimum=0) if "idle" in obj else None
+    return IngressDef(str(fmt), str(time), lateness, idle, ck.pos_int(obj, "replicas", path, d_repl))
+
+
+def ingress_node(stream: str) -> str:
+    """The name of the node that feeds ``stream`` from its raw topic."""
+    return f"ingress_{stream}"
+
+
+def _add_ingresses(
+    ck: Problems, streams: dict[str, StreamDef], operators: dict[str, OperatorDef], nodes: dict[str, NodeDef]
+) -> None:
+    """Each ingress is a node of its own: a one-input union from the raw stream to the typed one,
+    replicated like any node, so DPC, restart images and replica choice serve it unchanged."""
+    for raw in [sd for sd in streams.values() if sd.ingress is not None]:
+        stream = raw.name.removesuffix(RAW_SUFFIX)
+        name = ingress_node(stream)
+        if name in operators or name in nodes:
+            ck.err(("streams", stream, "ingress"), f"'{name}' is the ingress's name: rename the operator or node")
+            continue
+        if any(op.output == stream for op in operators.values()):
+            ck.err(
+                ("streams", stream, "ingress"),
+                f"stream '{stream}' is written by an operator: it cannot have an ingress",
+            )
+            continue
+        assert raw.ingress is not None
+        operators[name] = OperatorDef(name, "union", (raw.name,), stream)
+        nodes[name] = NodeDef(name, (name,), raw.ingress.replicas)
 
 
 def _choice(ck: Problems, obj: dict, key: str, path: tuple, allowed: tuple[Any, ...], default: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 from services.core.codec import schema_fields
 from services.dpc.policies import Reconciliation
-from services.spec.model import DpcConfig, OperatorDef, Scheme, Spec
+from services.spec.model import DpcConfig, IngressDef, OperatorDef, Scheme, Spec
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class InputPlan:
     schema: str
     upstream: str | None  # producing node, None for a source stream
     topics: tuple[str, ...]  # one per upstream replica
+    ingress: IngressDef | None = None  # a raw stream of outside producers' records
+    key: str | None = None  # the partition key field
+    partitions: int = 1
 
     @property
     def replicas(self) -> int:
@@ -73,9 +76,9 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
     for i, s in enumerate(spec.node_inputs(node)):
         up = spec.node_producing(s)
         n = spec.replicas_of_stream(s)
-        inputs.append(
-            InputPlan(s, i, spec.streams[s].schema, up.name if up else None, tuple(spec.topic(s, r) for r in range(n)))
-        )
+        sd = spec.streams[s]
+        topics = tuple(spec.topic(s, r) for r in range(n))
+        inputs.append(InputPlan(s, i, sd.schema, up.name if up else None, topics, sd.ingress, sd.key, sd.partitions))
     outputs = []
     for s in spec.node_outputs(node):
         sd = spec.streams[s]

@@ -79,7 +79,8 @@ def test_up_produce_tail_down(kafka, tmp_path: Path) -> None:
     inputs: list[list[dict]] = [[], []]
     for rec in records:
         inputs[partition_for(key_bytes(rec["sensor"]), 2)].append(rec)
-    want = evaluate(spec, {f"src_{u}": inputs})[f"stats_{u}"]
+    # produce ended the stream: every window closed, every result stable.
+    want = evaluate(spec, {f"src_{u}": inputs}, ended=True)[f"stats_{u}"]
     assert sum(map(len, want)) > 0
     for p in range(2):
         mine = [t["value"] for t in got if t["partition"] == p]

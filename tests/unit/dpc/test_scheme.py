@@ -250,6 +250,40 @@ def test_a_source_id_that_jumps_is_deadlettered_and_never_used_to_drop_later_tup
     assert node.inputs.ports[0].last_stable == 5, "the tuples after the jump are taken, not dropped as duplicates"
 
 
+def test_a_source_id_that_goes_backwards_is_deadlettered_not_dropped_silently() -> None:
+    """A second writer on a typed input stream repeats ids the stream already has: each of its
+    tuples is rejected with the reason, and the first writer's later tuples still go through."""
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    recs = readings(8, 10, 0)
+    msgs = [node.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs[:4])]
+    msgs += [node.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs[4:6])]  # ids 0, 1 again
+    msgs += [node.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs[4:], start=4)]
+    node.step(msgs, 0.0)
+    reasons = [h["ht.error"].decode() for h in node.deadletters()]
+    assert len(reasons) == 2 and all("goes backwards" in r for r in reasons), reasons
+    assert node.inputs.ports[0].last_stable == 7
+    assert node.stats.skipped.get("out of order") == 2, "counted where metrics read it"
+
+
+def test_a_source_first_id_must_be_zero_unless_the_log_was_trimmed() -> None:
+    """Another client's tuple with ``ht.id=1000000`` first in a stream's log is rejected; it must
+    not become the stream's position, which would drop every later tuple as a duplicate."""
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    recs = readings(5, 10, 0)
+    msgs = [node.message("a", STABLE, 1_000_000, recs[0]["ts"], recs[0])]
+    msgs += [node.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs)]
+    node.step(msgs, 0.0)
+    reasons = [h["ht.error"].decode() for h in node.deadletters()]
+    assert len(reasons) == 1 and "jumps past -1" in reasons[0], reasons
+    assert node.inputs.ports[0].last_stable == 4
+
+    trimmed = FakeNode(MERGE_AFTER_WINDOW, "n")
+    trimmed.offsets["a"] = 500  # retention removed the first 500 messages before this node ever read
+    msgs = [trimmed.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs, start=300)]
+    trimmed.step(msgs, 0.0)
+    assert trimmed.deadletters() == [] and trimmed.inputs.ports[0].last_stable == 304
+
+
 def test_a_gap_in_an_upstream_replica_stops_the_port_until_it_reads_the_ids_again() -> None:
     node = FakeNode(CHAIN, "n2")
     recs = readings(8, 10, 0)
