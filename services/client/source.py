@@ -10,6 +10,7 @@ tuples keep being generated but reach Kafka only when the source is ``release()`
 
 from __future__ import annotations
 
+import json
 import queue
 import random
 import signal
@@ -55,14 +56,23 @@ class SourceWriter:
         wall_clock: bool = False,
         exclusive: bool = False,
     ) -> None:
+        raw = spec.raw_of(stream)
+        if raw is not None:  # fed through an ingress: plain records to its raw topic, like any client's
+            stream = raw.name
         if stream not in spec.sources():
             raise ValueError(f"'{stream}' is not an input stream of the spec (inputs: {', '.join(spec.sources())})")
         sd = spec.streams[stream]
         self.stream = stream
         self.topic, self.partitions, self.key = spec.topic(stream), sd.partitions, sd.key
         self.codec = codec_for(sd.schema)
-        tails = [writer_tail(bootstrap, self.topic, p) for p in range(self.partitions)]
-        if exclusive:
+        # A raw topic takes plain values and has many writers: no ids, no epochs, no boundaries but the last.
+        self.plain = sd.ingress is not None
+        self.json = self.plain and sd.ingress is not None and sd.ingress.format == "json"
+        tails = [
+            WriterTail(0, 0, 0, 0, False) if self.plain else writer_tail(bootstrap, self.topic, p)
+            for p in range(self.partitions)
+        ]
+        if exclusive and not self.plain:
             _check_alone(stream, tails, spec.dpc.boundary_interval)
         self.producer = BatchProducer(bootstrap, linger_ms=linger_ms)
         self.next_id = [t.next_id for t in tails]
@@ -92,6 +102,10 @@ class SourceWriter:
             stime = wall_ms()
             self.wall_clock = True  # this writer stamps tuple time itself: "now" is a safe boundary
         value = self.codec.encode(rec)  # before taking an id: a record that does not fit raises here
+        if self.plain:
+            self._produce(json.dumps(rec).encode() if self.json else value, key, p, None)
+            self.sent += 1
+            return
         tid = self.next_id[p]
         self.next_id[p] = tid + 1
         if self.max_stime is None or stime > self.max_stime:
@@ -103,7 +117,7 @@ class SourceWriter:
         if self.sent % 10000 == 0:
             self.producer.poll(0)
 
-    def _produce(self, value: bytes | None, key: bytes | None, p: int, headers: list) -> None:
+    def _produce(self, value: bytes | None, key: bytes | None, p: int, headers: list | None) -> None:
         if self._held is not None:
             self._held.append((self.topic, value, key, p, headers))
         else:
@@ -129,6 +143,8 @@ class SourceWriter:
             return None
         if self.last_boundary is not None and b < self.last_boundary:
             b = self.last_boundary
+        if self.plain and b < END_OF_TIME:
+            return None  # the ingress moves time on from what all producers write; only the end is told
         for p in range(self.partitions):
             self._produce(None, None, p, self.headers(TupleType.BOUNDARY, self.next_id[p] - 1, b))
         self.last_boundary = b

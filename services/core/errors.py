@@ -58,3 +58,7 @@ class FencedError(HastreamError, RuntimeError):
 
 class WriterConflictError(HastreamError, ValueError):
     """An input stream already has a live writer, or has ended: a second writer would break its ids."""
+
+
+class ContractError(HastreamError, ValueError):
+    """An input message breaks the input contract (an id out of order, a late record): dead-lettered with this."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
-from services.core.errors import DecodeError, HeaderError, RestartImageError
+from services.core.errors import ContractError, DecodeError, HeaderError, RestartImageError
 from services.core.tuples import BOUNDARY, EPOCH, STABLE, TENTATIVE, UNDO, TupleType, admit
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
 from services.dpc.policies import Policy
@@ -198,7 +198,7 @@ class DpcScheme:
                     if tid <= port.last_stable:
                         if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
                             stats.skipped[OUT_OF_ORDER] = stats.skipped.get(OUT_OF_ORDER, 0) + 1
-                            raise ValueError(
+                            raise ContractError(
                                 f"ht.id {tid} goes backwards (the stream is at {port.last_stable}): "
                                 "an input stream has one writer; feed it from several through an ingress"
                             )
@@ -206,7 +206,7 @@ class DpcScheme:
                     if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
                         if port.upstream is None:  # a source has one log and one writer: nothing to read again
                             stats.skipped[OUT_OF_ORDER] = stats.skipped.get(OUT_OF_ORDER, 0) + 1
-                            raise ValueError(f"ht.id {tid} jumps past {port.last_stable}: the source skipped ids")
+                            raise ContractError(f"ht.id {tid} jumps past {port.last_stable}: the source skipped ids")
                         port.report_gap(tid)
                         stats.gaps += 1
                         continue
@@ -254,7 +254,7 @@ class DpcScheme:
         if bound is not None and stime < bound:
             stats = self.node.stats
             stats.skipped[LATE] = stats.skipped.get(LATE, 0) + 1
-            raise ValueError(
+            raise ContractError(
                 f"late: tuple time {stime} is {bound - stime} ms behind the stream's boundary {bound} "
                 f"(the newest tuple time minus the lateness of {raw.lateness} ms)"
             )
@@ -600,6 +600,6 @@ def _sparse(n: int) -> bool:
 
 def _reason(e: Exception) -> str:
     """Why a message was rejected, in the words of the strict parsers."""
-    if isinstance(e, (HeaderError, DecodeError)):
+    if isinstance(e, (HeaderError, DecodeError, ContractError)):
         return str(e)
     return f"malformed input: {type(e).__name__}: {e}"

@@ -104,10 +104,17 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         tuple(outputs),
         ops,
         {s: list(schema_fields(spec.streams[s].schema)) for s in sorted(touched)},
-        spec.node_delay_s(node),
+        _delay_s(spec, node, inputs),
         spec.dpc,
         spec.heartbeat_topic,
         spec.control_topic,
         spec.deadletter_topic,
         tuple(spec.restart_topic(node, r) for r in range(nd.replicas)),
     )
+
+
+def _delay_s(spec: Spec, node: str, inputs: list[InputPlan]) -> float:
+    """SUnion's wait: the node's share of X, plus an ingress's lateness, which its input takes by
+    design to reach a bucket's end (records may come that late); X counts from there on."""
+    lateness = max((i.ingress.lateness for i in inputs if i.ingress is not None), default=0)
+    return spec.node_delay_s(node) + lateness / 1000

@@ -25,6 +25,7 @@ from services.node.ports import Inputs
 from services.node.scheme import NodeStats
 from services.operators.base import Item
 from services.spec import Spec, parse_spec
+from services.spec.model import RAW_SUFFIX
 from services.spec.plan import plan_node
 
 # Two nodes in a chain, two replicas each: n2 reads n1's replicated output.
@@ -52,6 +53,10 @@ class FakeMessage:
     _offset: int = 0
     _partition: int = 0
     _key: bytes | None = None
+    _timestamp: int = 0
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp)  # CreateTime
 
     def topic(self) -> str:
         return self._topic
@@ -219,6 +224,14 @@ class FakeNode:
         self.offsets[port.topic] += 1
         msg = FakeMessage(port.topic, value, make_headers(ttype, tid, stime), off, self.partition)
         self.log[port.topic].append(msg)
+        return msg
+
+    def raw(self, stream: str, value: bytes | None, headers: list | None = None, timestamp: int = 0) -> FakeMessage:
+        """One message an outside client wrote to the raw topic of an ingress-fed ``stream``."""
+        topic = self.spec.topic(stream + RAW_SUFFIX)
+        msg = FakeMessage(topic, value, headers or [], self.offsets[topic], self.partition, None, timestamp)
+        self.offsets[topic] += 1
+        self.log[topic].append(msg)
         return msg
 
     def _rewind(self, last_stable: dict[str, int], bootstrap: str) -> None:

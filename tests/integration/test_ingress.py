@@ -1,0 +1,130 @@
+"""Plain Kafka producers feed a deployment through its ingress: no ``ht.*`` headers, two at once.
+
+Two confluent-kafka producers, as users have them (JSON values, the sensor as the key, the
+default partitioner), write the raw topic of an ingress-fed stream of a running deployment
+(`hastream up`, two replicas of the ingress and of the node behind it). `hastream source end`
+ends the stream; then every replica's stable output must equal the reference evaluation of
+what the producers wrote, tuple for tuple, with dense ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Message, Producer, TopicPartition
+
+from services.client.source import END_OF_TIME
+from services.core.codec import codec_for
+from services.core.kafka import plain_consumer
+from services.core.partitioner import key_bytes, partition_for
+from services.core.tuples import BOUNDARY, STABLE, parse_headers
+from services.operators.reference import evaluate
+from tests.integration.helpers import unique_spec
+
+pytestmark = pytest.mark.integration
+
+SPEC = """\
+name: ingress-{u}
+defaults: {partitions: 2, replicas: 2}
+dpc: {heartbeat_interval: 100, failure_timeout: 1000}
+streams:
+  src_{u}: {schema: reading, key: sensor, ingress: {time: ts, lateness: 3000}}
+  stats_{u}: {schema: window_stat, key: key}
+operators:
+  win: {type: window, input: src_{u}, output: stats_{u}, key: sensor, size: 200,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  n: {operators: [win]}
+"""
+
+
+def hastream(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def produce_plain(bootstrap: str, topic: str, first: int, n: int, placed: list[tuple[int, dict]]) -> None:
+    """What a user's own producer does: JSON values keyed by sensor, default partitioner, no headers."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+
+    def delivered(err: object, msg: Message) -> None:
+        assert err is None, err
+        placed.append((msg.partition() or 0, json.loads(msg.value() or b"")))
+
+    for i in range(first, first + n):
+        sensor = f"s{i % 7}"
+        rec = {"sensor": sensor, "ts": int(time.time() * 1000), "value": float(i % 40), "seq": i}
+        p.produce(topic, json.dumps(rec).encode(), sensor.encode(), on_delivery=delivered)
+        p.poll(0)
+        time.sleep(0.004)
+    p.flush(30)
+
+
+def read_until_end(bootstrap: str, topic: str, partitions: int, timeout: float = 90) -> list[dict[int, dict]]:
+    """Each partition's stable tuples by id, read until the final boundary has come through."""
+    decode = codec_for("window_stat").decode
+    c = plain_consumer(bootstrap, "check")
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[dict[int, dict]] = [{} for _ in range(partitions)]
+    ended: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(ended) < partitions and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error() is not None:
+                    continue
+                meta = parse_headers(m.headers())
+                p = m.partition() or 0
+                if meta.type is STABLE:
+                    out[p][meta.id] = decode(m.value())
+                elif meta.type is BOUNDARY and meta.stime >= END_OF_TIME - 1000:  # the end, down to a bucket
+                    ended.add(p)
+    finally:
+        c.close()
+    assert len(ended) == partitions, f"{topic}: the final boundary did not come through in {timeout}s"
+    return out
+
+
+def test_two_plain_producers_feed_a_deployment_through_its_ingress(kafka, tmp_path: Path) -> None:
+    spec, path = unique_spec(SPEC, tmp_path)
+    src, out = spec.streams[spec.sources()[0]].name.removesuffix(".raw"), spec.sinks()[0]
+    env = {**os.environ, "HASTREAM_HOME": str(tmp_path / "home")}
+    env.pop("HASTREAM_BOOTSTRAP", None)
+    r = hastream("up", str(path), "--bootstrap", kafka.bootstrap, env=env)
+    assert r.returncode == 0, r.stderr
+    try:
+        placed: list[tuple[int, dict]] = []
+        producers = [
+            threading.Thread(target=produce_plain, args=(kafka.bootstrap, f"{src}.raw", k * 1000, 250, placed))
+            for k in range(2)
+        ]
+        for t in producers:
+            t.start()
+        for t in producers:
+            t.join(60)
+        assert len(placed) == 500
+        assert all(p == partition_for(key_bytes(rec["sensor"]), 2) for p, rec in placed), "librdkafka's partitioner"
+        ended = hastream("source", "end", str(path), src, env=env)
+        assert ended.returncode == 0, ended.stderr
+        got = [read_until_end(kafka.bootstrap, spec.topic(out, r), 2) for r in range(2)]
+    finally:
+        hastream("down", spec.name, env=env)
+
+    inputs: list[list[dict]] = [[], []]
+    for p, rec in placed:
+        inputs[p].append(rec)
+    want = evaluate(spec, {f"{src}.raw": inputs}, ended=True)[out]
+    assert sum(map(len, want)) > 0
+    for replica, parts in enumerate(got):
+        for p in range(2):
+            assert sorted(parts[p]) == list(range(len(parts[p]))), f"r{replica} p{p}: ids not dense"
+            mine = [parts[p][i] for i in sorted(parts[p])]
+            assert mine == want[p], f"replica {replica} partition {p} differs from the reference"
