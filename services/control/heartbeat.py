@@ -64,6 +64,7 @@ class HeartbeatSender:
         self.epoch = 0
         self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
         self.ticked = time.monotonic()
+        self.sent_at: float | None = None  # monotonic time of the last heartbeat handed to the producer
         self.stalled = False
         self._producer = producer or BatchProducer(bootstrap, linger_ms=0, **{"compression.type": "none"})
         self._stop = threading.Event()
@@ -101,6 +102,11 @@ class HeartbeatSender:
         )
         self._producer.send(self.topic, hb.encode(), self.node.encode(), 0)
         self._producer.poll(0)
+        self.sent_at = time.monotonic()
+
+    def age(self) -> float | None:
+        """Seconds since the last heartbeat went out (None: none yet): grows while the loop stalls."""
+        return None if self.sent_at is None else time.monotonic() - self.sent_at
 
     def due(self, now: float) -> bool:
         """Whether a heartbeat goes out now: only while the loop ticked within ``stall_s``."""

@@ -19,9 +19,11 @@ from services.control.messages import ControlMessage
 from services.control.monitor import ReplicaMonitor
 from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer
+from services.core.metrics import MetricsServer, serve_from_env
 from services.dpc.policies import Reconciliation
 from services.dpc.states import NodeState
 from services.node import fence, restart
+from services.node.metrics import NodeMetrics, reason_label
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
@@ -47,6 +49,9 @@ class NodeService:
         self.outputs = Outputs(plan.outputs, partition, replica)
         self.name = f"{plan.spec_name}.{node}.r{replica}.p{partition}"
         self.scheme: RecoveryScheme = build_scheme(self)
+        self.lags: dict[str, int] = {}  # input stream -> messages not read yet, as of the last check
+        self.metrics = NodeMetrics(self)
+        self.metrics_server: MetricsServer | None = None
 
     def run(self, max_idle_s: float | None = None) -> NodeStats:
         """Process until SIGTERM/SIGINT, or (for tests) ``max_idle_s`` without input once input has started."""
@@ -118,11 +123,13 @@ class NodeService:
                 for c in self.control.poll():
                     scheme.on_control(c, now)
                 scheme.on_check(now)
-                self.heartbeat.report(*scheme.progress(), self.inputs.lag())
+                self.lags = self.inputs.lags()
+                self.heartbeat.report(*scheme.progress(), sum(self.lags.values()))
             self.outputs.flush()
 
     # -- what a scheme may use (``services.node.scheme.NodeRuntime``) -----------------------
     def set_state(self, state: NodeState) -> None:
+        self.metrics.state_changed(self.heartbeat.state, state)
         self.heartbeat.set_state(state)
 
     def tick(self) -> None:
@@ -133,9 +140,15 @@ class NodeService:
 
     def deadletter(self, msg: Message, reason: str) -> None:
         self.outputs.deadletter(self.plan.deadletter_topic, msg, reason, self.name)
+        self._count_deadletter(reason_label(reason))
 
     def reject(self, where: str, item: Item, reason: str) -> None:
         self.outputs.deadletter_tuple(self.plan.deadletter_topic, where, item, reason, self.name)
+        self._count_deadletter(reason_label(reason, rejected=True))
+
+    def _count_deadletter(self, label: str) -> None:
+        by = self.stats.deadlettered_by
+        by[label] = by.get(label, 0) + 1
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -158,6 +171,7 @@ class NodeService:
             state=NodeState.RECOVERING,
         ).start()
         self.control = ControlReader(st.bootstrap, plan.control_topic, f"{self.name}.control")
+        self.metrics_server = serve_from_env(self.metrics)
 
     def _close(self, clean: bool) -> None:
         """After a clean stop the scheme persists what a restart needs; after an error nothing is
@@ -168,6 +182,8 @@ class NodeService:
                 self.scheme.on_stop()
                 self.producer.flush()
         finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self.heartbeat.stop()
             self.monitor.close()
             self.control.close()
@@ -175,6 +191,7 @@ class NodeService:
 
     def _image_written(self) -> None:
         self.stats.restart_images += 1
+        self.stats.restart_image_bytes = self.images.last_bytes
 
     def stop(self, *_: object) -> None:
         self.running = False

@@ -189,15 +189,15 @@ class Inputs:
             p.last_stable = last_stable[p.stream]
             self.assigned[p.topic] = p.move(self.consumer.raw, bootstrap, p.replica)
 
-    def lag(self) -> int:
-        """Input messages in the logs not read yet, from the end offsets the last fetches brought (no request)."""
+    def lags(self) -> dict[str, int]:
+        """Input messages in the logs not read yet, per input stream, from the end offsets the last
+        fetches brought (no request)."""
         assert self.consumer is not None
-        raw, total = self.consumer.raw, 0
-        for t, pos in self.positions().items():
-            first, end = raw.get_watermark_offsets(TopicPartition(t, self.partition), cached=True)
-            if end >= 0:
-                total += max(0, end - max(pos, first))
-        return total
+        raw, pos, out = self.consumer.raw, self.positions(), {}
+        for p in self.ports:
+            first, end = raw.get_watermark_offsets(TopicPartition(p.topic, self.partition), cached=True)
+            out[p.stream] = max(0, end - max(pos[p.topic], first)) if end >= 0 else 0
+        return out
 
     def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[InputPort]:
         """Move each port whose upstream replica is no longer the best, or that must read a gap

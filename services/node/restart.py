@@ -199,6 +199,7 @@ class ImageWriter:
         self.bootstrap, self.topic, self.partition, self.chunk_bytes = bootstrap, topic, partition, chunk_bytes
         self.on_written = on_written
         self.failed = 0
+        self.last_bytes = 0  # size of the last image written
         self._producer = producer or BatchProducer(
             bootstrap,
             linger_ms=0,
@@ -253,6 +254,7 @@ class ImageWriter:
         extents[slot] = len(chunks)
         man = Manifest(h.image, slot, len(chunks), len(data), (extents[0], extents[1]))
         self._head = Head(man, self._send_manifest(man), extents)
+        self.last_bytes = len(data)
 
     def _send_manifest(self, man: Manifest) -> int:
         """Write the manifest and wait for it; returns its offset."""

@@ -36,6 +36,7 @@ class NodeStats:
     consumed: int = 0
     produced: int = 0
     deadlettered: int = 0  # malformed input messages
+    deadlettered_by: dict[str, int] = field(default_factory=dict)  # dead-letter records by reason label
     rejected: int = 0  # tuples the operators or the output schemas rejected
     tentative: int = 0
     undos_received: int = 0
@@ -44,6 +45,7 @@ class NodeStats:
     switches: int = 0
     gaps: int = 0  # stable ids that did not come in order: read again from a replica's log
     restart_images: int = 0
+    restart_image_bytes: int = 0  # size of the last restart image written
     skipped: dict[str, int] = field(default_factory=dict)
 
 

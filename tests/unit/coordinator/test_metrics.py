@@ -1,0 +1,33 @@
+"""The coordinator's /metrics carry the status page's numbers; a replica not heard from is STARTING."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from services.coordinator.metrics import CoordinatorMetrics, replica_counts
+from services.core.metrics import registry_of
+from services.dpc.consistency import Coordination
+
+
+def status_of(c: Coordination, now: int, grants_sent: int) -> dict[str, Any]:
+    st = c.status(now, [("n", 0, 0), ("n", 0, 1), ("n", 0, 2)])
+    return {**st, "ready": True, "grants_sent": grants_sent, "replicas_by_state": replica_counts(st["replicas"])}
+
+
+def test_replicas_by_state_grants_and_heartbeat_ages() -> None:
+    c = Coordination({}, {}, 1000)
+    c.on_heartbeat({"node": "n", "partition": 0, "replica": 0, "state": "STABLE", "sent_ms": 1, "pid": 1}, now=1000)
+    c.on_heartbeat(
+        {"node": "n", "partition": 0, "replica": 1, "state": "UPSTREAM_FAILURE", "sent_ms": 1, "pid": 2}, now=1200
+    )
+    text = generate_latest(registry_of(CoordinatorMetrics("chain", lambda: status_of(c, 1500, 7)))).decode()
+    assert 'hastream_coordinator_replicas{spec="chain",state="STABLE"} 1.0' in text
+    assert 'hastream_coordinator_replicas{spec="chain",state="UPSTREAM_FAILURE"} 1.0' in text
+    assert 'hastream_coordinator_replicas{spec="chain",state="STARTING"} 1.0' in text  # r2: not heard from yet
+    assert 'hastream_coordinator_replicas{spec="chain",state="FAILED"} 0.0' in text
+    assert 'hastream_coordinator_grants_total{spec="chain"} 7.0' in text
+    age = 'hastream_coordinator_heartbeat_age_seconds{node="n",partition="0",replica="0",spec="chain"} 0.5'
+    assert age in text
+    assert 'replica="2"' not in text.split("hastream_coordinator_heartbeat_age_seconds", 1)[1]  # no age: never heard
