@@ -34,12 +34,16 @@ import faust
 from aiohttp.web import TCPSite
 from faust.web import Request, Response, View
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, Heartbeat, now_ms
 from services.control.monitor import ReplicaMonitor
+from services.coordinator.metrics import CoordinatorMetrics, replica_counts
 from services.coordinator.page import STATUS_HTML
+from services.core import metrics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.errors import DecodeError, HastreamError
+from services.core.logs import setup_logging
 from services.dpc.consistency import LEASE_MS, Coordination, Grant
 from services.dpc.states import NodeState
 from services.spec import Spec
@@ -71,14 +75,26 @@ class _Web(AiohttpWeb):
             await TCPSite(self._runner, app.conf.web_bind, 0).start()
             log.warning("port %d is taken (%s): serving on a free port", app.conf.web_port, e.strerror)
         port = int(self._runner.addresses[-1][1])
-        log.info("status page on http://localhost:%d/ (JSON: /status)", port)
+        log.info("status page on http://localhost:%d/ (JSON: /status, Prometheus: /metrics)", port)
+        if app.metrics_port is not None:
+            await self._serve_metrics(app.metrics_port)
         if app.on_web_bound is not None:
             app.on_web_bound(port)
+
+    async def _serve_metrics(self, port: int) -> None:
+        """The same views on the metrics port the launcher gave (loopback unless told otherwise)."""
+        try:
+            await TCPSite(self._runner, metrics.env_host(), port).start()
+        except OSError as e:
+            log.warning("metrics port %d is taken (%s): /metrics only on the status page's port", port, e.strerror)
+            return
+        log.info("metrics on http://%s:%d/metrics", metrics.env_host(), port)
 
 
 class _App(faust.App):
     web_port_fallback = False  # True: the port was not asked for, any free one will do
     on_web_bound: Callable[[int], None] | None = None
+    metrics_port: int | None = None  # a second port serving the views, for Prometheus
 
     def _new_web(self) -> AiohttpWeb:
         return _Web(self)
@@ -147,6 +163,8 @@ class Coordinator:
         self.ready_since: int | None = None  # when the tables were recovered
         self.caught_up = False  # our own heartbeat came back: the heartbeat backlog is read
         self.expected = expected_replicas(spec)
+        self.grants_sent = 0
+        self.registry = metrics.registry_of(CoordinatorMetrics(spec.name, self.status))
         rf = replication if replication is not None else min(3, broker_count(bootstrap))
         name = app_id(spec)
         self.app = app = _App(
@@ -173,6 +191,7 @@ class Coordinator:
             web_tables_enabled=False,
         )
         app.web_port_fallback = port is None
+        app.metrics_port = metrics.env_port()
         app.on_web_bound = self._on_web_bound
         self.heartbeats = app.topic(
             spec.heartbeat_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
@@ -264,6 +283,12 @@ class Coordinator:
             async def get(self, request: Request) -> Response:
                 return self.json(coordinator.status())
 
+        @app.page("/metrics")
+        class MetricsView(View):
+            async def get(self, request: Request) -> Response:
+                body = generate_latest(coordinator.registry)
+                return self.bytes(body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
         @app.page("/")
         class IndexView(View):
             async def get(self, request: Request) -> Response:
@@ -279,6 +304,7 @@ class Coordinator:
     async def _send_grants(self, grants: list[Grant]) -> None:
         for g in grants:
             log.info("GRANT %s (stagger=%s)", g.key, g.stagger)
+            self.grants_sent += 1
             grant = ControlMessage(ControlKind.GRANT, g.node, g.partition, g.replica, g.stagger, round_ms=g.round_ms)
             await self.control.send(key=g.node.encode(), value=grant.encode())
 
@@ -293,6 +319,8 @@ class Coordinator:
             {
                 "spec": self.spec.name,
                 "ready": self.ready_since is not None and self.caught_up,
+                "grants_sent": self.grants_sent,
+                "replicas_by_state": replica_counts(body["replicas"]),
                 "pid": os.getpid(),
                 "started_ms": self.started_ms,
                 "heartbeat_interval_ms": self.spec.dpc.heartbeat_interval,
@@ -351,10 +379,12 @@ class Coordinator:
         )
 
     def run(self, loglevel: str = "info") -> None:
+        setup_logging("coordinator", loglevel)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.provision()
         self.check_alone()
-        worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
+        # Our log format, not faust's: the worker leaves the logging set up above alone.
+        worker = faust.Worker(self.app, loglevel=loglevel, quiet=True, override_logging=False)
         worker.execute_from_commandline()
 
 

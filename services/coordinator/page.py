@@ -15,14 +15,16 @@ STATUS_HTML = """<!doctype html>
  th { background: #f4f4f4; }
  .STABLE { color: #127a12; font-weight: 600; } .UPSTREAM_FAILURE { color: #b36b00; font-weight: 600; }
  .STABILIZATION { color: #1f5fbf; font-weight: 600; } .RECOVERING { color: #8a2be2; font-weight: 600; } .FAILED { color: #c01818; font-weight: 600; }
+ .STARTING { color: #888; font-weight: 600; }
  .muted { color: #888; } #err { color: #c01818; }
 </style></head>
 <body>
 <h1>hastream coordinator &mdash; <span id="spec">{{title}}</span></h1>
 <div class="muted" id="meta">loading&hellip;</div><div id="err"></div>
+<div id="counts"></div>
 <h2>Node replicas</h2>
 <table><thead><tr><th>node</th><th>partition</th><th>replica</th><th>state</th><th>last heartbeat</th>
-<th>state since</th><th>pid</th><th>reconciliation</th></tr></thead><tbody id="replicas"></tbody></table>
+<th>state since</th><th>stable out</th><th>input lag</th><th>pid</th><th>reconciliation</th></tr></thead><tbody id="replicas"></tbody></table>
 <h2>Waiting requests</h2>
 <table><thead><tr><th>replica</th><th>waiting</th><th>stagger</th></tr></thead><tbody id="pending"></tbody></table>
 <h2>Grants held</h2>
@@ -32,7 +34,7 @@ function secs(ms) { return ms === null || ms === undefined ? "never" : (ms / 100
 function cell(text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; return td; }
 function fill(id, rows, cols) {
   const body = document.getElementById(id); body.replaceChildren();
-  if (!rows.length) { const tr = document.createElement("tr"); const td = cell("none", "muted"); td.colSpan = 8; tr.append(td); body.append(tr); return; }
+  if (!rows.length) { const tr = document.createElement("tr"); const td = cell("none", "muted"); td.colSpan = 10; tr.append(td); body.append(tr); return; }
   for (const r of rows) { const tr = document.createElement("tr"); for (const c of cols) tr.append(c(r)); body.append(tr); }
 }
 async function refresh() {
@@ -42,10 +44,14 @@ async function refresh() {
     document.getElementById("meta").textContent = (s.ready ? "ready" : "recovering") + " \\u00b7 pid " + s.pid +
       " \\u00b7 failure timeout " + secs(s.failure_timeout_ms) + " \\u00b7 grant lease " + secs(s.lease_ms) +
       " \\u00b7 " + new Date(s.now_ms).toLocaleTimeString();
+    document.getElementById("counts").textContent = "grants sent " + s.grants_sent + " \\u00b7 replicas: " +
+      Object.entries(s.replicas_by_state).filter(([, n]) => n).map(([k, n]) => k + " " + n).join(", ") +
+      " \\u00b7 Prometheus: /metrics";
     fill("replicas", s.replicas, [r => cell(r.node), r => cell(r.partition), r => cell(r.replica),
       r => cell(r.state + (r.state === "FAILED" && r.reported ? " (last: " + r.reported + ")" : ""), r.state),
       r => cell(r.seen ? secs(r.age_ms) + " ago" : "never"),
       r => cell(r.since_ms ? secs(s.now_ms - r.since_ms) + " ago" : "", "muted"),
+      r => cell(r.seen ? r.stable : ""), r => cell(r.seen ? r.lag : ""),
       r => cell(r.pid || ""), r => cell(r.reconciliation, r.reconciliation === "IDLE" ? "muted" : "")]);
     fill("pending", s.pending, [r => cell(r.key), r => cell(secs(r.waiting_ms)), r => cell(r.stagger)]);
     fill("grants", s.grants, [r => cell(r.key), r => cell(secs(r.held_ms)), r => cell(secs(r.lease_left_ms)), r => cell(r.stagger)]);

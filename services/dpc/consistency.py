@@ -12,7 +12,10 @@ coordinator continues where it stopped):
   heard_ms, pid, epoch, since_ms, stable, lag}`` (``stable``: stable tuples written; ``lag``:
   input messages not processed yet). ``state`` is the state the replica reported in its last
   heartbeat, or FAILED once no heartbeat arrived for ``failure_timeout``; ``since_ms`` is
-  when the state last changed.
+  when the state last changed. A row is written when its state, pid or epoch changes, not
+  for every heartbeat: the changelog then stays short, and a restarted coordinator replays
+  it in moments however long the deployment ran. The newest heartbeat's time and progress
+  are kept in memory (``latest``, ``progress``).
 * ``recon``: ``"node/pX/rY"`` -> ``{node, partition, replica, status, requested_ms,
   granted_ms, stagger, ctl_ms, round_ms}`` with status IDLE, PENDING (asked, waiting) or GRANTED.
 
@@ -46,6 +49,7 @@ from services.dpc.states import NodeState
 LEASE_MS = 30_000
 
 IDLE, PENDING, GRANTED = "IDLE", "PENDING", "GRANTED"
+STARTING = "STARTING"  # shown for a replica not heard from yet; never a NodeState
 REQUEST, GRANT, DONE = ControlKind.REQUEST, ControlKind.GRANT, ControlKind.DONE
 
 
@@ -81,6 +85,7 @@ class Coordination:
         # When the newest heartbeat of each replica arrived, also for heartbeats not written to
         # the table. In memory only: after a restart the table's heard_ms stands in.
         self.latest: dict[str, int] = {}
+        self.progress: dict[str, dict[str, int]] = {}  # the newest heartbeat's sent_ms, pid, stable and lag
         self.backlog: set[str] = set()  # replicas heard of only in a backlog so far
 
     # -- heartbeats and failure detection --------------------------------------------
@@ -88,9 +93,10 @@ class Coordination:
         """Record a replica's heartbeat, arrived at ``now``; returns whether the table changed.
 
         ``fresh`` is False for the backlog a restarted coordinator reads: such a heartbeat
-        tells the state, but not that the replica lives now. It never makes a FAILED or
-        unknown replica look alive, and never fails a live one either (``mark_failures``
-        does that, once the backlog is read and ``caught_up`` has counted it).
+        tells the state, but not that the replica lives now. It never makes a FAILED replica
+        look alive, and never fails a live one either (``mark_failures`` does that, once the
+        backlog is read and ``caught_up`` has given every replica in it one timeout to show
+        that it lives). A replica known only from the backlog takes the state it reported.
         """
         node = hb["node"]
         if node == COORDINATOR:
@@ -103,8 +109,15 @@ class Coordination:
         cur = self.replicas.get(key)
         sent = int(hb["sent_ms"])
         pid, epoch = int(hb.get("pid", 0)), int(hb.get("epoch", 0))
-        if cur is not None and cur["pid"] == pid and sent < cur["sent_ms"]:
+        newest = self.progress.get(key) or cur
+        if newest is not None and newest["pid"] == pid and sent < newest["sent_ms"]:
             return False  # older than what this process already said (a replay)
+        self.progress[key] = {
+            "sent_ms": sent,
+            "pid": pid,
+            "stable": int(hb.get("stable", 0)),
+            "lag": int(hb.get("lag", 0)),
+        }
         if fresh:
             self.latest[key] = now
             r = self.recon.get(key)
@@ -112,7 +125,7 @@ class Coordination:
                 self.recon[key] = {**r, "granted_ms": now}  # still reconciling: the lease is renewed
         else:
             self.backlog.add(key)
-        if cur is not None and cur["state"] != NodeState.FAILED.value:
+        if cur is None or cur["state"] != NodeState.FAILED.value:
             state = reported  # a live replica stays live: only mark_failures declares failures
         else:
             state = reported if fresh else NodeState.FAILED.value
@@ -123,8 +136,8 @@ class Coordination:
             or cur["pid"] != pid
             or cur["epoch"] != epoch
         )
-        if not fresh and not changed:
-            return False  # a backlog of the same news is not written to the table one by one
+        if not changed:
+            return False  # the same news again: only the in-memory time and progress move
         since = cur["since_ms"] if cur is not None and cur["state"] == state else now
         heard = now if fresh else (cur["heard_ms"] if cur is not None else 0)
         self.replicas[key] = {
@@ -271,12 +284,14 @@ class Coordination:
         """Every replica's state and age, the waiting requests and the grants held (JSON-ready).
 
         ``expected`` lists (node, partition, replica) the spec deploys; those never heard of
-        are shown FAILED with ``seen`` false.
+        are shown STARTING with ``seen`` false: not failed, since they never ran as far as we
+        know (a state for display only; replica choice never sees it).
         """
         recon = dict(self.recon.items())
         rows = {}
-        for key, r in list(self.replicas.items()):
+        for key, row in list(self.replicas.items()):
             heard = self.last_heard(key)
+            r = {**row, **self.progress.get(key, {})}
             sent = r["sent_ms"]
             rows[key] = {
                 "key": key,
@@ -303,7 +318,7 @@ class Coordination:
                     "node": node,
                     "partition": p,
                     "replica": rep,
-                    "state": NodeState.FAILED.value,
+                    "state": STARTING,
                     "reported": None,
                     "age_ms": None,
                     "sent_ms": None,

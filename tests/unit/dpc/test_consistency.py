@@ -95,15 +95,45 @@ def test_silent_replica_is_marked_failed_and_recovers() -> None:
     assert replicas["n/p0/r0"]["since_ms"] == 2500
 
 
-def test_replayed_old_heartbeats_leave_a_dead_replica_failed() -> None:
+def test_a_replica_heard_of_only_in_a_backlog_fails_one_timeout_after_the_backlog_is_read() -> None:
     c, replicas, _ = make()
     assert c.on_heartbeat(hb("n", 0, 1000), now=50_000, fresh=False)  # the backlog of a restarted coordinator
-    assert replicas["n/p0/r0"]["state"] == "FAILED" and replicas["n/p0/r0"]["since_ms"] == 50_000
-    # a backlog of the same news is not rewritten one by one
-    assert not c.on_heartbeat(hb("n", 0, 1200), now=50_001, fresh=False)
-    # a fresh one brings it back
-    assert c.on_heartbeat(hb("n", 0, 1300), now=90_000)
+    assert replicas["n/p0/r0"]["state"] == "STABLE"  # what it said; whether it lives is not known yet
+    assert not c.on_heartbeat(hb("n", 0, 1200), now=50_001, fresh=False)  # the same news is not rewritten
+    c.caught_up(now=50_100)
+    assert c.mark_failures(now=51_000) == []  # one timeout to show that it lives
+    assert c.mark_failures(now=51_101) == ["n/p0/r0"]  # it did not: dead
+    assert replicas["n/p0/r0"]["state"] == "FAILED" and replicas["n/p0/r0"]["since_ms"] == 51_101
+    assert not c.on_heartbeat(hb("n", 0, 1300), now=51_200, fresh=False)  # a replay leaves it failed
+    assert replicas["n/p0/r0"]["state"] == "FAILED"
+    assert c.on_heartbeat(hb("n", 0, 1400), now=90_000)  # a fresh one brings it back
     assert replicas["n/p0/r0"]["state"] == "STABLE"
+
+
+class CountingDict(dict):
+    """A table that counts its writes: each is a changelog record in the service."""
+
+    writes = 0
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self.writes += 1
+        super().__setitem__(key, value)
+
+
+def test_steady_heartbeats_do_not_grow_the_changelog() -> None:
+    """A restarted coordinator replays its changelog before it is ready: one record per heartbeat
+    made that replay grow with the deployment's age (10 records a second per replica)."""
+    replicas = CountingDict()
+    c = Coordination(replicas, {}, TIMEOUT)
+    for t in range(1000, 61_000, 100):  # a minute of two replicas in one state
+        c.on_heartbeat(hb("n", 0, t) | {"stable": t, "lag": 1}, now=t)
+        c.on_heartbeat(hb("n", 1, t, "UPSTREAM_FAILURE"), now=t)
+        assert c.mark_failures(now=t) == []
+    assert replicas.writes == 2  # each replica's first heartbeat
+    row = next(r for r in c.status(now=61_000)["replicas"] if r["key"] == "n/p0/r0")
+    assert (row["stable"], row["lag"], row["sent_ms"], row["age_ms"]) == (60_900, 1, 60_900, 100)  # from memory
+    c.on_heartbeat(hb("n", 1, 61_000), now=61_000)  # a change is written
+    assert replicas.writes == 3 and replicas["n/p0/r1"]["state"] == "STABLE"
 
 
 def test_a_backlog_neither_fails_a_live_replica_nor_floods_the_table() -> None:
@@ -257,7 +287,7 @@ def test_status_lists_replicas_requests_and_grants() -> None:
     st = c.status(now=1500, expected=[("n", 0, 0), ("n", 0, 1)])
     assert [(r["key"], r["state"], r["seen"], r["reconciliation"]) for r in st["replicas"]] == [
         ("n/p0/r0", "STABLE", True, GRANTED),
-        ("n/p0/r1", "FAILED", False, PENDING),
+        ("n/p0/r1", "STARTING", False, PENDING),  # not heard from yet: not failed
     ]
     assert st["replicas"][0]["age_ms"] == 500
     assert [(p["key"], p["waiting_ms"]) for p in st["pending"]] == [("n/p0/r1", 490)]
