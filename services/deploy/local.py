@@ -19,7 +19,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from services.core import metrics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
+from services.core.logs import rotate
 from services.core.paths import REPO_ROOT, hastream_home
 from services.deploy import processes
 from services.node.restart import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
@@ -33,6 +35,7 @@ class Process:
     log: str
     argv: list[str]
     restarts: int = 0  # starts after the first, by the supervisor or ``hastream fault restart``
+    metrics_port: int = 0  # where it serves /metrics ($HASTREAM_METRICS_PORT); 0: none
 
 
 @dataclass
@@ -128,6 +131,11 @@ def service_env(bootstrap: str) -> dict[str, str]:
     return env
 
 
+def process_env(env: dict[str, str], proc: Process) -> dict[str, str]:
+    """``env`` with what is the process's own: its metrics port."""
+    return {**env, metrics.PORT_ENV: str(proc.metrics_port)} if proc.metrics_port else env
+
+
 def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]:
     """(role, argv) of every process of the deployment: the coordinator, then nodes upstream first."""
     py = sys.executable
@@ -216,6 +224,11 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
     dep.processes = [
         Process(role, 0, str(logs / f"{role}.log"), argv) for role, argv in service_commands(spec, spec_path.resolve())
     ]
+    taken = [p.metrics_port for d in Deployment.all() if d.name != dep.name and d.supervised() for p in d.processes]
+    for proc, port in zip(dep.processes, metrics.choose_ports(len(dep.processes), taken), strict=False):
+        proc.metrics_port = port
+    for f in [str(logs / "supervisor.log"), *(p.log for p in dep.processes)]:
+        rotate(f)  # one file per run: the last runs' logs are kept as .1, .2
     dep.clear_requests()
     dep.save()
     env = {**service_env(bootstrap), "HASTREAM_HOME": str(hastream_home().resolve())}
@@ -266,7 +279,7 @@ def _restart_here(dep: Deployment, proc: Process) -> Process:
     """Restart without a supervisor (it was stopped or killed): spawn the process from here."""
     if dep.alive(proc):
         processes.kill(proc.pid)
-    proc.pid = processes.spawn(proc.argv, proc.log, service_env(dep.bootstrap)).pid
+    proc.pid = processes.spawn(proc.argv, proc.log, process_env(service_env(dep.bootstrap), proc)).pid
     proc.restarts += 1
     dep.release(proc.role)
     dep.save()

@@ -28,8 +28,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from services.core.logs import LineFormatter, setup_logging
 from services.deploy import processes
-from services.deploy.local import Deployment, Process, service_env
+from services.deploy.local import Deployment, Process, process_env, service_env
 
 log = logging.getLogger("hastream.supervisor")
 
@@ -67,7 +68,7 @@ class Supervisor:
     def __init__(self, dep: Deployment, spawn: Spawn | None = None, clock: Callable[[], float] = time.monotonic):
         self.dep, self.clock = dep, clock
         env = service_env(dep.bootstrap)
-        self.spawn: Spawn = spawn or (lambda p: processes.spawn(p.argv, p.log, env))
+        self.spawn: Spawn = spawn or (lambda p: processes.spawn(p.argv, p.log, process_env(env, p)))
         self.children = [Child(p) for p in dep.processes]
         self.stopping = False
 
@@ -128,9 +129,10 @@ class Supervisor:
 
     def _note(self, c: Child, what: str) -> None:
         """One line in the service's own log, where its user looks first."""
+        line = LineFormatter(c.proc.role).format(log.makeRecord(log.name, logging.INFO, __file__, 0, what, (), None))
         try:
             with open(c.proc.log, "a") as f:
-                f.write(f"==== hastream supervisor {time.strftime('%Y-%m-%d %H:%M:%S')}: {what}\n")
+                f.write(line + "\n")
         except OSError:
             pass
 
@@ -161,7 +163,7 @@ class Supervisor:
 
 
 def main(argv: list[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging("supervisor")
     if len(argv) != 1:
         print("usage: python -m services.deploy.supervisor DEPLOYMENT", file=sys.stderr)
         return 2
