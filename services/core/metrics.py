@@ -113,34 +113,33 @@ def serve_from_env(*collectors: Collector) -> MetricsServer | None:
 # -- building metric families from plain numbers ---------------------------------------------
 
 
-def counter(name: str, doc: str, value: float, labels: Mapping[str, str] | None = None) -> CounterMetricFamily:
-    """One counter sample (``name`` without ``_total``) with the given labels."""
-    return counters(name, doc, [((labels or {}), value)])
+Samples = Iterable[tuple[Mapping[str, str], float]]
 
 
-def counters(
-    name: str, doc: str, samples: Iterable[tuple[Mapping[str, str], float]], label_names: Sequence[str] = ()
-) -> CounterMetricFamily:
-    """A counter family from (labels, value) pairs that share the label names."""
+def _family(cls: Any, name: str, doc: str, samples: Samples, label_names: Sequence[str]) -> Any:
     samples = list(samples)
     names = list(label_names or (samples[0][0] if samples else ()))
-    fam = CounterMetricFamily(name, doc, labels=names)
+    fam = cls(name, doc, labels=names)
     for labels, value in samples:
         fam.add_metric([labels[n] for n in names], value)
     return fam
+
+
+def counters(name: str, doc: str, samples: Samples, label_names: Sequence[str] = ()) -> CounterMetricFamily:
+    """A counter family (``name`` without ``_total``) from (labels, value) pairs sharing the label names."""
+    fam: CounterMetricFamily = _family(CounterMetricFamily, name, doc, samples, label_names)
+    return fam
+
+
+def gauges(name: str, doc: str, samples: Samples, label_names: Sequence[str] = ()) -> GaugeMetricFamily:
+    """A gauge family from (labels, value) pairs sharing the label names."""
+    fam: GaugeMetricFamily = _family(GaugeMetricFamily, name, doc, samples, label_names)
+    return fam
+
+
+def counter(name: str, doc: str, value: float, labels: Mapping[str, str] | None = None) -> CounterMetricFamily:
+    return counters(name, doc, [(labels or {}, value)])
 
 
 def gauge(name: str, doc: str, value: float, labels: Mapping[str, str] | None = None) -> GaugeMetricFamily:
-    return gauges(name, doc, [((labels or {}), value)])
-
-
-def gauges(
-    name: str, doc: str, samples: Iterable[tuple[Mapping[str, str], float]], label_names: Sequence[str] = ()
-) -> GaugeMetricFamily:
-    """A gauge family from (labels, value) pairs that share the label names."""
-    samples = list(samples)
-    names = list(label_names or (samples[0][0] if samples else ()))
-    fam = GaugeMetricFamily(name, doc, labels=names)
-    for labels, value in samples:
-        fam.add_metric([labels[n] for n in names], value)
-    return fam
+    return gauges(name, doc, [(labels or {}, value)])

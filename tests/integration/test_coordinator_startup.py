@@ -12,13 +12,12 @@ import functools
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from services.client.source import SourceWriter, readings
 from services.coordinator.client import fetch_status, status_url
 from services.deploy.local import Deployment
 from tests.integration.helpers import unique_spec
+from tests.integration.test_coordinator import _free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,12 +46,6 @@ nodes:
   a: {operators: [keep]}
   b: {operators: [twice]}
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def hastream(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -85,16 +79,6 @@ class StatusWatch:
     def close(self) -> None:
         self._stop.set()
         self._t.join(3)
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def states_seen(seen: list[tuple[float, dict[str, Any] | None]]) -> dict[str, list[str]]:
