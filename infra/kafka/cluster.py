@@ -41,6 +41,7 @@ from tenacity import (
 
 from infra.maven import MavenError, fetch_jars, pom_properties
 from services.core.errors import HastreamError
+from services.core.kafka import port_open
 from services.core.paths import hastream_home, jars_dir
 
 __all__ = [
@@ -140,12 +141,6 @@ def _free_ports(host: str, count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def _port_open(host: str, port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-        return True
-    return False
 
 
 def _new_cluster_id() -> str:
@@ -260,38 +255,41 @@ class KafkaCluster:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, timeout: float = 120, *, detach: bool = False) -> KafkaCluster:
-        """Format fresh KRaft storage, launch every broker and wait until clients see all of them.
+    def start(self, timeout: float = 120, *, detach: bool = False, fresh: bool = False) -> KafkaCluster:
+        """Launch every broker that is not running and wait until clients see all of them.
 
-        ``detach=True`` leaves the JVMs running after this Python process exits (the CLI uses it);
-        otherwise they are stopped at interpreter exit if :meth:`stop` was not called.
+        A cluster already in the data dir (``cluster.json`` and formatted storage) is resumed: same
+        cluster id, ports and data, so clients and services find it where they left it. Otherwise,
+        or with ``fresh=True``, the data dir's old cluster is deleted and a new one is formatted on
+        new ports. ``detach=True`` leaves the JVMs running after this Python process exits (the CLI
+        uses it); otherwise they are stopped at interpreter exit if :meth:`stop` was not called.
         """
-        if self.is_running():
+        if fresh and self.state_file.exists() and KafkaCluster.load(self.data_dir).is_running():
+            raise KafkaClusterError(f"the Kafka cluster in {self.data_dir} is running: stop it before --fresh")
+        if not fresh and self._adopt_stored() and all(self.alive()):
             raise KafkaClusterError(f"a Kafka cluster is already running in {self.data_dir} ({self.bootstrap})")
         jars = ensure_kafka_jars()
         java = _java()
-        self._prepare_fresh_dirs()
-        ports = _free_ports(self.host, 2 * self.brokers)
-        self.cluster_id = _new_cluster_id()
-        self._nodes = [
-            _Node(i, ports[2 * i], ports[2 * i + 1], self.data_dir / f"broker-{i}") for i in range(self.brokers)
-        ]
-        (self.data_dir / "log4j2.xml").write_text(_LOG4J2_XML)
-        for node in self._nodes:
-            node.dir.mkdir(parents=True, exist_ok=True)
-            node.props.write_text(self._server_properties(node))
-        self._format_storage(java, jars)
+        if fresh or not self._adopt_stored():
+            self._create(java, jars)
+        else:
+            self._check_ports_free()
         if not detach:
             _owned.add(self)
         try:
             for i in range(self.brokers):
-                self._launch(i, java, jars)
+                if not self._alive(i):
+                    self._launch(i, java, jars)
             self._write_state()
             self._wait_ready(timeout, expect=self.brokers)
         except BaseException:
             self.stop(timeout=10)
             raise
         return self
+
+    def stored(self) -> bool:
+        """Whether the data dir holds a cluster this handle can resume (its state and formatted storage)."""
+        return self._adopt_stored()
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM every broker (controlled shutdown), wait, then SIGKILL whatever is left.
@@ -380,12 +378,53 @@ class KafkaCluster:
             raise KafkaClusterError(f"no broker {i}: the cluster has brokers 0..{self.brokers - 1}")
         return self._nodes[i]
 
-    def _prepare_fresh_dirs(self) -> None:
-        """Remove the previous cluster's broker dirs (ours only) so format starts from nothing.
+    def _adopt_stored(self) -> bool:
+        """Take the nodes of the cluster recorded in the data dir, if any; whether its storage is formatted."""
+        if not self._nodes and self.state_file.exists():
+            stored = KafkaCluster.load(self.data_dir)
+            if stored.brokers != self.brokers:
+                raise KafkaClusterError(
+                    f"the Kafka cluster in {self.data_dir} has {stored.brokers} broker(s), not {self.brokers}: "
+                    "start it as it is, or start a new one with --fresh"
+                )
+            self.host, self.cluster_id, self._nodes, self._pids = (
+                stored.host,
+                stored.cluster_id,
+                stored._nodes,
+                stored._pids,
+            )
+        return bool(self._nodes) and all((n.dir / "logs" / "meta.properties").exists() for n in self._nodes)
 
-        Each ``start`` is a new cluster with new ports; data only survives broker restarts within
-        a cluster's life, which is what fault tests exercise.
-        """
+    def _create(self, java: str, jars: Path) -> None:
+        """A new cluster: the old one's broker dirs deleted, new ports and cluster id, storage formatted."""
+        self._prepare_fresh_dirs()
+        ports = _free_ports(self.host, 2 * self.brokers)
+        self.cluster_id = _new_cluster_id()
+        self._pids, self._procs = [None] * self.brokers, [None] * self.brokers
+        self._nodes = [
+            _Node(i, ports[2 * i], ports[2 * i + 1], self.data_dir / f"broker-{i}") for i in range(self.brokers)
+        ]
+        (self.data_dir / "log4j2.xml").write_text(_LOG4J2_XML)
+        for node in self._nodes:
+            node.dir.mkdir(parents=True, exist_ok=True)
+            node.props.write_text(self._server_properties(node))
+        self._format_storage(java, jars)
+
+    def _check_ports_free(self) -> None:
+        """A resumed broker needs its old ports: say which one another process holds."""
+        (self.data_dir / "log4j2.xml").write_text(_LOG4J2_XML)
+        for i, node in enumerate(self._nodes):
+            if self._alive(i):
+                continue
+            for port in (node.port, node.controller_port):
+                if port_open(f"{self.host}:{port}"):
+                    raise KafkaClusterError(
+                        f"port {port} of broker {i} in {self.data_dir} is taken by another process: "
+                        "free it, or start a new cluster on new ports with --fresh"
+                    )
+
+    def _prepare_fresh_dirs(self) -> None:
+        """Remove the previous cluster's broker dirs (ours only) so format starts from nothing."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for old in self.data_dir.glob("broker-*"):
             if old.is_dir() and (old / "server.properties").exists():
@@ -568,7 +607,7 @@ class KafkaCluster:
                     raise KafkaClusterError(
                         f"broker {i} exited during startup: {self._failure_reason(i)} (log: {self._nodes[i].log_file})"
                     )
-            if not any(_port_open(self.host, n.port) for n in self._nodes):
+            if not any(port_open(f"{self.host}:{n.port}") for n in self._nodes):
                 raise _NotReady("no broker port is accepting connections yet")
             conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _quiet_rdkafka}
             admin = AdminClient(conf)

@@ -8,7 +8,6 @@ reads the heartbeats topic itself, so ``status`` shows node states even with no 
 from __future__ import annotations
 
 import json
-import logging
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from services.cli.common import fail, out, settings_or_exit, spec_or_exit
+from services.cli.common import fail, out, service_logging, settings_or_exit, spec_or_exit
 
 STATE_STYLE = {
     "STABLE": "green",
@@ -54,13 +53,15 @@ def coordinator(
     """Run the coordinator of a deployment until SIGTERM: replica states, failure detection,
     staggered reconciliation grants, status page on http://localhost:PORT/."""
     from services.coordinator.app import PORT_ENV, AnotherCoordinator, Coordinator, env_port, port_free
+    from services.core.kafka import quiet_aiokafka
     from services.deploy.local import Deployment
 
     s = spec_or_exit(spec)
     settings = settings_or_exit(bootstrap)
     if lease <= 0:
         raise fail(f"--lease must be positive, got {lease}")
-    logging.getLogger("hastream.librdkafka").setLevel(logging.WARNING)
+    service_logging("coordinator")
+    quiet_aiokafka()
     try:
         port = port if port is not None else env_port()
     except ValueError as e:

@@ -30,7 +30,7 @@ fault_app = typer.Typer(
 RoleArg = Annotated[str, typer.Argument(help="Service role, as 'hastream status' lists it (e.g. stats.r0.p0).")]
 StreamArg = Annotated[str, typer.Argument(help="Input stream whose 'hastream produce' process to act on.")]
 DeploymentOpt = Annotated[
-    str | None, typer.Option("--deployment", "-d", help="Deployment name (default: the only or most recent one).")
+    str | None, typer.Option("--deployment", "-d", help="Deployment name (default: the running one started last).")
 ]
 
 
@@ -93,20 +93,39 @@ def stop_source(
         float | None,
         typer.Option("--for", min=0, help="Resume the source after this many seconds (default: stay stopped)."),
     ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="With --for: wait here until the source resumes (Ctrl-C resumes it early).")
+    ] = False,
     deployment: DeploymentOpt = None,
 ) -> None:
-    """Stop an input stream: its producer buffers tuples, which arrive late when it resumes."""
+    """Stop an input stream: its producer buffers tuples, which arrive late when it resumes.
+
+    With --for N the command returns at once and a detached timer resumes the source N s later.
+    """
     from services.deploy import faults
 
     dep = _dep(deployment)
     pid = _do(faults.hold_source, dep, stream)
     if seconds is None:
         out.print(f"stopped source '{stream}' (pid {pid}); resume it with: hastream fault resume-source {stream}")
-        return
-    out.print(f"stopped source '{stream}' (pid {pid}) for {seconds:g}s")
+    elif wait:
+        out.print(f"stopped source '{stream}' (pid {pid}) for {seconds:g}s")
+        _hold_here(dep, stream, seconds)
+    else:
+        _do(faults.release_later, dep, stream, seconds)
+        out.print(
+            f"stopped source '{stream}' (pid {pid}); it resumes by itself in {seconds:g}s "
+            f"(now: hastream fault resume-source {stream})"
+        )
+
+
+def _hold_here(dep: Deployment, stream: str, seconds: float) -> None:
+    """Wait ``seconds``, then resume the source (also on Ctrl-C, rather than leave it stopped)."""
+    from services.deploy import faults
+
     try:
         time.sleep(seconds)
-    finally:  # Ctrl-C resumes early rather than leave the source stopped
+    finally:
         try:
             faults.release_source(dep, stream)
         except FaultError as e:

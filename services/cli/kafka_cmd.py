@@ -49,27 +49,58 @@ def _existing(data_dir: Path) -> KafkaCluster | None:
 @kafka_app.command()
 def start(
     brokers: Annotated[
-        int, typer.Option("--brokers", "-n", min=1, max=9, help="Number of brokers (3 gives a 3-voter quorum).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--brokers", "-n", min=1, max=9, help="Brokers of a new cluster (3 gives a 3-voter quorum; default 1)."
+        ),
+    ] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Delete the cluster in the data dir (topics and data) and start a new one.")
+    ] = False,
     dir: DirOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the brokers to be ready.")] = 120,
 ) -> None:
-    """Start a detached cluster and print its bootstrap servers (a new, empty cluster each time)."""
+    """Start the cluster detached and print its bootstrap servers: a stopped or crashed one resumes
+    on its ports with its data; --fresh deletes it and starts a new, empty one."""
     data_dir = _data_dir(dir)
-    running = _existing(data_dir)
-    if running is not None and running.is_running():
+    cluster = _existing(data_dir)
+    if cluster is not None and all(cluster.alive()) and not fresh:
         out.print(f"Kafka is already running in {data_dir}")
-        out.print(running.bootstrap)
+        out.print(cluster.bootstrap)
         return
+    cluster = _to_start(cluster, data_dir, brokers, fresh)
     try:
-        with err.status(f"starting {brokers} Kafka {KAFKA_VERSION} broker(s) in {data_dir} ..."):
-            cluster = KafkaCluster(brokers=brokers, data_dir=data_dir).start(timeout=timeout, detach=True)
+        with err.status(f"starting {cluster.brokers} Kafka {KAFKA_VERSION} broker(s) in {data_dir} ..."):
+            cluster.start(timeout=timeout, detach=True, fresh=fresh)
     except KafkaClusterError as exc:
         raise fail(str(exc), 1) from None
     except KeyboardInterrupt:
         raise fail("interrupted; brokers stopped", 130) from None
-    out.print(f"Kafka {KAFKA_VERSION} running: {brokers} broker(s), pids {cluster.pids}, data in {data_dir}")
+    out.print(f"Kafka {KAFKA_VERSION} running: {cluster.brokers} broker(s), pids {cluster.pids}, data in {data_dir}")
     out.print(cluster.bootstrap)
+
+
+def _to_start(cluster: KafkaCluster | None, data_dir: Path, brokers: int | None, fresh: bool) -> KafkaCluster:
+    """The cluster ``start`` launches, after saying in one line whether it resumes or deletes one."""
+    stored = cluster is not None and cluster.stored()
+    if cluster is not None and stored and not fresh:
+        if brokers is not None and brokers != cluster.brokers:
+            raise fail(
+                f"the Kafka cluster in {data_dir} has {cluster.brokers} broker(s): start it without --brokers, "
+                f"or delete it and start a new one with --fresh --brokers {brokers}"
+            )
+        out.print(
+            f"resuming the Kafka cluster in {data_dir} on {cluster.bootstrap} (its data is kept; --fresh for a new one)"
+        )
+        return cluster
+    if cluster is not None and fresh:
+        if cluster.is_running():
+            raise fail(f"the Kafka cluster in {data_dir} is running: stop it first with 'hastream kafka stop'")
+        if stored:
+            out.print(
+                f"--fresh: deleting the Kafka cluster in {data_dir} (was {cluster.bootstrap}, with all its topics)"
+            )
+    return KafkaCluster(brokers=brokers or 1, data_dir=data_dir)
 
 
 @kafka_app.command()

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from confluent_kafka import KafkaException
 from rich.markup import escape
 from rich.table import Table
 
 from services.cli.bench_cmd import bench_app
-from services.cli.common import BootstrapOpt, SpecArg, err, fail, out, settings_or_exit, spec_or_exit
+from services.cli.common import (
+    BootstrapOpt,
+    SpecArg,
+    cli_logging,
+    err,
+    fail,
+    kafka_error_text,
+    out,
+    service_logging,
+    settings_or_exit,
+    spec_or_exit,
+)
 from services.cli.coordinator_cmd import coordinator as coordinator_cmd
 from services.cli.coordinator_cmd import print_replica_states
 from services.cli.fault_cmd import fault_app
@@ -74,44 +85,96 @@ def up(
 def down(
     name: Annotated[str | None, typer.Argument(help="Deployment name (default: all).")] = None,
     kafka: Annotated[
-        bool, typer.Option("--kafka", help="Also stop the embedded broker the deployment started.")
+        bool,
+        typer.Option("--kafka", help="Also stop the embedded broker, unless other running deployments use it."),
     ] = False,
 ) -> None:
     """Stop a deployment's services (SIGTERM: each flushes and commits)."""
-    from services.deploy.local import Deployment
     from services.deploy.local import down as deploy_down
 
+    deps = _deployments(name)
+    for d in deps:
+        stopped = deploy_down(d)
+        out.print(f"stopped '{d.name}': {len(stopped)} processes")
+    if kafka:
+        _release_brokers(deps)
+
+
+def _deployments(name: str | None) -> list[Deployment]:
+    """The named deployment, or all of them; one line and exit 2 for an unknown name."""
+    from services.deploy.local import Deployment
+
     try:
-        deps = [Deployment.load(name)] if name else Deployment.all()
+        return [Deployment.load(name)] if name else Deployment.all()
     except LookupError as e:
         raise fail(str(e)) from None
-    for d in deps:
-        stopped = deploy_down(d, stop_kafka=kafka)
-        out.print(
-            f"stopped '{d.name}': {len(stopped)} processes" + (" and its broker" if kafka and d.kafka_dir else "")
-        )
+
+
+def _release_brokers(deps: list[Deployment]) -> None:
+    """Stop the embedded brokers of ``deps``, leaving (with one line) any that other running deployments use."""
+    from services.deploy.local import release_broker
+
+    stopping = {d.name for d in deps}
+    for kafka_dir, bootstrap in sorted({(d.kafka_dir, d.bootstrap) for d in deps if d.kafka_dir}):
+        users = release_broker(kafka_dir, stopping)
+        if users:
+            out.print(f"left the Kafka broker at {bootstrap} running: deployment(s) {', '.join(users)} use it")
+        else:
+            out.print(f"stopped the Kafka broker at {bootstrap} (data kept in {kafka_dir})")
 
 
 @app.command()
-def status(name: Annotated[str | None, typer.Argument(help="Deployment name (default: all).")] = None) -> None:
-    """Show each deployment's processes and whether they are alive, and each node replica's DPC state."""
-    from services.deploy.local import Deployment
+def rm(name: Annotated[str, typer.Argument(help="Deployment to remove (stopped).")]) -> None:
+    """Remove a stopped deployment's records: its state, logs and coordinator data (its topics stay)."""
+    from services.deploy.local import remove
 
+    (d,) = _deployments(name)
     try:
-        deps = [Deployment.load(name)] if name else Deployment.all()
-    except LookupError as e:
+        remove(d)
+    except RuntimeError as e:
         raise fail(str(e)) from None
+    out.print(f"removed deployment '{d.name}'")
+
+
+@app.command()
+def status(
+    name: Annotated[str | None, typer.Argument(help="Deployment name (default: all).")] = None,
+    prune: Annotated[bool, typer.Option("--prune", help="Remove the records of stopped deployments first.")] = False,
+) -> None:
+    """Show each deployment's processes and whether they are alive, and each node replica's DPC state."""
+    from services.deploy.local import prune as prune_stopped
+
+    if prune:
+        gone = prune_stopped()
+        out.print(f"removed {len(gone)} stopped deployment(s)" + (f": {', '.join(gone)}" if gone else ""))
+    deps = _deployments(name)
     if not deps:
         out.print("no deployments")
-    for d in deps:
-        sup = f"supervised (pid {d.supervisor})" if d.supervised() else "[red]no supervisor: crashes stay down[/]"
-        t = Table(title=f"{d.name} on {d.bootstrap}", caption=sup if d.processes else None)
-        for c in ("service", "pid", "alive", "restarts", "log"):
-            t.add_column(c)
-        for p in d.processes:
-            t.add_row(p.role, str(p.pid), _liveness(d, p), str(p.restarts), p.log)
-        out.print(t)
+    running = [d for d in deps if d.running()]
+    for d in running:
+        _print_status(d)
+    stopped = [d.name for d in deps if not d.running()]
+    if stopped:
+        out.print(
+            f"stopped: {', '.join(stopped)} (remove with: hastream rm NAME, or all with: hastream status --prune)"
+        )
+
+
+def _print_status(d: Deployment) -> None:
+    """A running deployment's process table, then its node replicas' DPC states."""
+    from services.cli.common import broker_reachable
+
+    sup = f"supervised (pid {d.supervisor})" if d.supervised() else "[red]no supervisor: crashes stay down[/]"
+    t = Table(title=f"{d.name} on {d.bootstrap}", caption=sup if d.processes else None)
+    for c in ("service", "pid", "alive", "restarts", "metrics", "log"):
+        t.add_column(c)
+    for p in d.processes:
+        t.add_row(p.role, str(p.pid), _liveness(d, p), str(p.restarts), str(p.metrics_port or "-"), p.log)
+    out.print(t)
+    if broker_reachable(d.bootstrap):
         print_replica_states(d)
+    else:
+        out.print(f"[dim]node replica states unavailable: the Kafka broker at {d.bootstrap} is not reachable[/]")
 
 
 def _liveness(d: Deployment, p: Process) -> str:
@@ -139,8 +202,7 @@ def node_run(
         raise fail(f"node '{node}' has partitions 0..{s.node_partitions(node) - 1}; got --partition {partition}")
     if not 0 <= replica < s.nodes[node].replicas:
         raise fail(f"node '{node}' has replicas 0..{s.nodes[node].replicas - 1}; got --replica {replica}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("hastream.librdkafka").setLevel(logging.WARNING)
+    service_logging(f"{node}.r{replica}.p{partition}")
     try:
         stats = NodeService(s, node, partition, replica, settings).run()
     except HastreamError as e:  # e.g. a restart that would renumber its output: say why, in one line
@@ -177,9 +239,7 @@ def main() -> None:
     """Entry point: usage mistakes print one line naming the fix, never a traceback or a box."""
     from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click
 
-    # Client-library chatter (retries while a broker starts) is not for a CLI user; errors are.
-    logging.getLogger("hastream.librdkafka").setLevel(logging.ERROR)
-
+    cli_logging()
     try:
         rv = app(standalone_mode=False)
     except NoArgsIsHelpError as e:
@@ -193,6 +253,9 @@ def main() -> None:
         sys.exit(2)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except KafkaException as e:  # a broker error no command expected: one line, not a traceback
+        err.print(f"[bold red]error:[/] Kafka: {escape(kafka_error_text(e))}")
+        sys.exit(2)
     except typer.Abort:
         sys.exit(130)
     except KeyboardInterrupt:

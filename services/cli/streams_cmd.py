@@ -181,7 +181,9 @@ def tail(
     """Print a stream's tuples, decoded: stable ones, tentative ones (T) and their undoing, following the best replica."""
     s = spec_or_exit(spec)
     if replica is not None:
-        _tail_raw(s, stream, bootstrap_for(s, bootstrap), replica, from_beginning, limit, idle, stable_only, as_json)
+        _tail_raw(
+            s, stream, bootstrap_for(s, bootstrap, stream), replica, from_beginning, limit, idle, stable_only, as_json
+        )
         return
     from services.client.view import StreamView
 
@@ -189,7 +191,7 @@ def tail(
         view = StreamView(
             s,
             stream,
-            bootstrap_for(s, bootstrap),
+            bootstrap_for(s, bootstrap, stream),
             stable_only=stable_only,
             from_beginning=from_beginning,
             keep_stable=False,

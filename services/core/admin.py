@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from services.core.kafka import retry_transient
+from services.core.kafka import observed, retry_transient
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class TopicSpec:
 
 
 def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient(observed({"bootstrap.servers": bootstrap}))
 
 
 @retry_transient

@@ -7,7 +7,12 @@ auto-created topics), so every service, client and tool talks to Kafka the same 
 from __future__ import annotations
 
 import logging
+import re
+import socket
+import threading
+import time
 import uuid
+from collections import Counter
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -16,9 +21,14 @@ from tenacity import RetryCallState, retry, retry_if_exception, stop_after_delay
 from services.core.tuples import RawHeaders
 
 log = logging.getLogger(__name__)
-# librdkafka's own log lines go through Python logging (not raw to stderr), so each
-# program decides what to show: services log them, CLI commands show only errors.
-RDKAFKA_LOG = logging.getLogger("hastream.librdkafka")
+# Where the one line per broker outage goes ("waiting for the Kafka broker at ..."): the
+# services' logs, and a CLI command's stderr.
+WAIT_LOG = logging.getLogger("hastream.kafka")
+
+# librdkafka's log lines by facility and its errors by name, in this process: counted here
+# instead of printed, for a metrics module to export.
+RDKAFKA_LOG_LINES: Counter[str] = Counter()
+RDKAFKA_ERRORS: Counter[str] = Counter()
 
 # Errors of a broker that is starting, failing over or briefly unreachable: the call is
 # made again with backoff. Codes starting with _ are librdkafka's own (a connection torn
@@ -54,6 +64,157 @@ TRANSIENT = {
 }
 
 
+# Errors that say a broker cannot be reached: librdkafka reports them on every reconnect
+# attempt, so they are reported once per outage instead.
+UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError._DESTROY_BROKER}
+_CONNECTION_LINE = re.compile(r"(?:^|\]: )([\w.\-]+:\d+|\[[\w:.]+\]:\d+)/\S*: (.*)$")
+_LOST = ("Disconnected", "Receive failed", "Send failed", "Connection reset")  # the lines a dying broker leaves
+
+
+def _connection_line(text: str) -> tuple[str, str] | None:
+    """(broker address, what happened) if ``text`` is librdkafka's line about a broker connection."""
+    match = _CONNECTION_LINE.search(text)
+    if match is None:
+        return None
+    what = match.group(2)
+    if "Connect to" in what or "resolve" in what or any(w in what for w in _LOST):
+        return match.group(1), what
+    return None
+
+
+def _refused(what: str) -> str | None:
+    """Why a connection attempt failed ("Connection refused"), or None if ``what`` is no failed attempt."""
+    if "Connect to" not in what and "resolve" not in what:
+        return None
+    return re.sub(r"\s*\(after .*\)$", "", what.rsplit(": ", 1)[-1])
+
+
+def port_open(address: str) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` (a broker's listener, once it is up)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+class BrokerWait:
+    """One line when a broker stops answering and one when it accepts connections again.
+
+    librdkafka retries a lost broker every second or faster and reports each failed attempt;
+    a user needs to know what the program waits for, once, and when the wait is over.
+    """
+
+    def __init__(self, logger: logging.Logger = WAIT_LOG, probe_s: float = 0.5) -> None:
+        self.logger, self.probe_s = logger, probe_s
+        self._since: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def waiting(self) -> list[str]:
+        """The broker addresses being waited for now."""
+        with self._lock:
+            return sorted(self._since)
+
+    def note(self, address: str, reason: str) -> None:
+        """A connection to ``address`` failed: say so if this starts an outage, and watch for its end."""
+        with self._lock:
+            if address in self._since:
+                return
+            self._since[address] = time.monotonic()
+        self.logger.warning("waiting for the Kafka broker at %s ... (%s)", address, reason)
+        threading.Thread(target=self._watch, args=(address,), name=f"broker-wait-{address}", daemon=True).start()
+
+    def _watch(self, address: str) -> None:
+        while not port_open(address):
+            time.sleep(self.probe_s)
+        with self._lock:
+            since = self._since.pop(address, time.monotonic())
+        self.logger.warning(
+            "the Kafka broker at %s accepts connections again (after %.1f s)", address, time.monotonic() - since
+        )
+
+
+BROKER_WAIT = BrokerWait()
+
+
+class ClientLog:
+    """The ``logger`` of every client: counts librdkafka's lines, turns connection failures
+    into ``BROKER_WAIT``'s one line, and passes the rest to a Python logger."""
+
+    def __init__(self, logger: logging.Logger, wait: BrokerWait = BROKER_WAIT) -> None:
+        self.logger, self.wait = logger, wait
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        facility = str(args[0]) if args else "?"
+        RDKAFKA_LOG_LINES[facility] += 1
+        line = _connection_line(str(args[-1]) if args else msg)
+        if line is None:
+            self.logger.log(level, msg, *args)
+            return
+        address, what = line
+        reason = _refused(what)
+        if reason is not None:
+            self.wait.note(address, reason)
+
+    def setLevel(self, level: int) -> None:  # noqa: N802 - the logging.Logger name callers use
+        self.logger.setLevel(level)
+
+
+# librdkafka's own log lines go through Python logging (not raw to stderr), so each program
+# decides what to show: services log them, CLI commands show only errors.
+RDKAFKA_LOG = ClientLog(logging.getLogger("hastream.librdkafka"))
+
+
+def on_client_error(err: KafkaError) -> None:
+    """The ``error_cb`` of every client: counted; an unreachable broker is said once per outage."""
+    RDKAFKA_ERRORS[err.name()] += 1
+    if err.code() not in UNREACHABLE:
+        log.log(logging.ERROR if err.fatal() else logging.WARNING, "Kafka client error: %s", err)
+        return
+    line = _connection_line(err.str())
+    reason = _refused(line[1]) if line is not None else None
+    if line is not None and reason is not None:
+        BROKER_WAIT.note(line[0], reason)
+
+
+# Lines of other Kafka clients' loggers (aiokafka, under the coordinator) dropped as reconnect chatter.
+SUPPRESSED_LOG_LINES: Counter[str] = Counter()
+_REFUSED_AT = re.compile(r"Connect call failed \('([^']+)', (\d+)\)")
+_WHILE_DOWN = ("NodeNotReadyError", "Unable to update metadata", "Unable connect to node", "KafkaConnectionError")
+
+
+class ChatterFilter(logging.Filter):
+    """Drops aiokafka's per-attempt lines about a broker it cannot reach; ``BROKER_WAIT`` says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        refused = _REFUSED_AT.search(text)
+        if refused is not None:
+            BROKER_WAIT.note(f"{refused.group(1)}:{refused.group(2)}", "Connection refused")
+        if refused is None and not any(w in text for w in _WHILE_DOWN):
+            return True
+        SUPPRESSED_LOG_LINES[record.name] += 1
+        return False
+
+
+def quiet_aiokafka() -> None:
+    """Filter the aiokafka loggers that report every failed reconnect (client, fetcher, producer, group)."""
+    for name in (
+        "aiokafka",
+        "aiokafka.conn",
+        "aiokafka.consumer.fetcher",
+        "aiokafka.consumer.group_coordinator",
+        "aiokafka.producer.sender",
+    ):
+        logging.getLogger(name).addFilter(ChatterFilter())
+
+
+def observed(conf: dict[str, Any]) -> dict[str, Any]:
+    """``conf`` with hastream's log and error callbacks, for a client built outside this module."""
+    return {"logger": RDKAFKA_LOG, "error_cb": on_client_error, **conf}
+
+
 def _retriable(e: BaseException) -> bool:
     """Whether ``e`` is a transient broker error worth the same call again (a fatal one never is:
     the client that raised it can do nothing more)."""
@@ -64,8 +225,10 @@ def _retriable(e: BaseException) -> bool:
 
 
 def _log_retry(state: RetryCallState) -> None:
+    """The first retry of a call is logged; later ones only at debug level (one line, not one per try)."""
     exc = state.outcome.exception() if state.outcome is not None else None
-    log.warning("transient Kafka error, retrying %s: %s", getattr(state.fn, "__name__", "call"), exc)
+    level = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
+    log.log(level, "transient Kafka error, retrying %s for up to 60 s: %s", getattr(state.fn, "__name__", "call"), exc)
 
 
 # Retry a call while a broker is starting, failing over or unreachable, for up to 60 s; a
@@ -117,11 +280,10 @@ class BatchConsumer:
             "fetch.queue.backoff.ms": 10,
             "enable.partition.eof": False,
             "allow.auto.create.topics": False,
-            "logger": RDKAFKA_LOG,
             **CONSUMER_FAILOVER_CONF,
         }
         conf.update(overrides)
-        self._c = Consumer(conf)
+        self._c = Consumer(observed(conf))
 
     @retry_transient
     def assign(self, topics: Sequence[str], partition: int, from_committed: bool = True) -> None:
@@ -225,17 +387,16 @@ class BatchProducer:
             "queue.buffering.max.messages": 500000,
             "compression.type": "lz4",
             "delivery.report.only.error": True,
-            "logger": RDKAFKA_LOG,
             **FAILOVER_CONF,
         }
         conf.update(overrides)
         self._errors: list[str] = []
-        self._p = Producer(conf, error_cb=self._on_error)
+        self._p = Producer(observed({**conf, "error_cb": self._on_error}))
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             self._errors.append(str(err))
-        log.warning("producer error: %s", err)
+        on_client_error(err)
 
     def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         """Delivery callback: records failures for ``flush`` to raise."""
@@ -297,8 +458,7 @@ def plain_consumer(bootstrap: str, role: str, unique: bool = False, **overrides:
         "group.id": group,
         "enable.auto.commit": False,
         "enable.partition.eof": False,
-        "logger": RDKAFKA_LOG,
         **CONSUMER_FAILOVER_CONF,
     }
     conf.update(overrides)
-    return Consumer(conf)
+    return Consumer(observed(conf))

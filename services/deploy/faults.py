@@ -12,13 +12,16 @@ these functions; test harnesses call them directly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 from services.core.errors import FaultError
+from services.core.paths import hastream_home
 from services.deploy import processes
 from services.deploy.local import Deployment, Process
 from services.deploy.local import restart as _restart
@@ -26,19 +29,31 @@ from services.deploy.processes import pid_alive
 
 
 def deployment(dep: Deployment | str | None = None) -> Deployment:
-    """The deployment to act on: given, by name, or (None) the only or most recently started one."""
+    """The deployment to act on: given, by name, or (None) the most recently started running one.
+
+    Faults need live processes, so a stopped deployment is refused with a line saying so.
+    """
     if isinstance(dep, Deployment):
         return dep
     if dep is not None:
-        return Deployment.load(dep)
+        d = Deployment.load(dep)
+        if not (active(d) or d.processes):  # taken down (its processes a crash left behind can still be restarted)
+            raise FaultError(f"deployment '{d.name}' is stopped (start it with: hastream up {d.spec_path})")
+        return d
     found = latest_deployment()
     if found is None:
-        raise FaultError("no deployment (start one with: hastream up SPEC)")
+        raise FaultError("no running deployment (start one with: hastream up SPEC)")
     return found
 
 
+def active(d: Deployment) -> bool:
+    """Whether ``d`` is in use: its services run, a producer registered with it does, or a fault holds a service down."""
+    return d.running() or bool(running_sources(d)) or any(d.held(p.role) for p in d.processes)
+
+
 def latest_deployment() -> Deployment | None:
-    deps = Deployment.all()
+    """The active deployment started last, if any is."""
+    deps = [d for d in Deployment.all() if active(d)]
     if not deps:
         return None
     return max(deps, key=lambda d: (d.started, (d.dir / "deployment.json").stat().st_mtime))
@@ -150,16 +165,73 @@ def source_pid(dep: Deployment | str | None, stream: str) -> int:
 
 def hold_source(dep: Deployment | str | None, stream: str) -> int:
     """Stop the source: its producer buffers tuples (and boundaries) instead of sending them."""
-    pid = source_pid(dep, stream)
+    d = deployment(dep)
+    pid = source_pid(d, stream)
+    cancel_release(d, stream)
     processes.send(pid, signal.SIGUSR1)
     return pid
 
 
 def release_source(dep: Deployment | str | None, stream: str) -> int:
     """Heal the source: its producer sends everything it buffered, in order, then goes on."""
-    pid = source_pid(dep, stream)
+    d = deployment(dep)
+    pid = source_pid(d, stream)
+    cancel_release(d, stream)
     processes.send(pid, signal.SIGUSR2)
     return pid
+
+
+def release_later(dep: Deployment, stream: str, seconds: float) -> int:
+    """Release the held source after ``seconds`` from a detached process, so the shell is free
+    meanwhile; returns its pid. A later stop-source or resume-source of the stream cancels it."""
+    cancel_release(dep, stream)
+    argv = [
+        sys.executable,
+        "-m",
+        "services.deploy.faults",
+        dep.name,
+        stream,
+        str(source_pid(dep, stream)),
+        str(seconds),
+    ]
+    logs = dep.dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HASTREAM_HOME": str(hastream_home().resolve())}
+    pid = processes.spawn(argv, logs / "faults.log", env).pid
+    _timer_file(dep, stream).write_text(str(pid))
+    return pid
+
+
+def cancel_release(dep: Deployment, stream: str) -> None:
+    """Stop a pending timed release of ``stream`` (it would end a later stop too early)."""
+    f = _timer_file(dep, stream)
+    try:
+        pid = int(f.read_text())
+    except (OSError, ValueError):
+        return
+    f.unlink(missing_ok=True)
+    if pid != os.getpid() and pid_alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            processes.send(pid, signal.SIGTERM)
+
+
+def _timer_file(dep: Deployment, stream: str) -> Path:
+    f = dep.dir / "sources" / f"{stream}.timer"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    return f
+
+
+def _release_after(name: str, stream: str, pid: int, seconds: float) -> int:
+    """The detached timer of ``release_later``: sleep, then release the source if its producer is the same."""
+    time.sleep(seconds)
+    dep = Deployment.load(name)
+    _timer_file(dep, stream).unlink(missing_ok=True)
+    if running_sources(dep).get(stream) != pid:
+        print(f"source '{stream}' of '{name}': producer {pid} is gone, nothing to resume", flush=True)
+        return 0
+    processes.send(pid, signal.SIGUSR2)
+    print(f"resumed source '{stream}' of '{name}' (pid {pid}) after {seconds:g}s", flush=True)
+    return 0
 
 
 def stop_source(dep: Deployment | str | None, stream: str, seconds: float | None = None) -> int:
@@ -173,3 +245,7 @@ def stop_source(dep: Deployment | str | None, stream: str, seconds: float | None
             if pid_alive(pid):
                 processes.send(pid, signal.SIGUSR2)
     return pid
+
+
+if __name__ == "__main__":  # the detached timer of release_later: NAME STREAM PID SECONDS
+    sys.exit(_release_after(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -77,8 +78,15 @@ class Deployment:
 
     @classmethod
     def all(cls) -> list[Deployment]:
+        """Every recorded deployment, running or stopped (a record that cannot be read is left out)."""
         root = hastream_home() / "deployments"
-        return [cls.load(p.parent.name) for p in sorted(root.glob("*/deployment.json"))]
+        found = []
+        for p in sorted(root.glob("*/deployment.json")):
+            try:
+                found.append(cls.load(p.parent.name))
+            except (LookupError, ValueError, TypeError, KeyError):
+                continue
+        return found
 
     def alive(self, p: Process) -> bool:
         return p.pid > 0 and processes.pid_alive(p.pid)
@@ -86,6 +94,10 @@ class Deployment:
     def supervised(self) -> bool:
         """Whether this deployment's supervisor runs (it restarts crashed services)."""
         return self.supervisor > 0 and processes.pid_alive(self.supervisor)
+
+    def running(self) -> bool:
+        """Whether anything of the deployment runs: its supervisor or any of its services."""
+        return self.supervised() or any(self.alive(p) for p in self.processes)
 
     # -- requests to the supervisor: a marker file per role ---------------------------
     def _marker(self, kind: str, role: str) -> Path:
@@ -204,19 +216,13 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
     """Start the broker (unless given), create topics, start every service under a supervisor."""
     try:
         existing = Deployment.load(spec.name)
-        if existing.supervised() or any(existing.alive(p) for p in existing.processes):
+        if existing.running():
             raise RuntimeError(f"deployment '{spec.name}' is already running (stop it with: hastream down {spec.name})")
     except LookupError:
         pass
     kafka_dir = None
     if bootstrap is None:
-        from infra.kafka.cluster import KafkaCluster
-
-        kdir = hastream_home() / "kafka"
-        cluster = KafkaCluster.load(kdir) if (kdir / "cluster.json").exists() else None
-        if cluster is None or not cluster.is_running():
-            cluster = KafkaCluster(brokers=brokers, data_dir=kdir).start(detach=True)
-        bootstrap, kafka_dir = cluster.bootstrap, str(kdir)
+        bootstrap, kafka_dir = embedded_broker(brokers)
     provision(spec, bootstrap)
     dep = Deployment(spec.name, str(spec_path.resolve()), bootstrap, kafka_dir, started=time.time())
     logs = dep.dir / "logs"
@@ -234,6 +240,20 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
     env = {**service_env(bootstrap), "HASTREAM_HOME": str(hastream_home().resolve())}
     argv = [sys.executable, "-m", "services.deploy.supervisor", spec.name]
     return _wait_started(dep, processes.spawn(argv, logs / "supervisor.log", env).pid)
+
+
+def embedded_broker(brokers: int = 1) -> tuple[str, str]:
+    """(bootstrap, data dir) of the broker in ``<home>/kafka``: resumed on its ports and data if it
+    is stopped or crashed, a new one with ``brokers`` brokers if there is none."""
+    from infra.kafka.cluster import KafkaCluster
+
+    kdir = hastream_home() / "kafka"
+    cluster = KafkaCluster.load(kdir) if (kdir / "cluster.json").exists() else None
+    if cluster is None or not cluster.stored():
+        cluster = KafkaCluster(brokers=brokers, data_dir=kdir).start(detach=True)
+    elif not all(cluster.alive()):
+        cluster.start(detach=True)
+    return cluster.bootstrap, str(kdir)
 
 
 def _wait_started(dep: Deployment, supervisor: int, timeout: float = 30) -> Deployment:
@@ -286,10 +306,12 @@ def _restart_here(dep: Deployment, proc: Process) -> Process:
     return proc
 
 
-def down(dep: Deployment, timeout: float = 30, stop_kafka: bool = False) -> list[str]:
+def down(dep: Deployment, timeout: float | None = None, stop_kafka: bool = False) -> list[str]:
     """Stop every service (SIGTERM, SIGKILL what is still alive after ``timeout``) and the supervisor
-    first, so nothing is restarted; returns the roles that were running."""
+    first, so nothing is restarted, and with ``stop_kafka`` the embedded broker unless another running
+    deployment uses it; returns the roles that were running."""
     stopped = [p.role for p in dep.processes if dep.alive(p)]
+    timeout = stop_timeout(dep.bootstrap) if timeout is None else timeout
     if dep.supervised():  # it stops its services on SIGTERM and exits
         processes.stop([dep.supervisor], timeout + 15)
     dep = Deployment.load(dep.name)  # the pids the supervisor last started
@@ -297,7 +319,50 @@ def down(dep: Deployment, timeout: float = 30, stop_kafka: bool = False) -> list
     dep.processes, dep.supervisor = [], 0
     dep.save()
     if stop_kafka and dep.kafka_dir:
-        from infra.kafka.cluster import KafkaCluster
-
-        KafkaCluster.load(Path(dep.kafka_dir)).stop()
+        release_broker(dep.kafka_dir)
     return stopped
+
+
+# What a service gets to stop after SIGTERM: time to flush its outputs and commit, as compose's
+# stop_grace_period; with its broker unreachable there is nothing to flush to, so a short grace.
+STOP_TIMEOUT_S = 30.0
+UNREACHABLE_STOP_TIMEOUT_S = 3.0
+
+
+def stop_timeout(bootstrap: str) -> float:
+    """How long stopping services on ``bootstrap`` may wait for them before kill -9."""
+    from services.core.kafka import port_open
+
+    reachable = any(port_open(address) for address in bootstrap.split(","))
+    return STOP_TIMEOUT_S if reachable else UNREACHABLE_STOP_TIMEOUT_S
+
+
+def broker_users(kafka_dir: str, but: set[str]) -> list[str]:
+    """Running deployments, other than ``but``, on the embedded broker in ``kafka_dir``."""
+    return [d.name for d in Deployment.all() if d.name not in but and d.kafka_dir == kafka_dir and d.running()]
+
+
+def release_broker(kafka_dir: str, stopping: set[str] | None = None) -> list[str]:
+    """Stop the embedded broker in ``kafka_dir`` (its data stays for the next start) unless running
+    deployments other than ``stopping`` use it; returns those, which keep it running."""
+    from infra.kafka.cluster import KafkaCluster
+
+    users = broker_users(kafka_dir, stopping or set())
+    if not users:
+        KafkaCluster.load(Path(kafka_dir)).stop()
+    return users
+
+
+def remove(dep: Deployment) -> None:
+    """Delete a stopped deployment's records (state, logs, coordinator data); its topics stay on the broker."""
+    if dep.running():
+        raise RuntimeError(f"deployment '{dep.name}' is running: stop it first with: hastream down {dep.name}")
+    shutil.rmtree(dep.dir)
+
+
+def prune() -> list[str]:
+    """Delete the records of every stopped deployment; returns their names."""
+    gone = [d for d in Deployment.all() if not d.running()]
+    for d in gone:
+        remove(d)
+    return [d.name for d in gone]

@@ -30,14 +30,13 @@ from typing import Callable
 
 from services.core.logs import LineFormatter, setup_logging
 from services.deploy import processes
-from services.deploy.local import Deployment, Process, process_env, service_env
+from services.deploy.local import Deployment, Process, process_env, service_env, stop_timeout
 
 log = logging.getLogger("hastream.supervisor")
 
 FIRST_DELAY_S = 0.1
 MAX_DELAY_S = 30.0
 RESET_AFTER_S = 10.0  # a process that ran this long before crashing starts a new run of crashes
-STOP_TIMEOUT_S = 30.0  # what ``down`` and compose's stop_grace_period give a service to stop
 
 
 def backoff(crashes: int) -> float:
@@ -140,10 +139,12 @@ class Supervisor:
         self.dep.processes = [c.proc for c in self.children]
         self.dep.save()
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM every service (a paused one is continued first), SIGKILL what outlives ``timeout``."""
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM every service (a paused one is continued first), SIGKILL what outlives ``timeout``
+        (default: ``stop_timeout``, short when the broker is unreachable)."""
         live = [c.popen for c in self.children if c.popen is not None and c.running()]
-        processes.stop(live, timeout, resume_first=True)
+        if live:
+            processes.stop(live, stop_timeout(self.dep.bootstrap) if timeout is None else timeout, resume_first=True)
 
     def run(self, tick_s: float = 0.1) -> None:
         """Supervise until SIGTERM or SIGINT, then stop every service."""

@@ -385,7 +385,7 @@ def test_stop_source_holds_a_live_producer_and_its_tuples_arrive_late(kafka, spe
         assert pidfile.exists(), prod.stderr.read() if prod.poll() is not None else "no pid file"
         assert json.loads(pidfile.read_text())["pid"] == prod.pid
         time.sleep(0.7)
-        r = hastream("fault", "stop-source", src, "--for", "1.2", env=env)
+        r = hastream("fault", "stop-source", src, "--for", "1.2", "--wait", env=env)
         assert r.returncode == 0, r.stderr
         assert "resumed source" in r.stdout
         time.sleep(0.5)
