@@ -128,9 +128,10 @@ class SourceWriter:
         """Send a BOUNDARY to every partition: no later tuple will have a smaller stime.
 
         ``stime`` defaults to the largest stime sent (the wall clock if the writer's tuple
-        time is the wall clock). Boundaries never go back in time. ``ht.id`` is the last id
-        sent on the partition (-1 if none). Returns the boundary's stime, or None when there
-        is nothing to promise yet (no tuple sent, no wall clock).
+        time is the wall clock). Boundaries never go back in time, and one that would not move
+        time on is not sent. ``ht.id`` is the last id sent on the partition (-1 if none).
+        Returns the boundary's stime, or None when nothing was sent (no tuple sent, no wall
+        clock, or time has not moved).
         """
         if self._want_hold is not None:
             self._apply_request()
@@ -141,8 +142,8 @@ class SourceWriter:
                 b = wall_ms() if b is None else max(b, wall_ms())
         if b is None:
             return None
-        if self.last_boundary is not None and b < self.last_boundary:
-            b = self.last_boundary
+        if self.last_boundary is not None and b <= self.last_boundary:
+            return None  # time has not moved: a repeated promise tells a node nothing
         if self.plain and b < END_OF_TIME:
             return None  # the ingress moves time on from what all producers write; only the end is told
         for p in range(self.partitions):

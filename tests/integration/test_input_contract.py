@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from services.client.source import readings
+from services.client.source import SourceWriter, readings
 from services.core.codec import codec_for
 from services.core.kafka import plain_consumer
 from services.core.tuples import headers_dict
@@ -130,3 +130,23 @@ def test_another_clients_id_never_drops_later_tuples(kafka, tmp_path: Path) -> N
     dl.close()
     reasons = [headers_dict(m.headers())["ht.error"] for m in msgs]
     assert len(reasons) == 1 and "jumps past -1" in reasons[0]
+
+
+def test_a_source_sends_a_boundary_only_when_its_time_has_moved(kafka, tmp_path: Path) -> None:
+    """An idle source that promises nothing new sends nothing: a repeated boundary tells a node nothing."""
+    spec, _ = unique_spec(SPEC, tmp_path)
+    src = spec.sources()[0]
+    create_topics(spec, kafka.bootstrap)
+    w = SourceWriter(spec, src, kafka.bootstrap)
+    for r in readings(10, sensors=2, step_ms=10, start_ms=0):
+        w.send(r)
+    sent = [w.boundary() for _ in range(5)]
+    w.send(next(iter(readings(1, sensors=2, start_ms=500))))
+    sent.append(w.boundary())
+    w.flush()
+    assert sent == [90, None, None, None, None, 500]
+    c = plain_consumer(kafka.bootstrap, "b")
+    c.assign([TopicPartition(src, 0, 0)])
+    msgs = [m for m in c.consume(100, 10) if m.error() is None]
+    c.close()
+    assert [headers_dict(m.headers())["ht.stime"] for m in msgs if m.value() is None] == ["90", "500"]
