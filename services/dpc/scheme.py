@@ -29,7 +29,7 @@ from confluent_kafka import Message
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
 from services.core.errors import ContractError, DecodeError, HeaderError, RestartImageError
-from services.core.tuples import BOUNDARY, EPOCH, STABLE, TENTATIVE, UNDO, TupleType, admit
+from services.core.tuples import BOUNDARY, EPOCH, STABLE, TENTATIVE, UNDO, TupleType, admit, parse_headers, peek
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
 from services.dpc.policies import Policy
 from services.dpc.reconciler import reconciler
@@ -184,6 +184,8 @@ class DpcScheme:
                     continue
                 got = admit(m.headers(), port.gate)
                 if got is None:  # written by a replaced copy of the upstream replica
+                    if port.upstream is None:
+                        self._older_writer(port, m)  # a source has one writer: another one is rejected
                     stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
                     continue
                 t, tid, stime = got
@@ -237,6 +239,15 @@ class DpcScheme:
                         stats.deadlettered,
                     )
         stats.consumed += len(msgs)
+
+    @staticmethod
+    def _older_writer(port: InputPort, m: Message) -> None:
+        """Reject a source message an older writer (or another client) wrote after the current writer began."""
+        parse_headers(m.headers())  # no or malformed headers: that is the reason
+        raise ContractError(
+            f"written with writer epoch {peek(m.headers())[2]} after epoch {port.gate.epoch} began: "
+            "an input stream has one writer; feed it from several through an ingress"
+        )
 
     def _take_raw(self, port: InputPort, raw: RawReader, m: Message, now: float) -> None:
         """An ingress's raw record as a stable tuple (its id its offset), or a tick as a boundary;

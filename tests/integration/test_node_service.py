@@ -52,7 +52,7 @@ def test_pipeline_output_equals_reference_and_bad_input_is_deadlettered(kafka, t
             inputs[stream][_partition_of(spec, stream, rec)].append(rec)
             if stream == src and i in (500, 1500):
                 w.flush()  # what the writer sent comes first: the garbage takes the next id of partition 0
-                _send_garbage(kafka.bootstrap, spec.topic(src), len(inputs[src][0]))
+                _send_garbage(kafka.bootstrap, spec.topic(src), len(inputs[src][0]), w.epoch)
         w.boundary(END_OF_TIME)  # end of input: every bucket and window can close
         w.flush()
 
@@ -103,11 +103,12 @@ def _partition_of(spec, stream: str, rec: dict) -> int:
     return partition_for(key_bytes(rec["sensor"]), spec.streams[stream].partitions)
 
 
-def _send_garbage(bootstrap: str, topic: str, next_id: int) -> None:
-    """Two bad messages: a payload that is not Avro (with the next id, so only its payload is
-    wrong), and a valid-looking one without ht.* headers."""
+def _send_garbage(bootstrap: str, topic: str, next_id: int, epoch: int) -> None:
+    """Two bad messages: a payload that is not Avro (with the writer's next id and epoch, so only
+    its payload is wrong), and a valid-looking one without ht.* headers."""
     p = Producer({"bootstrap.servers": bootstrap})
-    p.produce(topic, b"\xff\xfe not avro", b"s1", partition=0, headers=make_headers(TupleType.STABLE, next_id, 0))
+    headers = make_headers(TupleType.STABLE, next_id, 0, epoch=epoch)
+    p.produce(topic, b"\xff\xfe not avro", b"s1", partition=0, headers=headers)
     p.produce(topic, b"\x02a\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00", b"s1", partition=1)
     p.flush()
 
