@@ -71,11 +71,15 @@ _CONNECTION_LINE = re.compile(r"(?:^|\]: )([\w.\-]+:\d+|\[[\w:.]+\]:\d+)/\S*: (.
 _LOST = ("Disconnected", "Receive failed", "Send failed", "Connection reset")  # the lines a dying broker leaves
 
 
+_CONNECT_TO = re.compile(r"(Connect to ipv[46]#(\S+) failed: .*)$")  # e.g. from the GroupCoordinator thread
+
+
 def _connection_line(text: str) -> tuple[str, str] | None:
     """(broker address, what happened) if ``text`` is librdkafka's line about a broker connection."""
     match = _CONNECTION_LINE.search(text)
     if match is None:
-        return None
+        connect = _CONNECT_TO.search(text)
+        return (connect.group(2), connect.group(1)) if connect is not None else None
     what = match.group(2)
     if "Connect to" in what or "resolve" in what or any(w in what for w in _LOST):
         return match.group(1), what
@@ -106,9 +110,14 @@ class BrokerWait:
     a user needs to know what the program waits for, once, and when the wait is over.
     """
 
+    # librdkafka hands its log lines over when the client is next polled, so failed attempts
+    # made before the broker came back can arrive just after: not a new outage.
+    STALE_S = 5.0
+
     def __init__(self, logger: logging.Logger = WAIT_LOG, probe_s: float = 0.5) -> None:
         self.logger, self.probe_s = logger, probe_s
         self._since: dict[str, float] = {}
+        self._back: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def waiting(self) -> list[str]:
@@ -119,9 +128,10 @@ class BrokerWait:
     def note(self, address: str, reason: str) -> None:
         """A connection to ``address`` failed: say so if this starts an outage, and watch for its end."""
         with self._lock:
-            if address in self._since:
+            now = time.monotonic()
+            if address in self._since or now - self._back.get(address, -self.STALE_S) < self.STALE_S:
                 return
-            self._since[address] = time.monotonic()
+            self._since[address] = now
         self.logger.warning("waiting for the Kafka broker at %s ... (%s)", address, reason)
         threading.Thread(target=self._watch, args=(address,), name=f"broker-wait-{address}", daemon=True).start()
 
@@ -130,6 +140,7 @@ class BrokerWait:
             time.sleep(self.probe_s)
         with self._lock:
             since = self._since.pop(address, time.monotonic())
+            self._back[address] = time.monotonic()
         self.logger.warning(
             "the Kafka broker at %s accepts connections again (after %.1f s)", address, time.monotonic() - since
         )

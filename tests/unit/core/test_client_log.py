@@ -62,8 +62,12 @@ def test_a_thousand_refused_connections_make_one_line_and_the_return_another(req
     before = kafka.RDKAFKA_LOG_LINES["FAIL"]
     for _ in range(1000):
         client_log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#producer-1", REFUSED.format(port=port))
+    coordinator = (
+        f"[thrd:GroupCoordinator]: GroupCoordinator: Connect to ipv4#127.0.0.1:{port} failed: Connection refused"
+    )
+    client_log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-2", coordinator)
     assert waits.lines == [f"waiting for the Kafka broker at 127.0.0.1:{port} ... (Connection refused)"]
-    assert kafka.RDKAFKA_LOG_LINES["FAIL"] - before == 1000
+    assert kafka.RDKAFKA_LOG_LINES["FAIL"] - before == 1001
     assert wait.waiting() == [f"127.0.0.1:{port}"]
 
     with socket.socket() as server:  # the broker is back on its port
