@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -13,6 +15,13 @@ from services.core.tuples import TupleType
 from services.deploy.local import topic_specs
 from services.node.loop import NodeService
 from services.spec import Spec, parse_spec
+
+
+def hastream(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run the hastream command as a user does, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def unique_spec(template: str, tmp_path: Path) -> tuple[Spec, Path]:

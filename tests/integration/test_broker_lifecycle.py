@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from infra.kafka.cluster import KafkaCluster
 from services.client.source import readings
 from services.deploy.processes import pid_alive
-from tests.integration.helpers import unique_spec
+from tests.integration.helpers import hastream, unique_spec
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +35,6 @@ operators:
 nodes:
   n: {operators: [keep]}
 """
-
-
-def hastream(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive, spawn
-from tests.integration.helpers import unique_spec
+from tests.integration.helpers import hastream, unique_spec
 
 pytestmark = pytest.mark.integration
 
@@ -32,12 +32,6 @@ operators:
 nodes:
   n: {operators: [keep]}
 """
-
-
-def hastream(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def closed_port() -> int:

@@ -30,7 +30,7 @@ from services.core.tuples import TupleType, make_headers, parse_headers
 from services.deploy import faults
 from services.deploy.local import Deployment, Process
 from services.dpc.states import NodeState
-from tests.integration.helpers import unique_spec
+from tests.integration.helpers import hastream, unique_spec
 
 pytestmark = pytest.mark.integration
 
@@ -284,12 +284,6 @@ def test_view_applies_undo_and_rec_done_and_stable_only(kafka, spec) -> None:
 
 
 # -- faults ---------------------------------------------------------------------
-
-
-def hastream(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_fault_kill_pause_resume_restart_on_a_deployment(tmp_path: Path, monkeypatch) -> None:

@@ -12,8 +12,6 @@ import functools
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,7 +24,7 @@ import pytest
 from services.client.source import SourceWriter, readings
 from services.coordinator.client import fetch_status, status_url
 from services.deploy.local import Deployment
-from tests.integration.helpers import unique_spec
+from tests.integration.helpers import hastream, unique_spec
 from tests.integration.test_coordinator import _free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,12 +44,6 @@ nodes:
   a: {operators: [keep]}
   b: {operators: [twice]}
 """
-
-
-def hastream(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 class StatusWatch:

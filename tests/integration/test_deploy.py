@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +16,7 @@ from services.core.partitioner import key_bytes, partition_for
 from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive
 from services.operators.reference import evaluate
-from tests.integration.helpers import unique_spec
+from tests.integration.helpers import hastream, unique_spec
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +35,6 @@ nodes:
   first: {operators: [warm]}
   second: {operators: [win]}
 """
-
-
-def hastream(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def test_up_produce_tail_down(kafka, tmp_path: Path) -> None:

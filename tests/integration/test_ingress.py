@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,7 +24,7 @@ from services.core.kafka import plain_consumer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import BOUNDARY, STABLE, parse_headers
 from services.operators.reference import evaluate
-from tests.integration.helpers import unique_spec
+from tests.integration.helpers import hastream, unique_spec
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +41,6 @@ operators:
 nodes:
   n: {operators: [win]}
 """
-
-
-def hastream(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=180
-    )
 
 
 def produce_plain(bootstrap: str, topic: str, first: int, n: int, placed: list[tuple[int, dict]]) -> None:

@@ -22,7 +22,7 @@ from services.core.codec import codec_for
 from services.core.kafka import plain_consumer
 from services.core.tuples import headers_dict
 from services.operators.reference import evaluate
-from tests.integration.helpers import create_topics, read_stream, run_nodes_until_idle, unique_spec
+from tests.integration.helpers import create_topics, hastream, read_stream, run_nodes_until_idle, unique_spec
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +38,6 @@ operators:
 nodes:
   n: {operators: [win]}
 """
-
-
-def hastream(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], env=env, capture_output=True, text=True, timeout=120
-    )
 
 
 def _env(tmp_path: Path, bootstrap: str) -> dict[str, str]:
