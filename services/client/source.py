@@ -23,7 +23,7 @@ from services.core.errors import WriterConflictError
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, header_writer
-from services.log.tail import WriterTail, writer_tail
+from services.log.tail import NO_WRITER, WriterTail, writer_tail
 from services.spec import Spec
 
 # The stime of a source's final boundary: no tuple will ever come after it, so downstream
@@ -67,11 +67,8 @@ class SourceWriter:
         self.codec = codec_for(sd.schema)
         # A raw topic takes plain values and has many writers: no ids, no epochs, no boundaries but the last.
         self.plain = sd.ingress is not None
-        self.json = self.plain and sd.ingress is not None and sd.ingress.format == "json"
-        tails = [
-            WriterTail(0, 0, 0, 0, False) if self.plain else writer_tail(bootstrap, self.topic, p)
-            for p in range(self.partitions)
-        ]
+        self.json = sd.ingress is not None and sd.ingress.format == "json"
+        tails = [NO_WRITER if self.plain else writer_tail(bootstrap, self.topic, p) for p in range(self.partitions)]
         if exclusive and not self.plain:
             _check_alone(stream, tails, spec.dpc.boundary_interval)
         self.producer = BatchProducer(bootstrap, linger_ms=linger_ms)

@@ -38,7 +38,7 @@ from services.dpc.states import NodeState, check_transition
 from services.dpc.sunion import STuple, SUnion, SUnionState
 from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
-from services.node.ingress import LATE, RawReader
+from services.node.ingress import RawReader
 from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 from services.operators.base import _ignore
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 STALE = "stale tentative"  # NodeStats.skipped key
 FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writer
-OUT_OF_ORDER = "out of order"  # NodeStats.skipped key: source tuples whose id went back or jumped (dead-lettered)
 REQUEST_EVERY_S = 2.0  # a REQUEST without an answer is sent again after this long
 
 
@@ -199,7 +198,6 @@ class DpcScheme:
                         continue
                     if tid <= port.last_stable:
                         if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
-                            stats.skipped[OUT_OF_ORDER] = stats.skipped.get(OUT_OF_ORDER, 0) + 1
                             raise ContractError(
                                 f"ht.id {tid} goes backwards (the stream is at {port.last_stable}): "
                                 "an input stream has one writer; feed it from several through an ingress"
@@ -207,7 +205,6 @@ class DpcScheme:
                         continue  # a duplicate after a restart or a switch
                     if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
                         if port.upstream is None:  # a source has one log and one writer: nothing to read again
-                            stats.skipped[OUT_OF_ORDER] = stats.skipped.get(OUT_OF_ORDER, 0) + 1
                             raise ContractError(f"ht.id {tid} jumps past {port.last_stable}: the source skipped ids")
                         port.report_gap(tid)
                         stats.gaps += 1
@@ -263,8 +260,6 @@ class DpcScheme:
             su.boundary(i, stime, now)
             return
         if bound is not None and stime < bound:
-            stats = self.node.stats
-            stats.skipped[LATE] = stats.skipped.get(LATE, 0) + 1
             raise ContractError(
                 f"late: tuple time {stime} is {bound - stime} ms behind the stream's boundary {bound} "
                 f"(the newest tuple time minus the lateness of {raw.lateness} ms)"

@@ -224,6 +224,9 @@ class WriterTail:
     boundary: bool  # that message is a BOUNDARY
 
 
+NO_WRITER = WriterTail(0, 0, 0, 0, False)  # a partition no hastream writer wrote
+
+
 def _writer_view(m: Message) -> WriterTail | None:
     """What a message says of its writer, if a hastream writer wrote it (an epoch >= 1 and a type)."""
     try:
@@ -247,15 +250,4 @@ def writer_tail(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -
         for _, tail in reversed(rows):
             if tail is not None:
                 return tail
-    return WriterTail(0, 0, 0, 0, False)
-
-
-def next_tuple_id(bootstrap: str, topic: str, partition: int) -> int:
-    """The ``ht.id`` that continues a writer's dense sequence in one partition (0 when empty)."""
-    m = last_message(bootstrap, topic, partition)
-    if m is None:
-        return 0
-    try:
-        return parse_headers(m.headers()).id + 1
-    except HeaderError:
-        return (m.offset() or 0) + 1
+    return NO_WRITER

@@ -28,13 +28,11 @@ from typing import Any, Callable
 from confluent_kafka import Message
 
 from services.core.codec import codec_for
+from services.core.errors import HeaderError
 from services.core.partitioner import key_bytes, partition_for
-from services.core.tuples import BOUNDARY, TYPE_BYTES, Headers, make_headers
+from services.core.tuples import BOUNDARY, Headers, make_headers, parse_headers
 from services.spec.model import RECORD_TIMESTAMP
 from services.spec.plan import InputPlan
-
-LATE = "late"  # NodeStats.skipped key: raw records older than the input's boundary (dead-lettered)
-_TICK = TYPE_BYTES[BOUNDARY]
 
 
 def wall_ms() -> int:
@@ -89,11 +87,13 @@ class RawReader:
 
 
 def _tick_time(headers: Any) -> int | None:
-    """The time of a tick (a BOUNDARY among the raw records), else None."""
-    hd = dict(headers)
-    if hd.get("ht.type") != _TICK:
+    """The time of a tick (a BOUNDARY among the raw records), else None: a record's own headers
+    are the producer's business."""
+    try:
+        meta = parse_headers(headers)
+    except HeaderError:
         return None
-    return int(hd.get("ht.stime") or 0)
+    return meta.stime if meta.type is BOUNDARY else None
 
 
 def _json_record(value: bytes | None) -> dict[str, Any]:
