@@ -128,13 +128,16 @@ class Recorder:
                 if m.error() is not None or topic is None or partition is None:
                     continue
                 try:
-                    t, tid, stime = read_headers(m.headers())
+                    t, tid, stime, carried = read_headers(m.headers())
                 except HeaderError:
                     continue  # not a tuple: nothing a reader of the stream would see
                 payload = m.value()
                 v = self.decode[topic](payload) if payload is not None else None
-                r = Received(topic, partition, t, tid, stime, v, time.monotonic())
-                self.outputs.setdefault((topic, partition), ReplicaOutput()).messages.append(r)
+                at = time.monotonic()
+                got = self.outputs.setdefault((topic, partition), ReplicaOutput()).messages
+                got.append(Received(topic, partition, t, tid, stime, v, at))
+                if carried is not None:  # the boundary that rode on the tuple, as a reader takes it
+                    got.append(Received(topic, partition, TupleType.BOUNDARY, tid, carried, None, at))
 
     def replica(self, stream: str, replica: int, partition: int = 0) -> ReplicaOutput:
         return self.outputs.get((self.spec.topic(stream, replica), partition), ReplicaOutput())

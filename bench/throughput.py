@@ -223,7 +223,7 @@ def _topics_of(job: Job, spec: Spec | None) -> list[TopicSpec]:
 def _is_final(headers: RawHeaders) -> bool:
     """The message is the source's final BOUNDARY (stime 2**62)."""
     try:
-        ttype, _, stime = read_headers(headers)
+        ttype, _, stime, _ = read_headers(headers)
     except HeaderError:
         return False
     return ttype is TupleType.BOUNDARY and stime == FINAL_BOUNDARY
@@ -467,7 +467,7 @@ def _read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
                 if ttype != TIMESTAMP_LOG_APPEND_TIME:
                     raise RuntimeError(f"{topic} has timestamp type {ttype}, expected LogAppendTime")
                 try:
-                    t, tid, stime = read_headers(m.headers())
+                    t, tid, stime, _ = read_headers(m.headers())
                     out.append(OutMsg(ts, t.value, tid, stime, m.value()))
                 except HeaderError:
                     out.append(OutMsg(ts, "?", -1, -1, m.value()))

@@ -130,8 +130,11 @@ class PartitionView:
         if got is None:
             self.fenced += 1
             return None
-        self.apply(*got, payload, out, replica, offset)
-        return got
+        ttype, tid, stime, carried = got
+        self.apply(ttype, tid, stime, payload, out, replica, offset)
+        if carried is not None and ttype is STABLE:
+            self.apply(BOUNDARY, tid, carried, None, out, replica, offset)
+        return ttype, tid, stime
 
     def apply(
         self,

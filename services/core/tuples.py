@@ -41,6 +41,7 @@ H_ID = "ht.id"
 H_STIME = "ht.stime"
 H_REPLICA = "ht.replica"
 H_EPOCH = "ht.epoch"
+H_BOUND = "ht.bound"  # on a STABLE tuple: a BOUNDARY at this stime follows it (a boundary coalesced with data)
 # Dead-letter headers: why a message was rejected and where it came from.
 H_ERROR = "ht.error"
 H_SRC_TOPIC = "ht.src.topic"
@@ -75,16 +76,35 @@ def header_writer(replica: int = 0, epoch: int = 0) -> HeaderWriter:
     return headers
 
 
+def with_bound(headers: Headers, bound: int) -> Headers:
+    """A STABLE tuple's headers carrying the BOUNDARY that follows it: one record instead of two."""
+    return headers + [(H_BOUND, b"%d" % bound)]
+
+
+def carries_bound(headers: RawHeaders) -> bool:
+    """Whether a boundary rides on the message (``ht.bound``), for scans that need no more of it."""
+    if isinstance(headers, dict):
+        return H_BOUND in headers
+    return any(kv[0] == H_BOUND for kv in headers or ())
+
+
 def make_headers(ttype: TupleType, tid: int, stime: int, replica: int = 0, epoch: int = 0) -> Headers:
     """Headers of one outgoing tuple."""
     return header_writer(replica, epoch)(ttype, tid, stime)
 
 
-def read_headers(headers: RawHeaders, _types: dict[bytes, TupleType] = _TYPE_BY_BYTES) -> tuple[TupleType, int, int]:
-    """(type, id, stime) of one incoming tuple, on the hot path; raises HeaderError saying what is wrong."""
+# What a reader takes from one message: type, id, stime, and the boundary that rides on it (None if none).
+Head = tuple[TupleType, int, int, int | None]
+
+
+def read_headers(headers: RawHeaders, _types: dict[bytes, TupleType] = _TYPE_BY_BYTES) -> Head:
+    """(type, id, stime, bound) of one incoming tuple, on the hot path; raises HeaderError saying what is wrong.
+
+    ``bound`` is the ``ht.bound`` header: a BOUNDARY at that stime follows the tuple."""
     try:
         hd: dict[str, Any] = dict(headers)  # type: ignore[arg-type]  # None raises TypeError: handled below
-        return _types[hd[H_TYPE]], int(hd[H_ID]), int(hd[H_STIME])
+        b = hd.get(H_BOUND)
+        return _types[hd[H_TYPE]], int(hd[H_ID]), int(hd[H_STIME]), None if b is None else int(b)
     except (KeyError, TypeError, ValueError):
         parse_headers(headers)  # raises with the precise reason
         raise HeaderError("malformed ht.* headers") from None
@@ -128,7 +148,8 @@ def admit(
     _t: str = H_TYPE,
     _i: str = H_ID,
     _s: str = H_STIME,
-) -> tuple[TupleType, int, int] | None:
+    _b: str = H_BOUND,
+) -> Head | None:
     """``read_headers`` for a reader that follows a writer's epochs: None for a fenced writer's message.
 
     On the hot path: the header names are bound once, as the types are."""
@@ -137,7 +158,8 @@ def admit(
         raw = hd.get(_e)
         if raw != gate.raw and not gate.admits(raw):
             return None
-        return _types[hd[_t]], int(hd[_i]), int(hd[_s])
+        b = hd.get(_b)
+        return _types[hd[_t]], int(hd[_i]), int(hd[_s]), None if b is None else int(b)
     except (KeyError, TypeError, ValueError):
         parse_headers(headers)  # raises with the precise reason
         raise HeaderError("malformed ht.* headers") from None
@@ -188,6 +210,7 @@ class TupleMeta:
     stime: int
     replica: int = 0
     epoch: int = 0
+    bound: int | None = None  # a BOUNDARY at this stime follows the tuple (``ht.bound``, on STABLE tuples)
 
 
 def parse_headers(headers: RawHeaders) -> TupleMeta:
@@ -197,6 +220,7 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
     ttype: TupleType | None = None
     tid = stime = None
     replica = epoch = 0
+    bound: int | None = None
     pairs: list[tuple[str, Any]] = list(headers.items()) if isinstance(headers, dict) else list(headers)
     try:
         for k, v in pairs:
@@ -212,6 +236,8 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
                 replica = int(v)
             elif k == H_EPOCH:
                 epoch = int(v)
+            elif k == H_BOUND:
+                bound = int(v)
     except (TypeError, ValueError) as e:
         if isinstance(e, HeaderError):
             raise
@@ -222,7 +248,7 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
         raise HeaderError(f"missing {H_ID} header")
     if stime is None:
         raise HeaderError(f"missing {H_STIME} header")
-    return TupleMeta(ttype, tid, stime, replica, epoch)
+    return TupleMeta(ttype, tid, stime, replica, epoch, bound)
 
 
 def headers_dict(headers: RawHeaders) -> dict[str, str]:

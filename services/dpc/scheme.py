@@ -187,7 +187,7 @@ class DpcScheme:
                         self._older_writer(port, m)  # a source has one writer: another one is rejected
                     stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
                     continue
-                t, tid, stime = got
+                t, tid, stime, carried = got
                 i = port.index
                 if t is STABLE or t is TENTATIVE:
                     bound = bounds[i]
@@ -202,6 +202,8 @@ class DpcScheme:
                                 f"ht.id {tid} goes backwards (the stream is at {port.last_stable}): "
                                 "an input stream has one writer; feed it from several through an ingress"
                             )
+                        if carried is not None:  # the boundary after it may be news: replicas' stable streams agree
+                            su.boundary(i, carried, now)
                         continue  # a duplicate after a restart or a switch
                     if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
                         if port.upstream is None:  # a source has one log and one writer: nothing to read again
@@ -215,6 +217,8 @@ class DpcScheme:
                     su.push(i, t, tid, stime, rec, now)
                     if t is STABLE:
                         port.last_stable = tid
+                        if carried is not None:  # a BOUNDARY rode on the tuple
+                            su.boundary(i, carried, now)
                 elif t is BOUNDARY:
                     su.boundary(i, stime, now)
                 elif t is UNDO:

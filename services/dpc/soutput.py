@@ -8,7 +8,8 @@ tuples a downstream reader sees:
   every tentative tuple after stable tuple L; the corrections follow as stable L+1, ...
 - REC_DONE once reconciliation is done, and forced between the last stable tuple and the
   first tentative one if a new failure starts before that.
-- BOUNDARY(B), with B never decreasing: no later tuple will have a smaller stime.
+- BOUNDARY(B), with B never decreasing: no later tuple will have a smaller stime. When it
+  follows a stable tuple in the same flush it rides on that tuple (``services.node.outputs``).
 
 After a restart from a checkpoint, the node replays input it had already processed, so
 SOutput is in duplicate-elimination mode: it drops the stable tuples whose ids are

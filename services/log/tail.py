@@ -27,11 +27,13 @@ from services.core.tuples import (
     UNDO,
     EpochGate,
     TupleType,
+    carries_bound,
     parse_headers,
     peek,
 )
 
-Meta = tuple[TupleType | None, int | None, int]  # what a backward scan needs of a message: type, id, epoch
+# What a backward scan needs of a message: type, id, epoch, and whether a boundary rides on it.
+Meta = tuple[TupleType | None, int | None, int, bool]
 V = TypeVar("V")
 
 
@@ -52,12 +54,17 @@ def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -
 
 
 def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[list[tuple[int, Meta]]]:
-    """The partition's messages as (offset, (type, id, epoch)) in chunks of ``chunk``, newest chunk first.
+    """The partition's messages as (offset, ``Meta``) in chunks of ``chunk``, newest chunk first.
 
     Readers look for the newest message with some property; scanning back from the end costs
     the distance from the tail, not the length of the log.
     """
-    return _backward(bootstrap, topic, partition, chunk, lambda m: peek(m.headers()))
+    return _backward(bootstrap, topic, partition, chunk, _meta)
+
+
+def _meta(m: Message) -> Meta:
+    headers = m.headers()
+    return (*peek(headers), carries_bound(headers))
 
 
 def _backward(
@@ -106,12 +113,14 @@ def seek_after_stable(
 
     Tuples after the returned offset are all newer than ``last_stable``, except stable
     duplicates with a smaller id when the topic has not caught up, which readers drop by
-    id. ``last_stable`` -1 means from the beginning.
+    id. ``last_stable`` -1 means from the beginning. When a boundary rides on stable tuple
+    ``last_stable`` (``ht.bound``), the offset is that tuple's own: the reader drops it as a
+    duplicate but takes the boundary, which this replica may never repeat (an ended stream).
     """
     if last_stable >= 0:
-        for off, (t, tid, epoch) in _live_backward(bootstrap, topic, partition, chunk):
+        for off, (t, tid, epoch, carries) in _live_backward(bootstrap, topic, partition, chunk):
             if t in (STABLE, UNDO) and tid is not None and tid <= last_stable:
-                return off + 1, epoch
+                return (off if carries and tid == last_stable and t is STABLE else off + 1), epoch
     return first_offset(bootstrap, topic, partition), 0
 
 
@@ -129,7 +138,7 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
     tuples (BOUNDARY, UNDO, REC_DONE) the last stable id before them.
     """
     empty = True
-    for _, (t, tid, _) in _live_backward(bootstrap, topic, partition, chunk):
+    for _, (t, tid, _, _) in _live_backward(bootstrap, topic, partition, chunk):
         if t is EPOCH:
             continue
         empty = False

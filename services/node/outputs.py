@@ -4,7 +4,10 @@ Each replica writes ``<stream>.r<k>``, partition = the node's partition. A schem
 its results with ``encode`` (a record that does not fit the stream's schema is rejected
 there, before it gets an id), then appends ``Out`` records (type, id, stime, payload or
 None) to ``queue(stream)``; ``flush`` adds the ``ht.*`` headers and waits until Kafka has
-them all, so whatever a restart image records as written is written. ``begin`` sets the
+them all, so whatever a restart image records as written is written. A queue that ends
+with a stable tuple and a BOUNDARY (a bucket's results, then the frontier past it: the
+usual end of a batch) is written as one record, the boundary riding on the tuple
+(``ht.bound``), so a stream with data carries no boundary records of its own. ``begin`` sets the
 incarnation's epoch (``services.node.fence``); ``guard`` runs before each flush.
 """
 
@@ -18,7 +21,7 @@ from confluent_kafka import Message
 from services.core.codec import ENCODE_ERRORS, codec_for
 from services.core.kafka import DataProducer
 from services.core.partitioner import key_encoder
-from services.core.tuples import EPOCH, STABLE, deadletter_headers, header_writer, make_headers
+from services.core.tuples import BOUNDARY, EPOCH, STABLE, deadletter_headers, header_writer, make_headers, with_bound
 from services.dpc.soutput import Out
 from services.operators.base import Item, Reject, reason
 from services.spec.plan import OutputPlan
@@ -86,6 +89,7 @@ class Outputs:
             if not q:
                 continue
             topic = self._writers[s][0]
+            carrier = _carrier(q)
             for ttype, tid, stime, payload in q:
                 value, key = payload if payload is not None else (None, None)
                 headers = headers_of(ttype, tid, stime)
@@ -95,6 +99,10 @@ class Outputs:
                     send(topic, value, key, part, headers)
             sent += len(q)
             q.clear()
+            if carrier is not None:
+                (ttype, tid, stime, (value, key)), bound = carrier
+                send(topic, value, key, part, with_bound(headers_of(ttype, tid, stime), bound))
+                sent += 1
         if sent:
             self.produced += sent
             self.producer.flush()
@@ -113,3 +121,11 @@ class Outputs:
         value = json.dumps(rec, default=repr, sort_keys=True).encode()
         headers = deadletter_headers(make_headers(STABLE, -1, stime), reason, stream, self.partition, None, by)
         self.producer.send(topic, value, None, headers=headers)
+
+
+def _carrier(q: list[Out]) -> tuple[Out, int] | None:
+    """Take a trailing stable tuple and BOUNDARY off ``q``: the tuple, to be written carrying the boundary's stime."""
+    if len(q) > 1 and q[-1][0] is BOUNDARY and q[-2][0] is STABLE:
+        bound = q.pop()[2]
+        return q.pop(), bound
+    return None

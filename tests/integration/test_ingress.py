@@ -77,7 +77,8 @@ def read_until_end(bootstrap: str, topic: str, partitions: int, timeout: float =
                 p = m.partition() or 0
                 if meta.type is STABLE:
                     out[p][meta.id] = decode(m.value())
-                elif meta.type is BOUNDARY and meta.stime >= END_OF_TIME - 1000:  # the end, down to a bucket
+                bound = meta.stime if meta.type is BOUNDARY else meta.bound  # on its own, or riding on a result
+                if bound is not None and bound >= END_OF_TIME - 1000:  # the end, down to a bucket
                     ended.add(p)
     finally:
         c.close()

@@ -22,7 +22,7 @@ from services.core.tuples import (
 def test_written_headers_read_back(ttype: TupleType, tid: int, stime: int, replica: int) -> None:
     h = header_writer(replica, epoch=7)(ttype, tid, stime)
     assert h == make_headers(ttype, tid, stime, replica, 7)
-    assert read_headers(h) == (ttype, tid, stime)
+    assert read_headers(h) == (ttype, tid, stime, None)
     meta = parse_headers(h)
     assert (meta.type, meta.id, meta.stime, meta.replica, meta.epoch) == (ttype, tid, stime, replica, 7)
     assert peek_type_and_id(h) == (ttype, tid)
@@ -69,7 +69,7 @@ def test_a_reader_drops_what_an_older_epoch_writes_after_a_newer_one_appeared() 
     log = [old(STABLE, 0, 1), old(STABLE, 1, 2), new(EPOCH, -1, 0), old(STABLE, 2, 3), new(STABLE, 2, 4)]
     gate = EpochGate()
     got = [admit(h, gate) for h in log]
-    assert got == [(STABLE, 0, 1), (STABLE, 1, 2), (EPOCH, -1, 0), None, (STABLE, 2, 4)]
+    assert got == [(STABLE, 0, 1, None), (STABLE, 1, 2, None), (EPOCH, -1, 0, None), None, (STABLE, 2, 4, None)]
     assert (gate.epoch, gate.fenced) == (5, 1)
 
 
@@ -78,7 +78,7 @@ def test_a_gate_starts_at_the_epoch_in_force_where_the_reader_starts() -> None:
 
     gate = EpochGate(5)
     assert admit(header_writer(0, epoch=3)(STABLE, 9, 1), gate) is None
-    assert admit(make_headers(STABLE, 9, 1, epoch=5), gate) == (STABLE, 9, 1)
+    assert admit(make_headers(STABLE, 9, 1, epoch=5), gate) == (STABLE, 9, 1, None)
     assert gate.fenced == 1
 
 

@@ -242,7 +242,7 @@ class FakeNode:
             msgs = self.log[p.topic]
             start = next(
                 (
-                    i + 1
+                    i + (h[0] is UNDO or h[1] < p.last_stable or h[3] is None)  # its last tuple again if carrying
                     for i in range(len(msgs) - 1, -1, -1)
                     if (h := read_headers(msgs[i].headers()))[0] in (STABLE, UNDO) and h[1] <= p.last_stable
                 ),
@@ -265,12 +265,15 @@ class FakeNode:
         self.outputs.flush()
 
     def written(self, stream: str) -> list[tuple[TupleType, int, int, dict | None]]:
-        """What this replica wrote to ``stream``: (type, id, stime, record)."""
+        """What this replica wrote to ``stream``: (type, id, stime, record), a boundary that rode on a
+        tuple as the BOUNDARY after it, as a reader takes it."""
         decode = codec_for(self.spec.streams[stream].schema).decode
-        out = []
+        out: list[tuple[TupleType, int, int, dict | None]] = []
         for w in self.producer.topics[self.outputs.topic(stream)]:
-            t, tid, stime = read_headers(w.headers)
+            t, tid, stime, carried = read_headers(w.headers)
             out.append((t, tid, stime, decode(w.value) if w.value is not None else None))
+            if carried is not None:
+                out.append((BOUNDARY, tid, carried, None))
         return out
 
     def stable(self, stream: str) -> list[tuple[int, dict]]:
@@ -281,7 +284,7 @@ class FakeNode:
         """What ``stable_after`` reads of a topic this node wrote: (id, (stime, (value, key))) of each stable tuple."""
         out = []
         for w in self.producer.topics[topic]:
-            t, tid, stime = read_headers(w.headers)
+            t, tid, stime, _ = read_headers(w.headers)
             if t is STABLE:
                 out.append((tid, (stime, (w.value, w.key))))
         return out

@@ -141,3 +141,19 @@ def test_a_topic_with_only_an_epoch_marker_has_nothing_written() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(log))
         assert tail.last_stable_id("b", "t.r0", 0) is None
+
+
+def test_a_reader_goes_on_from_the_last_stable_tuple_itself_when_a_boundary_rides_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The boundary after stable 1 rides on it: a reader that has 1 reads it again (a duplicate) to
+    take the boundary; a boundary of its own after the tuple is read anyway."""
+    from services.core.tuples import BOUNDARY, with_bound
+
+    carried = [make_headers(STABLE, 0, 10), with_bound(make_headers(STABLE, 1, 20), 30)]
+    apart = [make_headers(STABLE, 0, 10), make_headers(STABLE, 1, 20), make_headers(BOUNDARY, 1, 30)]
+    monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(carried))
+    assert tail.offset_after_stable("b", "t.r0", 0, 1) == 1
+    assert tail.offset_after_stable("b", "t.r0", 0, 0) == 1, "an older tuple's: right after it"
+    monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(apart))
+    assert tail.offset_after_stable("b", "t.r0", 0, 1) == 2

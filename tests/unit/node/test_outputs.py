@@ -1,0 +1,90 @@
+"""Boundaries riding on data: a batch that ends with results and the frontier past them is written
+as the results alone, the last one carrying the boundary (``ht.bound``), and every reader takes it
+as the BOUNDARY it replaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.client.source import readings
+from services.core.tuples import H_BOUND, UNDO, carries_bound, make_headers, read_headers
+from services.node import outputs as outputs_module
+from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, FakeMessage, FakeNode, source_messages
+
+END = 10**6
+
+
+def _feed_n1(node: FakeNode, cuts: int) -> None:
+    """n1 gets 40 readings, a boundary after every 3, in polls of ``cuts`` messages, then the end."""
+    recs = list(readings(40, sensors=2, seed=3, step_ms=40, start_ms=0))
+    msgs = source_messages(node, "a", recs, boundary_every=3) + [node.message("a", BOUNDARY, 39, END)]
+    for i in range(0, len(msgs), cuts):
+        node.step(msgs[i : i + cuts], 0.0)
+    node.step([], 0.0)
+
+
+def _records(node: FakeNode, stream: str) -> list[Any]:
+    return node.producer.topics[node.outputs.topic(stream)]
+
+
+def _as_input(of: FakeNode, stream: str, to: FakeNode) -> list[FakeMessage]:
+    """What ``of`` wrote to ``stream``, as the messages ``to``'s port reads, headers and all."""
+    topic = to.inputs.ports[0].topic
+    return [FakeMessage(topic, w.value, w.headers, i) for i, w in enumerate(_records(of, stream))]
+
+
+def _uncoalesced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outputs_module, "_carrier", lambda q: None)
+
+
+@pytest.mark.parametrize("cuts", [1, 4, 1000])
+def test_a_boundary_rides_on_the_last_result_of_a_batch_and_readers_see_the_same_stream(
+    monkeypatch: pytest.MonkeyPatch, cuts: int
+) -> None:
+    coalesced = FakeNode(CHAIN, "n1")
+    _feed_n1(coalesced, cuts)
+    with monkeypatch.context() as m:
+        _uncoalesced(m)
+        apart = FakeNode(CHAIN, "n1")
+        _feed_n1(apart, cuts)
+
+    assert coalesced.written("b") == apart.written("b"), "the same tuples and boundaries, as a reader takes them"
+    carried = [w for w in _records(coalesced, "b") if carries_bound(w.headers)]
+    standalone = sum(1 for w in _records(coalesced, "b") if read_headers(w.headers)[0] is BOUNDARY)
+    assert carried, "boundaries after results ride on them"
+    assert len(_records(coalesced, "b")) == len(_records(apart, "b")) - len(carried)
+    assert standalone == sum(1 for t, *_ in apart.written("b") if t is BOUNDARY) - len(carried)
+    assert all(read_headers(w.headers)[0] is STABLE for w in carried)
+
+    downstream, reference = FakeNode(CHAIN, "n2"), FakeNode(CHAIN, "n2")
+    downstream.step(_as_input(coalesced, "b", downstream), 0.0)
+    reference.step(_as_input(apart, "b", reference), 0.0)
+    assert downstream.written("c") == reference.written("c")
+    assert len(downstream.stable("c")) == 40
+    assert downstream.scheme.sunion.boundaries == [END], "the end reached n2 riding on n1's last result"
+
+
+def test_a_boundary_with_no_result_before_it_is_a_record_of_its_own() -> None:
+    node = FakeNode(CHAIN, "n1")
+    q = node.outputs.queue("b")
+    q += [(UNDO, 4, 0, None), (BOUNDARY, 4, 500, None)]
+    node.outputs.flush()
+    assert [read_headers(w.headers)[:3] for w in _records(node, "b")] == [(UNDO, 4, 0), (BOUNDARY, 4, 500)]
+
+
+def test_a_reader_that_has_the_tuple_a_boundary_rode_on_still_takes_the_boundary() -> None:
+    """After a switch a port may read again the last stable tuple it has (the seek goes back to it
+    when a boundary rides on it): the tuple is a duplicate, the boundary is news, and maybe the last
+    this replica sends (an ended stream)."""
+    node = FakeNode(CHAIN, "n2")
+    rec = next(readings(1, sensors=1, start_ms=100))
+    port = node.inputs.ports[0]
+    first = node.message("b", STABLE, 0, 100, rec)
+    node.step([first], 0.0)
+    assert port.last_stable == 0 and node.scheme.sunion.boundaries == [None]
+    again = FakeMessage(port.topic, first.value(), make_headers(STABLE, 0, 100) + [(H_BOUND, b"%d" % END)], 1)
+    node.step([again], 0.0)
+    assert node.scheme.sunion.boundaries == [END]
+    assert len(node.stable("c")) == 1, "the duplicate is not processed twice"
