@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 from pyspark.sql.window import Window
 
-from services.core.codec import record_fields, schema_json
+from services.core.codec import record_fields, schema_header, schema_json
 from services.core.errors import HeaderError
 from services.core.tuples import H_ID, H_STIME, HeaderWriter, TupleType, header_writer, parse_headers
 from services.log.tail import last_message
@@ -128,7 +128,7 @@ class BatchWriter:
         self.next_id = {p: (resume[p].next_id if p in resume else 0) for p in range(plan.partitions)}
         self.resume = resume
         self.stats = StageStats(written={p: 0 for p in range(plan.partitions)})
-        self.headers = header_writer(plan.replica)
+        self.headers = header_writer(plan.replica, schema=schema_header(plan.out_schema))
         self.out_fields = [(f["name"], spark_type(f["type"]), f.get("default")) for f in record_fields(plan.out_schema)]
         self.value_schema = schema_json(plan.out_schema)
 

@@ -1,4 +1,5 @@
-"""``hastream produce`` and ``hastream tail``: writing to an input stream and following any stream."""
+"""``hastream produce``, ``hastream tail`` and ``hastream schema``: writing to an input stream, following
+any stream, and the Avro schema an outside client reads it with."""
 
 from __future__ import annotations
 
@@ -13,6 +14,30 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from services.cli.common import BootstrapOpt, SpecArg, bootstrap_for, err, fail, out, spec_or_exit
+
+
+def schema(
+    spec: SpecArg,
+    stream: Annotated[str, typer.Argument(help="Stream whose schema to print.")],
+    header: Annotated[
+        bool, typer.Option("--header", help="Print the ht.schema header value (<name>:<fingerprint>) instead.")
+    ] = False,
+) -> None:
+    """Print the Avro schema (JSON) of a stream's values: what a plain Kafka client decodes them with.
+
+    Values are schemaless Avro (no magic byte, no registry id); every message names its
+    schema and fingerprint in its ht.schema header, which --header prints for comparison.
+    """
+    from services.core.codec import schema_header, schema_json
+
+    s = spec_or_exit(spec)
+    sd = s.streams.get(stream)
+    if sd is None:
+        raise fail(f"no stream '{stream}' in {spec} (streams: {', '.join(sorted(s.streams))})")
+    if header:
+        out.print(schema_header(sd.schema).decode(), highlight=False)
+    else:
+        print(json.dumps(json.loads(schema_json(sd.schema)), indent=2))
 
 
 def produce(

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from services.core.codec import codec_for
+from services.core.codec import codec_for, schema_header
 from services.core.errors import WriterConflictError
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
@@ -75,7 +75,7 @@ class SourceWriter:
         self.next_id = [t.next_id for t in tails]
         # One past every earlier writer's: readers drop what an older writer still sends (EpochGate).
         self.epoch = max(t.epoch for t in tails) + 1
-        self.headers = header_writer(0, self.epoch)
+        self.headers = header_writer(0, self.epoch, schema_header(sd.schema))
         self.sent = 0  # data tuples accepted by send() (produced or held)
         self.boundaries = 0  # boundary rounds sent (one BOUNDARY per partition each)
         self.wall_clock = wall_clock

@@ -1,7 +1,11 @@
 """Avro encoding of tuple payloads with fastavro, from schemas parsed once.
 
-Schemas live in ``schemas/<name>.avsc``; a codec is built per schema and reused, so no
-message ever pays for schema parsing.
+Schemas live in ``schemas/<name>.avsc`` (hastream's own) and in the directory a spec names
+with ``schemas:`` (a user's, beside the spec; ``use_schema_dir``). A codec is built per
+schema and reused, so no message ever pays for schema parsing. Every message names its
+schema in an ``ht.schema`` header, ``<name>:<fingerprint>``, the fingerprint being the
+CRC-64-AVRO of the schema's parsing canonical form (as Avro's single-object encoding
+uses): a reader checks it against ``hastream schema STREAM``.
 """
 
 from __future__ import annotations
@@ -13,28 +17,87 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+from fastavro.schema import SchemaParseException, to_parsing_canonical_form
+from fastavro.schema import fingerprint as avro_fingerprint
 from fastavro.types import Schema
 
 from services.core.errors import DecodeError, SchemaNotFound
 from services.core.paths import SCHEMA_DIR
 
+_BAD_SCHEMA = (ValueError, TypeError, KeyError, SchemaParseException)  # what a malformed .avsc raises
+_DIRS: list[Path] = [SCHEMA_DIR]  # where schemas are looked up, hastream's own first
 
-def available_schemas(schema_dir: Path = SCHEMA_DIR) -> list[str]:
-    return sorted(p.stem for p in schema_dir.glob("*.avsc"))
+
+def use_schema_dir(path: Path) -> None:
+    """Look up schemas in ``path`` too (a spec's ``schemas:``), after hastream's own.
+
+    A name is one schema in a process: a file here that names a schema already found
+    elsewhere with other content raises SchemaNotFound saying which two files disagree.
+    """
+    path = path.resolve()
+    if path in _DIRS:
+        return
+    for f in sorted(path.glob("*.avsc")):
+        known = _find(f.stem)
+        if known is not None and _canonical_of(known) != _canonical_of(f):
+            raise SchemaNotFound(
+                f"schema '{f.stem}' in {f} differs from {known}, which already has that name: rename one of them"
+            )
+    _DIRS.append(path)
+
+
+def _find(name: str) -> Path | None:
+    for d in _DIRS:
+        p = d / f"{name}.avsc"
+        if p.exists():
+            return p
+    return None
+
+
+def _canonical_of(path: Path) -> str:
+    try:
+        return str(to_parsing_canonical_form(json.loads(path.read_text())))
+    except _BAD_SCHEMA as e:
+        raise SchemaNotFound(f"{path}: not an Avro schema: {e}") from None
+
+
+def available_schemas() -> list[str]:
+    return sorted({p.stem for d in _DIRS for p in d.glob("*.avsc")})
+
+
+def schema_file(name: str) -> Path:
+    """The ``.avsc`` file of schema ``name``; raises SchemaNotFound listing the known ones."""
+    path = _find(name)
+    if path is None:
+        raise SchemaNotFound(f"no schema '{name}' (known: {', '.join(available_schemas())})")
+    return path
 
 
 @cache
-def load_schema(name: str, schema_dir: Path = SCHEMA_DIR) -> Schema:
+def load_schema(name: str) -> Schema:
     """Parsed schema by name (file stem), cached for the process."""
-    path = schema_dir / f"{name}.avsc"
-    if not path.exists():
-        raise SchemaNotFound(f"no schema '{name}' (known: {', '.join(available_schemas(schema_dir))})")
-    return fastavro.parse_schema(json.loads(path.read_text()))
+    path = schema_file(name)
+    try:
+        return fastavro.parse_schema(json.loads(path.read_text()))
+    except _BAD_SCHEMA as e:
+        raise SchemaNotFound(f"{path}: not an Avro schema: {e}") from None
 
 
-def schema_json(name: str, schema_dir: Path = SCHEMA_DIR) -> str:
-    """The schema's JSON text (what Spark's from_avro/to_avro take)."""
-    return (schema_dir / f"{name}.avsc").read_text()
+def schema_json(name: str) -> str:
+    """The schema's JSON text (what Spark's from_avro/to_avro take, and ``hastream schema`` prints)."""
+    return schema_file(name).read_text()
+
+
+@cache
+def fingerprint(name: str) -> str:
+    """CRC-64-AVRO of the schema's parsing canonical form, 16 hex digits."""
+    return str(avro_fingerprint(_canonical_of(schema_file(name)), "CRC-64-AVRO"))
+
+
+@cache
+def schema_header(name: str) -> bytes:
+    """The ``ht.schema`` value of the messages of schema ``name``: ``<name>:<fingerprint>``."""
+    return f"{name}:{fingerprint(name)}".encode()
 
 
 def schema_fields(name: str) -> dict[str, Any]:

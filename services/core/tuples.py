@@ -41,6 +41,7 @@ H_ID = "ht.id"
 H_STIME = "ht.stime"
 H_REPLICA = "ht.replica"
 H_EPOCH = "ht.epoch"
+H_SCHEMA = "ht.schema"  # the value's Avro schema: <name>:<CRC-64-AVRO fingerprint> (services.core.codec)
 H_BOUND = "ht.bound"  # on a STABLE tuple: a BOUNDARY at this stime follows it (a boundary coalesced with data)
 # Dead-letter headers: why a message was rejected and where it came from.
 H_ERROR = "ht.error"
@@ -62,18 +63,26 @@ RawHeaders = Headers | dict[str, str | bytes | None] | None
 HeaderWriter = Callable[[TupleType, int, int], Headers]
 
 
-def header_writer(replica: int = 0, epoch: int = 0) -> HeaderWriter:
-    """The headers of the tuples one writer (a node replica, a source, a Spark stage) sends.
+def header_writer(replica: int = 0, epoch: int = 0, schema: bytes | None = None) -> HeaderWriter:
+    """The headers of the tuples one writer (a node replica, a source, a Spark stage) sends to one stream.
 
-    The writer's replica and epoch are encoded once; per tuple only its type, id and time.
-    A closure, not a method: it costs no more per tuple than building the list in place.
+    The writer's replica, epoch and schema (``ht.schema``, ``codec.schema_header``) are
+    encoded once; per tuple only its type, id and time. A closure, not a method: it costs
+    no more per tuple than building the list in place.
     """
     type_bytes, rep, ep = TYPE_BYTES, (H_REPLICA, b"%d" % replica), (H_EPOCH, b"%d" % epoch)
+    if schema is None:
 
-    def headers(ttype: TupleType, tid: int, stime: int) -> Headers:
-        return [(H_TYPE, type_bytes[ttype]), (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), rep, ep]
+        def headers(ttype: TupleType, tid: int, stime: int) -> Headers:
+            return [(H_TYPE, type_bytes[ttype]), (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), rep, ep]
 
-    return headers
+        return headers
+    sc = (H_SCHEMA, schema)
+
+    def with_schema(ttype: TupleType, tid: int, stime: int) -> Headers:
+        return [(H_TYPE, type_bytes[ttype]), (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), rep, ep, sc]
+
+    return with_schema
 
 
 def with_bound(headers: Headers, bound: int) -> Headers:
@@ -211,6 +220,7 @@ class TupleMeta:
     replica: int = 0
     epoch: int = 0
     bound: int | None = None  # a BOUNDARY at this stime follows the tuple (``ht.bound``, on STABLE tuples)
+    schema: str = ""  # ``ht.schema``: <name>:<fingerprint> of the value's Avro schema ("" if absent)
 
 
 def parse_headers(headers: RawHeaders) -> TupleMeta:
@@ -221,6 +231,7 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
     tid = stime = None
     replica = epoch = 0
     bound: int | None = None
+    schema = ""
     pairs: list[tuple[str, Any]] = list(headers.items()) if isinstance(headers, dict) else list(headers)
     try:
         for k, v in pairs:
@@ -238,6 +249,8 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
                 epoch = int(v)
             elif k == H_BOUND:
                 bound = int(v)
+            elif k == H_SCHEMA:
+                schema = v.decode() if isinstance(v, bytes) else str(v)
     except (TypeError, ValueError) as e:
         if isinstance(e, HeaderError):
             raise
@@ -248,7 +261,7 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
         raise HeaderError(f"missing {H_ID} header")
     if stime is None:
         raise HeaderError(f"missing {H_STIME} header")
-    return TupleMeta(ttype, tid, stime, replica, epoch, bound)
+    return TupleMeta(ttype, tid, stime, replica, epoch, bound, schema)
 
 
 def headers_dict(headers: RawHeaders) -> dict[str, str]:

@@ -18,10 +18,19 @@ from typing import Callable
 
 from confluent_kafka import Message
 
-from services.core.codec import ENCODE_ERRORS, codec_for
+from services.core.codec import ENCODE_ERRORS, codec_for, schema_header
 from services.core.kafka import DataProducer
 from services.core.partitioner import key_encoder
-from services.core.tuples import BOUNDARY, EPOCH, STABLE, deadletter_headers, header_writer, make_headers, with_bound
+from services.core.tuples import (
+    BOUNDARY,
+    EPOCH,
+    STABLE,
+    HeaderWriter,
+    deadletter_headers,
+    header_writer,
+    make_headers,
+    with_bound,
+)
 from services.dpc.soutput import Out
 from services.operators.base import Item, Reject, reason
 from services.spec.plan import OutputPlan
@@ -36,8 +45,9 @@ class Outputs:
         self._writers = {
             o.stream: (o.topics[replica], codec_for(o.schema).encode, o.key, key_encoder(o.key_type)) for o in plans
         }
+        self._schemas = {o.stream: schema_header(o.schema) for o in plans}
         self.replica = replica
-        self._headers = header_writer(replica, epoch)
+        self._headers = self._header_writers(epoch)
         self.producer: DataProducer | None = None
         self.produced = 0
         self.guard: Callable[[], None] | None = None  # raises if this writer may no longer write
@@ -45,10 +55,13 @@ class Outputs:
     def begin(self, epoch: int) -> None:
         """Write with ``epoch`` from now on, announced first on every output partition (an EPOCH
         tuple): readers drop what older copies of this replica write after it."""
-        self._headers = header_writer(self.replica, epoch)
+        self._headers = self._header_writers(epoch)
         for q in self.queues.values():
             q.insert(0, (EPOCH, -1, 0, None))
         self.flush()
+
+    def _header_writers(self, epoch: int) -> dict[str, HeaderWriter]:
+        return {s: header_writer(self.replica, epoch, sc) for s, sc in self._schemas.items()}
 
     def open(self, producer: DataProducer) -> None:
         self.producer = producer
@@ -83,11 +96,11 @@ class Outputs:
             self.guard()
         part, send = self.partition, self.producer.send
         produce, on_delivery = self.producer.raw.produce, self.producer.on_delivery
-        headers_of = self._headers
         sent = 0
         for s, q in self.queues.items():
             if not q:
                 continue
+            headers_of = self._headers[s]
             topic = self._writers[s][0]
             carrier = _carrier(q)
             for ttype, tid, stime, payload in q:

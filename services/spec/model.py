@@ -119,6 +119,7 @@ class Spec:
     nodes: dict[str, NodeDef]
     path: Path | None = None
     dpc: DpcConfig = field(default_factory=DpcConfig)
+    schemas: Path | None = None  # the directory of the spec's own Avro schemas (``schemas:``), if any
 
     # -- derived views -------------------------------------------------------
     def producer_of(self, stream: str) -> OperatorDef | None:

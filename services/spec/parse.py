@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from services.core.codec import schema_fields
+from services.core.codec import schema_fields, use_schema_dir
 from services.core.errors import SchemaNotFound, SpecError
 from services.dpc.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reconciliation
 from services.spec import validate
@@ -61,7 +61,7 @@ def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> S
     top = ck.mapping(doc, (), "the spec")
     if doc is not None and not isinstance(doc, dict):
         raise SpecError(ck.problems)
-    ck.unknown_keys(top, {"name", "defaults", "dpc", "streams", "operators", "nodes"}, ())
+    ck.unknown_keys(top, {"name", "defaults", "dpc", "schemas", "streams", "operators", "nodes"}, ())
     name = top.get("name")
     if not isinstance(name, str) or not _NAME_RE.match(name):
         ck.err(("name",), f"'name' must be a name of letters, digits, '-' or '_', got {name!r}")
@@ -71,18 +71,41 @@ def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> S
     d_parts = ck.pos_int(defaults, "partitions", ("defaults",), 1)
     d_repl = ck.pos_int(defaults, "replicas", ("defaults",), 1)
 
+    schemas = _parse_schemas(ck, top, path)
     streams = _parse_streams(ck, top, d_parts, d_repl)
     operators = validate.operators(ck, top, streams)
     declared = set(ck.mapping(top.get("operators"), ("operators",), "operators"))
     nodes = _parse_nodes(ck, top, operators, declared, d_repl)
     _add_ingresses(ck, streams, operators, nodes)
     dpc = _parse_dpc(ck, top)
-    spec = Spec(name, streams, operators, nodes, path, dpc)
+    spec = Spec(name, streams, operators, nodes, path, dpc, schemas)
     if not ck.problems:
         validate.graph(ck, spec)
     if ck.problems:
         raise SpecError(ck.problems)
     return spec
+
+
+def _parse_schemas(ck: Problems, top: dict, path: Path | None) -> Path | None:
+    """``schemas: DIR``: the user's Avro schemas (``<name>.avsc``), relative to the spec's directory."""
+    raw = top.get("schemas")
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw:
+        ck.err(("schemas",), f"'schemas' must be a directory path, got {raw!r}")
+        return None
+    d = Path(raw).expanduser()
+    if not d.is_absolute():
+        d = (path.parent if path is not None else Path.cwd()) / d
+    if not d.is_dir():
+        ck.err(("schemas",), f"no such directory: {d} (a directory of <name>.avsc files, relative to the spec)")
+        return None
+    try:
+        use_schema_dir(d)
+    except SchemaNotFound as e:
+        ck.err(("schemas",), str(e))
+        return None
+    return d.resolve()
 
 
 def _parse_dpc(ck: Problems, top: dict) -> DpcConfig:
@@ -130,7 +153,7 @@ def _parse_streams(ck: Problems, top: dict, d_parts: int, d_repl: int) -> dict[s
         ck.unknown_keys(sdef, _STREAM_KEYS, path)
         schema = sdef.get("schema")
         if not isinstance(schema, str):
-            ck.err(path, "'schema' is required (a file stem in schemas/)")
+            ck.err(path, "'schema' is required (a file stem in schemas/ or in the spec's 'schemas:' directory)")
             continue
         try:
             fields = schema_fields(schema)

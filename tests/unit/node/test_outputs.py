@@ -88,3 +88,17 @@ def test_a_reader_that_has_the_tuple_a_boundary_rode_on_still_takes_the_boundary
     node.step([again], 0.0)
     assert node.scheme.sunion.boundaries == [END]
     assert len(node.stable("c")) == 1, "the duplicate is not processed twice"
+
+
+def test_every_record_a_node_writes_names_its_streams_schema() -> None:
+    import json
+
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    from services.core.paths import SCHEMA_DIR
+    from services.core.tuples import parse_headers
+
+    node = FakeNode(CHAIN, "n1")
+    _feed_n1(node, 4)
+    want = fingerprint(to_parsing_canonical_form(json.loads((SCHEMA_DIR / "reading.avsc").read_text())), "CRC-64-AVRO")
+    assert {parse_headers(w.headers).schema for w in _records(node, "b")} == {f"reading:{want}"}

@@ -144,3 +144,60 @@ def test_dpc_settings_are_checked_with_their_location() -> None:
     assert any("nodes.n1.reconciliation" in p for p in got), got
     ok = parse_spec(BASE.replace("n1: {operators: [f]}", "n1: {operators: [f], reconciliation: undo}"))
     assert ok.reconciliation_of("n1") == "undo" and ok.reconciliation_of("n2") == "checkpoint"
+
+
+USER_SCHEMA = """\
+name: shop
+schemas: {dir}
+streams:
+  orders: {{schema: {name}, key: customer}}
+  big: {{schema: {name}, key: customer}}
+operators:
+  big: {{type: filter, input: orders, output: big, where: "amount >= 50"}}
+nodes:
+  picker: {{operators: [big]}}
+"""
+
+
+def _order(name: str, amount: str = "double") -> str:
+    fields = [
+        {"name": "customer", "type": "string"},
+        {"name": "ts", "type": "long"},
+        {"name": "amount", "type": amount},
+    ]
+    import json
+
+    return json.dumps({"type": "record", "name": name, "fields": fields})
+
+
+def test_a_spec_finds_its_own_schemas_relative_to_its_file(tmp_path: Path) -> None:
+    from services.core.codec import codec_for, schema_header
+
+    (tmp_path / "sch").mkdir()
+    (tmp_path / "sch" / "order_rel.avsc").write_text(_order("OrderRel"))
+    path = tmp_path / "spec.yaml"
+    path.write_text(USER_SCHEMA.format(dir="sch", name="order_rel"))
+    spec = load_spec(path)
+    assert spec.schemas == (tmp_path / "sch").resolve()
+    rec = {"customer": "c1", "ts": 5, "amount": 60.0}
+    assert codec_for("order_rel").decode(codec_for("order_rel").encode(rec)) == rec
+    assert re.fullmatch(rb"order_rel:[0-9a-f]{16}", schema_header("order_rel"))
+
+
+def test_schema_directory_mistakes_are_reported_with_their_location(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(USER_SCHEMA.format(dir="missing", name="order_x"))
+    with pytest.raises(SpecError, match=r"spec.yaml:2:10: schemas: no such directory: .*missing"):
+        load_spec(path)
+    (tmp_path / "clash").mkdir()
+    (tmp_path / "clash" / "reading.avsc").write_text(_order("Reading"))  # hastream's own name, other fields
+    path.write_text(USER_SCHEMA.format(dir="clash", name="reading"))
+    with pytest.raises(
+        SpecError, match=r"schema 'reading' in .*clash/reading.avsc differs from .*schemas/reading.avsc"
+    ):
+        load_spec(path)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "order_broken.avsc").write_text('{"type": "record", "name": "B", "fields": [{"name": "x"}]}')
+    path.write_text(USER_SCHEMA.format(dir="broken", name="order_broken"))
+    with pytest.raises(SpecError, match=r"streams.orders.schema: .*order_broken.avsc: not an Avro schema"):
+        load_spec(path)
