@@ -47,12 +47,19 @@ def coordinator(
             file_okay=False,
         ),
     ] = None,
+    bind: Annotated[
+        str | None,
+        typer.Option(
+            "--bind",
+            help="Address the status page listens on (default: $HASTREAM_STATUS_HOST, else 127.0.0.1; 0.0.0.0 exposes it, unauthenticated, to every network).",
+        ),
+    ] = None,
     lease: Annotated[float, typer.Option(help="Seconds a grant is held at most when its DONE never comes.")] = 30.0,
     log_level: Annotated[str, typer.Option("--log-level", help="faust / coordinator log level.")] = "info",
 ) -> None:
     """Run the coordinator of a deployment until SIGTERM: replica states, failure detection,
     staggered reconciliation grants, status page on http://localhost:PORT/."""
-    from services.coordinator.app import PORT_ENV, AnotherCoordinator, Coordinator, env_port, port_free
+    from services.coordinator.app import PORT_ENV, AnotherCoordinator, Coordinator, env_host, env_port, port_free
     from services.core.kafka import quiet_aiokafka
     from services.deploy.local import Deployment
 
@@ -66,7 +73,8 @@ def coordinator(
         port = port if port is not None else env_port()
     except ValueError as e:
         raise fail(str(e)) from None
-    if port is not None and not (0 < port < 65536 and port_free(port)):
+    host = bind or env_host()
+    if port is not None and not (0 < port < 65536 and port_free(port, host)):
         raise fail(f"port {port} is in use or not a port (1..65535): pick another with --port or ${PORT_ENV}")
     coord = Coordinator(
         s,
@@ -74,6 +82,7 @@ def coordinator(
         port=port,
         lease_ms=int(lease * 1000),
         data_dir=data_dir or Deployment.dir_for(s.name) / "coordinator",
+        bind=host,
     )
     try:
         coord.run(loglevel=log_level)

@@ -104,6 +104,15 @@ def app_id(spec: Spec) -> str:
     return f"hastream-{spec.name}-coordinator"
 
 
+HOST_ENV = "HASTREAM_STATUS_HOST"
+DEFAULT_HOST = "127.0.0.1"  # the page has no authentication: this machine only, unless asked
+
+
+def env_host() -> str:
+    """$HASTREAM_STATUS_HOST, else 127.0.0.1: the address the status page listens on."""
+    return os.environ.get(HOST_ENV, "") or DEFAULT_HOST
+
+
 def env_port() -> int | None:
     """$HASTREAM_COORDINATOR_PORT, if set."""
     raw = os.environ.get(PORT_ENV, "")
@@ -113,11 +122,11 @@ def env_port() -> int | None:
         raise ValueError(f"{PORT_ENV}={raw!r} must be a port number") from None
 
 
-def port_free(port: int) -> bool:
+def port_free(port: int, host: str = DEFAULT_HOST) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
         try:
-            s.bind(("0.0.0.0", port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -152,8 +161,10 @@ class Coordinator:
         lease_ms: int = LEASE_MS,
         replication: int | None = None,
         web_host: str = "localhost",
+        bind: str = DEFAULT_HOST,
     ) -> None:
-        """``port`` None: 6066, or a free port while 6066 is taken (another deployment's coordinator)."""
+        """``port`` None: 6066, or a free port while 6066 is taken (another deployment's coordinator).
+        ``bind``: the address the status page listens on (0.0.0.0 exposes it to every network)."""
         self.spec = spec
         self.bootstrap = bootstrap
         self.port = port if port is not None else DEFAULT_PORT
@@ -185,7 +196,7 @@ class Coordinator:
             consumer_auto_offset_reset="earliest",
             web_enabled=True,
             web_port=self.port,
-            web_bind="0.0.0.0",
+            web_bind=bind,
             web_host=web_host,
             web_router_enabled=False,
             web_tables_enabled=False,

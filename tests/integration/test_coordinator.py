@@ -295,3 +295,29 @@ def test_provision_makes_the_tables_changelogs_before_the_worker_starts(kafka: A
     for name in names:
         (fut,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)]).values()
         assert fut.result()["cleanup.policy"].value == "compact", f"{name} keeps the latest value per key"
+
+
+def _outside_address() -> str | None:
+    """This machine's address on a network other than loopback, if it has one (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            addr = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if addr.startswith("127.") else addr
+
+
+def test_the_status_page_listens_on_this_machine_only_unless_exposed(setup: tuple) -> None:
+    """The page has no authentication: by default only 127.0.0.1 reaches it; --bind 0.0.0.0 exposes it."""
+    addr = _outside_address()
+    if addr is None:
+        pytest.skip("this machine has no address besides loopback to try the page from")
+    _, coord, _, _ = setup
+    coord.start()
+    with pytest.raises(OSError):
+        socket.create_connection((addr, coord.port), timeout=3).close()
+    coord.stop()
+    coord.argv += ["--bind", "0.0.0.0"]
+    coord.start()
+    assert "replicas" in fetch_status(status_url(coord.port, addr))
