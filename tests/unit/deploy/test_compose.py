@@ -107,7 +107,17 @@ def test_coordinator_status_page_is_published(compose: dict[str, Any], launcher:
 
     assert "coordinator" in launcher
     svc = compose["services"]["coordinator"]
-    assert f"{DEFAULT_PORT}:{DEFAULT_PORT}" in [str(p) for p in svc.get("ports", [])]
+    assert f"127.0.0.1:{DEFAULT_PORT}:{DEFAULT_PORT}" in [str(p) for p in svc.get("ports", [])], "host loopback only"
+    assert _env(svc)["HASTREAM_STATUS_HOST"] == "0.0.0.0", "the container's port must reach the page"
+
+
+def test_every_service_serves_metrics_as_the_launcher_gives_it(node_services: dict[str, dict[str, Any]]) -> None:
+    from services.core import metrics
+
+    for name, svc in node_services.items():
+        env = _env(svc)
+        assert int(env[metrics.PORT_ENV]) >= metrics.BASE_PORT, name
+        assert env[metrics.HOST_ENV] == "0.0.0.0", f"{name}: other containers must reach /metrics"
 
 
 def test_image_entrypoint_is_hastream() -> None:
