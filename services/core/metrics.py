@@ -82,10 +82,39 @@ class MetricsServer:
         self.thread.join(2)
 
 
+class ClientMetrics(Collector):
+    """The Kafka clients' own reports in this process, counted instead of logged line by line
+    (``services.core.kafka``): librdkafka's log lines by facility, its errors by name, and the
+    aiokafka reconnect lines dropped as chatter."""
+
+    def collect(self) -> Iterable[Any]:
+        from services.core import kafka
+
+        yield counters(
+            "hastream_kafka_client_log_lines",
+            "librdkafka log lines, by facility",
+            [({"facility": f}, n) for f, n in sorted(kafka.RDKAFKA_LOG_LINES.items())],
+            ("facility",),
+        )
+        yield counters(
+            "hastream_kafka_client_errors",
+            "Kafka client errors reported by librdkafka, by name",
+            [({"error": e}, n) for e, n in sorted(kafka.RDKAFKA_ERRORS.items())],
+            ("error",),
+        )
+        yield counters(
+            "hastream_kafka_client_suppressed_lines",
+            "reconnect lines of other Kafka clients (aiokafka) dropped while a broker is unreachable",
+            [({"logger": lg}, n) for lg, n in sorted(kafka.SUPPRESSED_LOG_LINES.items())],
+            ("logger",),
+        )
+
+
 def registry_of(*collectors: Collector) -> CollectorRegistry:
-    """A registry of its own per service: services run side by side in one process in tests."""
+    """A registry of its own per service (services run side by side in one process in tests),
+    with the process's Kafka client counters."""
     reg = CollectorRegistry(auto_describe=False)
-    for c in collectors:
+    for c in (*collectors, ClientMetrics()):
         reg.register(c)
     return reg
 

@@ -88,3 +88,23 @@ def test_reconciliations_are_timed_from_stabilization_until_it_ends() -> None:
     assert abs(got[("hastream_node_reconciliation_seconds_sum", ())] - 0.4) < 1e-9
     assert got[("hastream_node_reconciliation_seconds_bucket", (("le", "0.5"),))] == 1
     assert got[("hastream_node_reconciliation_seconds_bucket", (("le", "0.25"),))] == 0
+
+
+def test_every_service_registry_counts_the_kafka_clients_reports(monkeypatch: Any) -> None:
+    """librdkafka's lines and errors are counted, not printed: the counts are scraped with the service's."""
+    from collections import Counter
+
+    from services.core import kafka
+
+    monkeypatch.setattr(kafka, "RDKAFKA_LOG_LINES", Counter({"FAIL": 1200}))
+    monkeypatch.setattr(kafka, "RDKAFKA_ERRORS", Counter({"_TRANSPORT": 7}))
+    text = generate_latest(registry_of()).decode()
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert got[("hastream_kafka_client_log_lines_total", (("facility", "FAIL"),))] == 1200
+    assert got[("hastream_kafka_client_errors_total", (("error", "_TRANSPORT"),))] == 7
+    kafka.RDKAFKA_ERRORS["_TRANSPORT"] += 1  # read at scrape time
+    assert "hastream_kafka_client_errors_total{error=\"_TRANSPORT\"} 8.0" in generate_latest(registry_of()).decode()
