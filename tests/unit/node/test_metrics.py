@@ -107,4 +107,4 @@ def test_every_service_registry_counts_the_kafka_clients_reports(monkeypatch: An
     assert got[("hastream_kafka_client_log_lines_total", (("facility", "FAIL"),))] == 1200
     assert got[("hastream_kafka_client_errors_total", (("error", "_TRANSPORT"),))] == 7
     kafka.RDKAFKA_ERRORS["_TRANSPORT"] += 1  # read at scrape time
-    assert "hastream_kafka_client_errors_total{error=\"_TRANSPORT\"} 8.0" in generate_latest(registry_of()).decode()
+    assert 'hastream_kafka_client_errors_total{error="_TRANSPORT"} 8.0' in generate_latest(registry_of()).decode()
