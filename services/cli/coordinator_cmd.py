@@ -138,6 +138,7 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
     from services.control.messages import COORDINATOR, replica_key
     from services.control.monitor import ReplicaMonitor
     from services.core.admin import admin_client
+    from services.dpc.consistency import STARTING
     from services.dpc.states import NodeState
 
     if spec.heartbeat_topic not in admin_client(bootstrap).list_topics(timeout=5).topics:
@@ -156,7 +157,7 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
                     "node": node,
                     "partition": p,
                     "replica": r,
-                    "state": mon.state(node, p, r).value,
+                    "state": mon.state(node, p, r).value if st else STARTING,  # as the coordinator shows it
                     "reported": st.state.value if st else None,
                     "age_ms": round((now - st.seen) * 1000) if st and st.seen is not None else None,
                     "pid": st.pid if st else 0,

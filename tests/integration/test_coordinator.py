@@ -321,3 +321,17 @@ def test_the_status_page_listens_on_this_machine_only_unless_exposed(setup: tupl
     coord.argv += ["--bind", "0.0.0.0"]
     coord.start()
     assert "replicas" in fetch_status(status_url(coord.port, addr))
+
+
+def test_status_without_a_coordinator_shows_replicas_not_heard_from_as_starting(kafka: Any, tmp_path: Path) -> None:
+    """`hastream status` reads the heartbeats itself when the coordinator is down: a replica with no
+    heartbeat yet is STARTING there too, not FAILED."""
+    from services.cli.coordinator_cmd import _states_from_heartbeats
+    from services.coordinator.app import expected_replicas
+
+    spec, _ = unique_spec(SPEC, tmp_path)
+    create_topics(spec, kafka.bootstrap)
+    expected = expected_replicas(spec)
+    rows = _states_from_heartbeats(kafka.bootstrap, spec, expected)
+    assert [(r["node"], r["partition"], r["replica"]) for r in rows] == sorted(expected)
+    assert {r["state"] for r in rows} == {"STARTING"} and not any(r["seen"] for r in rows)
