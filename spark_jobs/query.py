@@ -38,7 +38,7 @@ from services.core.codec import schema_json
 from services.core.tuples import H_TYPE, TYPE_BYTES, TupleType
 from services.spec import Aggregate
 from spark_jobs.plan import StageError, StagePlan, WindowPlan
-from spark_jobs.session import one_line
+from spark_jobs.session import kafka_options, one_line
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,7 @@ def _read_kafka(spark: SparkSession, plan: StagePlan, bootstrap: str, max_offset
         .option("subscribe", plan.input_topic)
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
+        .options(**kafka_options(reader=True))
     )
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from services.core.kafka import env_login, group_id, java_client_conf
 from services.core.paths import hastream_home
 from spark_jobs.jars import SparkJarsError, ensure_spark_jars
 from spark_jobs.plan import StageError
@@ -69,6 +70,17 @@ def spark_session(
     spark.sparkContext.setLogLevel("WARN")
     _check_jars(spark, jars)
     return spark
+
+
+def kafka_options(reader: bool) -> dict[str, str]:
+    """The Kafka source's (``reader``) or sink's options for the environment's SASL login: the
+    stage's Java clients log in as the node replica, like the Python ones (none without a login).
+    A reader's consumer groups get hastream's prefix, which the replica's ACLs let it describe."""
+    login = env_login()
+    if login is None:
+        return {}
+    opts = {f"kafka.{k}": v for k, v in java_client_conf(login).items()}
+    return {**opts, "groupIdPrefix": group_id("spark")} if reader else opts
 
 
 def use_kafka_v1_source(spark: SparkSession) -> None:

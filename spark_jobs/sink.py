@@ -35,6 +35,7 @@ from services.core.errors import HeaderError
 from services.core.tuples import H_ID, H_STIME, HeaderWriter, TupleType, header_writer, parse_headers
 from services.log.tail import last_message
 from spark_jobs.plan import StageError, StagePlan
+from spark_jobs.session import kafka_options
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,7 @@ class BatchWriter:
             .option("kafka.acks", "all")
             .option("kafka.enable.idempotence", "true")
             .option("topic", self.plan.output_topic)
+            .options(**kafka_options(reader=False))
             .save()
         )
 

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -55,6 +56,7 @@ __all__ = [
 
 POM_PATH = Path(__file__).resolve().with_name("pom.xml")
 STATE_FILE = "cluster.json"
+ADMIN_FILE = "admin.json"  # a SASL cluster's admin login (mode 0600), for the CLI and the launcher
 MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 
@@ -82,6 +84,16 @@ FAILOVER_PROPS: dict[str, int] = {
 # 3.1 s, plus a margin for a loaded machine.
 FAILOVER_BOUND_S = 4.0
 
+# A SASL cluster (``sasl=True``): clients authenticate with SCRAM-SHA-512 on the one client
+# listener (which brokers also use among themselves, as the admin), and the StandardAuthorizer
+# refuses whatever no ACL allows. The controller listener cannot use SCRAM (its credentials live
+# in the metadata log the controllers serve), so it takes SASL/PLAIN with the admin's password in
+# the broker's own configuration: no listener of a SASL cluster accepts an unauthenticated client.
+SASL_MECHANISM = "SCRAM-SHA-512"
+SASL_LISTENER = "SASL_PLAINTEXT"
+ADMIN_USER = "admin"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
 _log = logging.getLogger(__name__)
 # librdkafka reports every refused connection while a broker is still booting; those are
 # expected during the readiness wait, so they go to a silent logger instead of stderr.
@@ -105,6 +117,16 @@ def ensure_kafka_jars() -> Path:
     except MavenError as e:
         raise KafkaClusterError(str(e)) from None
     return target
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds a password), whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)
 
 
 def _java_error_line(output: str) -> str:
@@ -177,6 +199,8 @@ _LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
     <Logger name="kafka.Kafka" level="INFO"/>
     <Logger name="org.apache.kafka.clients" level="ERROR"/>
     <Logger name="state.change.logger" level="WARN"/>
+    <!-- A SASL cluster's refusals: which user was denied what (nothing without an authorizer). -->
+    <Logger name="kafka.authorizer.logger" level="INFO"/>
   </Loggers>
 </Configuration>
 """
@@ -220,10 +244,13 @@ class KafkaCluster:
     ...     produce(kafka.bootstrap)
     """
 
-    def __init__(self, brokers: int = 1, data_dir: Path | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, brokers: int = 1, data_dir: Path | None = None, host: str = "127.0.0.1", *, sasl: bool = False
+    ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.brokers = brokers
+        self.sasl = sasl
         self.data_dir = (Path(data_dir) if data_dir is not None else hastream_home() / "kafka").expanduser().absolute()
         self.host = host
         self.cluster_id: str | None = None
@@ -248,6 +275,32 @@ class KafkaCluster:
     @property
     def state_file(self) -> Path:
         return self.data_dir / STATE_FILE
+
+    @property
+    def admin_file(self) -> Path:
+        return self.data_dir / ADMIN_FILE
+
+    def admin_login(self) -> tuple[str, str]:
+        """(user, password) of a SASL cluster's super user, made when its storage was formatted."""
+        if not self.sasl:
+            raise KafkaClusterError(f"the Kafka cluster in {self.data_dir} runs without SASL: it has no admin login")
+        try:
+            stored = json.loads(self.admin_file.read_text())
+            return str(stored["username"]), str(stored["password"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise KafkaClusterError(f"no admin login of the SASL cluster in {self.data_dir}: {exc}") from None
+
+    def client_conf(self) -> dict[str, str]:
+        """librdkafka settings a client needs besides ``bootstrap.servers`` (the admin's login on a SASL cluster)."""
+        if not self.sasl:
+            return {}
+        user, password = self.admin_login()
+        return {
+            "security.protocol": SASL_LISTENER,
+            "sasl.mechanisms": SASL_MECHANISM,
+            "sasl.username": user,
+            "sasl.password": password,
+        }
 
     def log_file(self, i: int) -> Path:
         """The broker's combined stdout/stderr/log4j output, the first place to look when it fails."""
@@ -349,7 +402,9 @@ class KafkaCluster:
             raise KafkaClusterError(f"no Kafka cluster state in {data_dir} (missing {STATE_FILE})") from None
         except (OSError, ValueError) as exc:
             raise KafkaClusterError(f"unreadable Kafka cluster state {path}: {exc}") from None
-        cluster = cls(brokers=int(state["brokers"]), data_dir=data_dir, host=state["host"])
+        cluster = cls(
+            brokers=int(state["brokers"]), data_dir=data_dir, host=state["host"], sasl=bool(state.get("sasl", False))
+        )
         cluster.cluster_id = state.get("cluster_id")
         cluster._nodes = [_Node(n["node_id"], n["port"], n["controller_port"], Path(n["dir"])) for n in state["nodes"]]
         cluster._pids = list(state["pids"])
@@ -387,6 +442,12 @@ class KafkaCluster:
                     f"the Kafka cluster in {self.data_dir} has {stored.brokers} broker(s), not {self.brokers}: "
                     "start it as it is, or start a new one with --fresh"
                 )
+            if stored.sasl != self.sasl:
+                raise KafkaClusterError(
+                    f"the Kafka cluster in {self.data_dir} runs {'with' if stored.sasl else 'without'} SASL: "
+                    f"start it as it is{' (--sasl)' if stored.sasl else ' (without --sasl)'}, "
+                    f"or start a new one with --fresh{' --sasl' if self.sasl else ''}"
+                )
             self.host, self.cluster_id, self._nodes, self._pids = (
                 stored.host,
                 stored.cluster_id,
@@ -405,9 +466,11 @@ class KafkaCluster:
             _Node(i, ports[2 * i], ports[2 * i + 1], self.data_dir / f"broker-{i}") for i in range(self.brokers)
         ]
         (self.data_dir / "log4j2.xml").write_text(_LOG4J2_XML)
+        if self.sasl:
+            _write_private(self.admin_file, json.dumps({"username": ADMIN_USER, "password": secrets.token_urlsafe(24)}))
         for node in self._nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
-            node.props.write_text(self._server_properties(node))
+            _write_private(node.props, self._server_properties(node))
         self._format_storage(java, jars)
 
     def _check_ports_free(self) -> None:
@@ -430,6 +493,7 @@ class KafkaCluster:
             if old.is_dir() and (old / "server.properties").exists():
                 shutil.rmtree(old)
         self.state_file.unlink(missing_ok=True)
+        self.admin_file.unlink(missing_ok=True)
 
     def _server_properties(self, node: _Node) -> str:
         n = self.brokers
@@ -464,6 +528,7 @@ class KafkaCluster:
             **FAILOVER_PROPS,
             "replica.lag.time.max.ms": 10000,
             "controlled.shutdown.enable": "true",
+            **(self._sasl_properties(node) if self.sasl else {}),
             # Small footprint: several JVMs share a 2-core box.
             "num.network.threads": 2,
             "num.io.threads": 4,
@@ -479,6 +544,35 @@ class KafkaCluster:
         }
         header = f"# Written by hastream for Kafka {KAFKA_VERSION}; node {node.node_id} of {n}.\n"
         return header + "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _sasl_properties(self, node: _Node) -> dict[str, object]:
+        """SCRAM on the client listener (brokers log in to each other as the admin), PLAIN on the
+        controller listener (SCRAM cannot be used there), ACLs enforced, the admin a super user."""
+        user, password = self.admin_login()
+        client = f"{SASL_LISTENER}://{self.host}:{node.port}"
+        scram = (
+            f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+        )
+        plain = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{user}" password="{password}" user_{user}="{password}";'
+        )
+        return {
+            "listeners": f"{client},CONTROLLER://{self.host}:{node.controller_port}",
+            "advertised.listeners": client,
+            "inter.broker.listener.name": SASL_LISTENER,
+            "listener.security.protocol.map": f"{SASL_LISTENER}:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": SASL_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": SASL_MECHANISM,
+            f"listener.name.{SASL_LISTENER.lower()}.sasl.enabled.mechanisms": SASL_MECHANISM,
+            f"listener.name.{SASL_LISTENER.lower()}.{SASL_MECHANISM.lower()}.sasl.jaas.config": scram,
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": plain,
+            "authorizer.class.name": AUTHORIZER,
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": f"User:{user}",
+        }
 
     def _jvm_command(self, java: str, jars: Path, main: str) -> list[str]:
         heap = os.environ.get("HASTREAM_KAFKA_HEAP", DEFAULT_HEAP)
@@ -504,6 +598,9 @@ class KafkaCluster:
         for node in self._nodes:
             cmd = self._jvm_command(java, jars, STORAGE_TOOL_CLASS)
             cmd += ["format", f"--cluster-id={self.cluster_id}", "--config", str(node.props)]
+            if self.sasl:
+                user, password = self.admin_login()
+                cmd += ["--add-scram", f"{SASL_MECHANISM}=[name={user},password={password}]"]
             procs.append((node, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
         failures = []
         for node, proc in procs:
@@ -573,6 +670,7 @@ class KafkaCluster:
             "host": self.host,
             "cluster_id": self.cluster_id,
             "kafka_version": KAFKA_VERSION,
+            "sasl": self.sasl,
             "nodes": [
                 {"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port, "dir": str(n.dir)}
                 for n in self._nodes
@@ -609,7 +707,7 @@ class KafkaCluster:
                     )
             if not any(port_open(f"{self.host}:{n.port}") for n in self._nodes):
                 raise _NotReady("no broker port is accepting connections yet")
-            conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _quiet_rdkafka}
+            conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _quiet_rdkafka, **self.client_conf()}
             admin = AdminClient(conf)
             try:
                 meta = admin.list_topics(timeout=5)

@@ -59,16 +59,29 @@ def start(
     ] = False,
     dir: DirOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the brokers to be ready.")] = 120,
+    sasl: Annotated[
+        bool,
+        typer.Option(
+            "--sasl",
+            help="A new cluster takes SASL/SCRAM-SHA-512 logins and enforces ACLs; its admin login is kept in "
+            "the data dir (admin.json, mode 0600).",
+        ),
+    ] = False,
 ) -> None:
     """Start the cluster detached and print its bootstrap servers: a stopped or crashed one resumes
     on its ports with its data; --fresh deletes it and starts a new, empty one."""
     data_dir = _data_dir(dir)
     cluster = _existing(data_dir)
+    if cluster is not None and sasl and not cluster.sasl and not fresh:
+        raise fail(
+            f"the Kafka cluster in {data_dir} runs without SASL: start it without --sasl, "
+            "or delete it and start a new one with --fresh --sasl"
+        )
     if cluster is not None and all(cluster.alive()) and not fresh:
         out.print(f"Kafka is already running in {data_dir}")
         out.print(cluster.bootstrap)
         return
-    cluster = _to_start(cluster, data_dir, brokers, fresh)
+    cluster = _to_start(cluster, data_dir, brokers, fresh, sasl)
     try:
         with err.status(f"starting {cluster.brokers} Kafka {KAFKA_VERSION} broker(s) in {data_dir} ..."):
             cluster.start(timeout=timeout, detach=True, fresh=fresh)
@@ -77,10 +90,14 @@ def start(
     except KeyboardInterrupt:
         raise fail("interrupted; brokers stopped", 130) from None
     out.print(f"Kafka {KAFKA_VERSION} running: {cluster.brokers} broker(s), pids {cluster.pids}, data in {data_dir}")
+    if cluster.sasl:
+        out.print(f"SASL/SCRAM-SHA-512 logins and ACLs: the admin login is in {cluster.admin_file}")
     out.print(cluster.bootstrap)
 
 
-def _to_start(cluster: KafkaCluster | None, data_dir: Path, brokers: int | None, fresh: bool) -> KafkaCluster:
+def _to_start(
+    cluster: KafkaCluster | None, data_dir: Path, brokers: int | None, fresh: bool, sasl: bool
+) -> KafkaCluster:
     """The cluster ``start`` launches, after saying in one line whether it resumes or deletes one."""
     stored = cluster is not None and cluster.stored()
     if cluster is not None and stored and not fresh:
@@ -100,7 +117,7 @@ def _to_start(cluster: KafkaCluster | None, data_dir: Path, brokers: int | None,
             out.print(
                 f"--fresh: deleting the Kafka cluster in {data_dir} (was {cluster.bootstrap}, with all its topics)"
             )
-    return KafkaCluster(brokers=brokers or 1, data_dir=data_dir)
+    return KafkaCluster(brokers=brokers or 1, data_dir=data_dir, sasl=sasl)
 
 
 @kafka_app.command()
@@ -136,6 +153,8 @@ def status(dir: DirOption = None) -> None:
     state = "running" if all(alive) else f"degraded ({sum(alive)}/{len(alive)} brokers up)"
     out.print(state)
     out.print(f"bootstrap: {cluster.bootstrap}")
+    if cluster.sasl:
+        out.print(f"logins: SASL/SCRAM-SHA-512, ACLs enforced; admin login in {cluster.admin_file}")
     brokers = ", ".join(
         f"{i}: pid {pid}" if up else f"{i}: down" for i, (pid, up) in enumerate(zip(cluster.pids, alive, strict=True))
     )

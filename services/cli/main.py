@@ -68,18 +68,31 @@ def up(
     spec: SpecArg,
     bootstrap: BootstrapOpt = None,
     brokers: Annotated[int, typer.Option(help="Brokers of the embedded cluster, if one is started.")] = 1,
+    sasl: Annotated[
+        bool | None,
+        typer.Option(
+            "--sasl/--no-sasl",
+            envvar="HASTREAM_SASL",
+            show_default=False,
+            help="Each service logs in (SASL/SCRAM-SHA-512) as its own user, with ACLs that let it do its work "
+            "and nothing else (default: whatever the embedded broker takes; an embedded broker started here gets "
+            "SASL with --sasl). With --bootstrap, $HASTREAM_SASL_USERNAME/PASSWORD is the broker's admin login.",
+        ),
+    ] = None,
 ) -> None:
     """Deploy: start the embedded broker (unless --bootstrap), create topics, start every service."""
     from services.deploy.local import up as deploy_up
 
     s = spec_or_exit(spec)
     try:
-        dep = deploy_up(s, spec, bootstrap, brokers)
-    except (RuntimeError, OSError) as e:
+        dep = deploy_up(s, spec, bootstrap, brokers, sasl)
+    except (RuntimeError, OSError, TimeoutError) as e:
         raise fail(str(e)) from None
     out.print(
         f"[green]deployed[/] '{s.name}' on {dep.bootstrap}: {len(dep.processes)} processes; logs in {dep.dir / 'logs'}"
     )
+    if dep.sasl:
+        out.print(f"each service logs in as its own user; the logins are in {dep.dir / 'credentials.json'}")
 
 
 @app.command()
@@ -163,7 +176,9 @@ def status(
 
 def _print_status(d: Deployment) -> None:
     """A running deployment's process table, then its node replicas' DPC states."""
-    from services.cli.common import broker_reachable
+    from services.cli.common import broker_reachable, deployment_login
+    from services.core.kafka import env_login
+    from services.deploy.access import acting_as
 
     sup = f"supervised (pid {d.supervisor})" if d.supervised() else "[red]no supervisor: crashes stay down[/]"
     t = Table(title=f"{d.name} on {d.bootstrap}", caption=sup if d.processes else None)
@@ -173,7 +188,8 @@ def _print_status(d: Deployment) -> None:
         t.add_row(p.role, str(p.pid), _liveness(d, p), str(p.restarts), str(p.metrics_port or "-"), p.log)
     out.print(t)
     if broker_reachable(d.bootstrap):
-        print_replica_states(d)
+        with acting_as(None if env_login() else deployment_login(d.name, d.bootstrap)):
+            print_replica_states(d)
     else:
         out.print(f"[dim]node replica states unavailable: the Kafka broker at {d.bootstrap} is not reachable[/]")
 

@@ -56,7 +56,7 @@ def _final_boundary(s: Spec, stream: str, bootstrap: str | None) -> list[int]:
     from services.client.source import SourceWriter
 
     try:
-        writer = SourceWriter(s, stream, bootstrap_for(s, bootstrap))
+        writer = SourceWriter(s, stream, bootstrap_for(s, bootstrap, stream, writer=True))
     except ValueError as e:
         raise fail(str(e)) from None
     writer.end()

@@ -90,7 +90,7 @@ def produce(
         writer = SourceWriter(
             s,
             stream,
-            bootstrap_for(s, bootstrap),
+            bootstrap_for(s, bootstrap, stream, writer=True),
             wall_clock=json_lines is None and event_time == "wall",
             exclusive=True,
         )

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from pathlib import Path
 from typing import Any, Callable, ClassVar, cast
@@ -39,10 +40,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, Heartbeat, now_ms
 from services.control.monitor import ReplicaMonitor
 from services.coordinator.metrics import CoordinatorMetrics, replica_counts
+from services.coordinator.names import TABLES, app_id
 from services.coordinator.page import STATUS_HTML
 from services.core import metrics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.errors import DecodeError, HastreamError
+from services.core.kafka import SASL_MECHANISM, Login, env_login
 from services.core.logs import setup_logging
 from services.dpc.consistency import LEASE_MS, Coordination, Grant
 from services.dpc.states import NodeState
@@ -100,8 +103,14 @@ class _App(faust.App):
         return _Web(self)
 
 
-def app_id(spec: Spec) -> str:
-    return f"hastream-{spec.name}-coordinator"
+def broker_credentials(login: Login | None) -> faust.SASLCredentials | None:
+    """faust's (aiokafka's) form of the login every other hastream client takes from the environment."""
+    if login is None:
+        return None
+    ssl_context = ssl.create_default_context() if login.protocol == "SASL_SSL" else None
+    return faust.SASLCredentials(
+        username=login.username, password=login.password, mechanism=SASL_MECHANISM, ssl_context=ssl_context
+    )
 
 
 HOST_ENV = "HASTREAM_STATUS_HOST"
@@ -181,6 +190,7 @@ class Coordinator:
         self.app = app = _App(
             name,
             broker=[f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()],
+            broker_credentials=broker_credentials(env_login()),
             store="memory://",  # the changelog topics are the durable copy; recovery replays them
             datadir=str(self.data_dir),
             key_serializer="raw",
@@ -213,8 +223,9 @@ class Coordinator:
         # Keys (str) and values (dicts) go to the changelog as JSON. use_partitioner: timers write
         # too, outside any stream event (all topics have one partition, so nothing moves).
         table_kw: dict[str, Any] = dict(default=None, partitions=1, use_partitioner=True)
-        self.replicas = app.Table("replicas", help="node/pX/rY -> DPC state of one node replica partition", **table_kw)
-        self.recon = app.Table("reconciliation", help="node/pX/rY -> reconciliation request / grant", **table_kw)
+        replicas, recon = TABLES
+        self.replicas = app.Table(replicas, help="node/pX/rY -> DPC state of one node replica partition", **table_kw)
+        self.recon = app.Table(recon, help="node/pX/rY -> reconciliation request / grant", **table_kw)
         self.logic = Coordination(self.replicas, self.recon, spec.dpc.failure_timeout, lease_ms)
         self._wire()
 

@@ -7,13 +7,15 @@ auto-created topics), so every service, client and tool talks to Kafka the same 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from tenacity import RetryCallState, retry, retry_if_exception, stop_after_delay, wait_exponential
@@ -67,7 +69,11 @@ TRANSIENT = {
 # Errors that say a broker cannot be reached: librdkafka reports them on every reconnect
 # attempt, so they are reported once per outage instead.
 UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError._DESTROY_BROKER}
-_CONNECTION_LINE = re.compile(r"(?:^|\]: )([\w.\-]+:\d+|\[[\w:.]+\]:\d+)/\S*: (.*)$")
+# A broker as librdkafka names it: "host:port/id", with "sasl_plaintext://" before it on a SASL listener.
+_CONNECTION_LINE = re.compile(r"(?:^|\]: )(?:[a-z_]+://)?([\w.\-]+:\d+|\[[\w:.]+\]:\d+)/\S*: (.*)$")
+# librdkafka's words for a login the broker refused: a wrong password or unknown user, or a
+# broker without SASL on that port ("handshake failed: ... broker's supported mechanisms: ").
+_LOGIN_FAILED = re.compile(r"SASL (?:authentication error|\S+ mechanism handshake failed): ")
 _LOST = ("Disconnected", "Receive failed", "Send failed", "Connection reset")  # the lines a dying broker leaves
 
 
@@ -149,6 +155,53 @@ class BrokerWait:
 BROKER_WAIT = BrokerWait()
 
 
+# Where the one line per refused login goes: a service's log; a CLI command says it itself.
+LOGIN_LOG = logging.getLogger("hastream.kafka.login")
+
+
+class LoginRefusals:
+    """One line when a broker refuses this process's login (wrong password, unknown user, or a
+    broker without SASL), instead of librdkafka's line on every reconnect attempt."""
+
+    def __init__(self, logger: logging.Logger = LOGIN_LOG) -> None:
+        self.logger = logger
+        self._by_address: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def note(self, address: str, reason: str) -> None:
+        with self._lock:
+            if address in self._by_address:
+                return
+            self._by_address[address] = reason
+        login = env_login()
+        who = f"user '{login.username}'" if login is not None else "a client without a login"
+        self.logger.error("the Kafka broker at %s refused the login of %s: %s", address, who, reason)
+
+    def reason(self, bootstrap: str | None = None) -> str | None:
+        """Why a broker (of ``bootstrap``, or any) refused the login, if one did."""
+        with self._lock:
+            for address, reason in self._by_address.items():
+                if bootstrap is None or address in bootstrap.split(","):
+                    return reason
+        return None
+
+
+LOGIN_REFUSALS = LoginRefusals()
+
+
+def _login_failure(text: str) -> tuple[str, str] | None:
+    """(broker address, reason) if ``text`` is librdkafka's report of a failed SASL login."""
+    failed = _LOGIN_FAILED.search(text)
+    if failed is None or "Local: " in text[failed.end() :]:
+        return None  # a connection lost while logging in (the client closed, say) is no refusal
+    match = _CONNECTION_LINE.search(text)
+    address = match.group(1) if match is not None else "?"
+    reason = re.sub(r"\s*\(after .*\)$", "", text[failed.end() :]).strip()
+    if re.search(r"supported mechanisms:\s*$", reason):
+        reason = "it takes no SASL logins on that port (a broker started without --sasl?)"
+    return address, reason
+
+
 class ClientLog:
     """The ``logger`` of every client: counts librdkafka's lines, turns connection failures
     into ``BROKER_WAIT``'s one line, and passes the rest to a Python logger."""
@@ -159,7 +212,13 @@ class ClientLog:
     def log(self, level: int, msg: str, *args: object) -> None:
         facility = str(args[0]) if args else "?"
         RDKAFKA_LOG_LINES[facility] += 1
-        line = _connection_line(str(args[-1]) if args else msg)
+        text = str(args[-1]) if args else msg
+        if _LOGIN_FAILED.search(text):  # counted; a refusal is said once, an interrupted login is no news
+            refused = _login_failure(text)
+            if refused is not None:
+                LOGIN_REFUSALS.note(*refused)
+            return
+        line = _connection_line(text)
         if line is None:
             self.logger.log(level, msg, *args)
             return
@@ -180,6 +239,13 @@ RDKAFKA_LOG = ClientLog(logging.getLogger("hastream.librdkafka"))
 def on_client_error(err: KafkaError) -> None:
     """The ``error_cb`` of every client: counted; an unreachable broker is said once per outage."""
     RDKAFKA_ERRORS[err.name()] += 1
+    if err.code() == KafkaError._AUTHENTICATION:
+        refused = _login_failure(err.str())
+        if refused is not None:
+            LOGIN_REFUSALS.note(*refused)
+        else:
+            log.debug("Kafka client login interrupted: %s", err)
+        return
     if err.code() not in UNREACHABLE:
         log.log(logging.ERROR if err.fatal() else logging.WARNING, "Kafka client error: %s", err)
         return
@@ -221,9 +287,69 @@ def quiet_aiokafka() -> None:
         logging.getLogger(name).addFilter(ChatterFilter())
 
 
+# A client's login, from its environment: the launcher gives each service its own user
+# (services.deploy.access), and docker compose or a user can set the same variables.
+USERNAME_ENV = "HASTREAM_SASL_USERNAME"
+PASSWORD_ENV = "HASTREAM_SASL_PASSWORD"
+PROTOCOL_ENV = "HASTREAM_SECURITY_PROTOCOL"
+SASL_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class Login:
+    """A SASL/SCRAM login: who a client is to the broker, which its ACLs are granted to."""
+
+    username: str
+    password: str
+    protocol: str = "SASL_PLAINTEXT"  # or SASL_SSL
+
+    def env(self) -> dict[str, str]:
+        """The environment variables that give a process this login."""
+        return {USERNAME_ENV: self.username, PASSWORD_ENV: self.password, PROTOCOL_ENV: self.protocol}
+
+
+def env_login(environ: Mapping[str, str] | None = None) -> Login | None:
+    """The login ``$HASTREAM_SASL_USERNAME`` / ``_PASSWORD`` give, or None (a broker without SASL)."""
+    env = os.environ if environ is None else environ
+    username = env.get(USERNAME_ENV, "")
+    if not username:
+        return None
+    return Login(username, env.get(PASSWORD_ENV, ""), env.get(PROTOCOL_ENV, "") or "SASL_PLAINTEXT")
+
+
+def security_conf(login: Login | None) -> dict[str, str]:
+    """The librdkafka settings of ``login`` (none without one: the client talks PLAINTEXT)."""
+    if login is None:
+        return {}
+    return {
+        "security.protocol": login.protocol,
+        "sasl.mechanisms": SASL_MECHANISM,
+        "sasl.username": login.username,
+        "sasl.password": login.password,
+    }
+
+
+def java_client_conf(login: Login | None) -> dict[str, str]:
+    """The same login as Java Kafka client properties (the Spark stage's reader and writer)."""
+    if login is None:
+        return {}
+    user, password = (v.replace("\\", "\\\\").replace('"', '\\"') for v in (login.username, login.password))
+    return {
+        "security.protocol": login.protocol,
+        "sasl.mechanism": SASL_MECHANISM,
+        "sasl.jaas.config": (
+            f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{password}";'
+        ),
+    }
+
+
 def observed(conf: dict[str, Any]) -> dict[str, Any]:
-    """``conf`` with hastream's log and error callbacks, for a client built outside this module."""
-    return {"logger": RDKAFKA_LOG, "error_cb": on_client_error, **conf}
+    """``conf`` with hastream's log and error callbacks and the environment's login, for any client.
+
+    Every confluent-kafka client hastream builds goes through here, so one place turns
+    ``$HASTREAM_SASL_USERNAME`` into SASL settings; settings in ``conf`` win.
+    """
+    return {"logger": RDKAFKA_LOG, "error_cb": on_client_error, **security_conf(env_login()), **conf}
 
 
 def _retriable(e: BaseException) -> bool:
@@ -457,13 +583,23 @@ class BatchProducer:
         return self._p
 
 
+# Every consumer group hastream names starts so: on a SASL broker each service may describe
+# them all (what a reader that never commits needs) and read (commit in) only its own.
+GROUP_PREFIX = "hastream."
+
+
+def group_id(role: str) -> str:
+    """The consumer group of ``role`` (a node service's name, or a reader's role)."""
+    return GROUP_PREFIX + role
+
+
 def plain_consumer(bootstrap: str, role: str, unique: bool = False, **overrides: Any) -> Consumer:
     """A consumer with manual assignment and no commits, for readers outside the data path.
 
     ``role`` names its group (``hastream.<role>``); ``unique`` gives it a group of its own,
     for readers that must never share committed offsets.
     """
-    group = f"hastream.{role}.{uuid.uuid4().hex[:8]}" if unique else f"hastream.{role}"
+    group = f"{group_id(role)}.{uuid.uuid4().hex[:8]}" if unique else group_id(role)
     conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": group,

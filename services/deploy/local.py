@@ -22,9 +22,10 @@ from pathlib import Path
 
 from services.core import metrics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
+from services.core.kafka import Login
 from services.core.logs import rotate
 from services.core.paths import REPO_ROOT, hastream_home
-from services.deploy import processes
+from services.deploy import access, processes
 from services.node.restart import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
 from services.spec import Spec
 
@@ -37,6 +38,7 @@ class Process:
     argv: list[str]
     restarts: int = 0  # starts after the first, by the supervisor or ``hastream fault restart``
     metrics_port: int = 0  # where it serves /metrics ($HASTREAM_METRICS_PORT); 0: none
+    login: str = ""  # key of its SASL login in the deployment's credentials (``access``); "": none
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Deployment:
     processes: list[Process] = field(default_factory=list)
     supervisor: int = 0  # pid of the process that starts and restarts the services
     started: float = 0.0  # wall-clock time of ``up``, to tell the most recent deployment
+    sasl: bool = False  # each service logs in as its own user (``credentials.json`` in its dir)
 
     HELD = "held"  # <dir>/held/<role>: fault injection keeps the role down
     RESTART = "restart"  # <dir>/restart/<role>: start the role again now (kill it first if it runs)
@@ -59,6 +62,10 @@ class Deployment:
     @property
     def dir(self) -> Path:
         return self.dir_for(self.name)
+
+    def logins(self) -> dict[str, Login]:
+        """The SASL logins of its services and the admin's, by key (none without SASL)."""
+        return access.load_logins(self.dir) if self.sasl else {}
 
     def save(self) -> None:
         """Write the state file whole (readers never see half of it)."""
@@ -143,9 +150,13 @@ def service_env(bootstrap: str) -> dict[str, str]:
     return env
 
 
-def process_env(env: dict[str, str], proc: Process) -> dict[str, str]:
-    """``env`` with what is the process's own: its metrics port."""
-    return {**env, metrics.PORT_ENV: str(proc.metrics_port)} if proc.metrics_port else env
+def process_env(env: dict[str, str], proc: Process, logins: dict[str, Login] | None = None) -> dict[str, str]:
+    """``env`` with what is the process's own: its metrics port, and its login (only its own) when
+    the deployment has ``logins``."""
+    own = {metrics.PORT_ENV: str(proc.metrics_port)} if proc.metrics_port else {}
+    if logins:
+        own.update(access.login_env(logins.get(proc.login)))
+    return {**env, **own} if own else env
 
 
 def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]:
@@ -212,8 +223,11 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
     ]
 
 
-def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int = 1) -> Deployment:
-    """Start the broker (unless given), create topics, start every service under a supervisor."""
+def up(
+    spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int = 1, sasl: bool | None = None
+) -> Deployment:
+    """Start the broker (unless given), create topics, and with SASL (``sasl``, or None: whatever the
+    embedded broker takes) a user per service with its ACLs; then start every service under a supervisor."""
     try:
         existing = Deployment.load(spec.name)
         if existing.running():
@@ -222,14 +236,19 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
         pass
     kafka_dir = None
     if bootstrap is None:
-        bootstrap, kafka_dir = embedded_broker(brokers)
-    provision(spec, bootstrap)
+        bootstrap, kafka_dir = embedded_broker(brokers, sasl)
+    admin = admin_login(bootstrap, sasl)
     dep = Deployment(spec.name, str(spec_path.resolve()), bootstrap, kafka_dir, started=time.time())
+    dep.processes = [
+        Process(role, 0, str(dep.dir / "logs" / f"{role}.log"), argv)
+        for role, argv in service_commands(spec, spec_path.resolve())
+    ]
+    if admin is None:
+        provision(spec, bootstrap)
+    else:
+        _provision_access(spec, dep, admin)
     logs = dep.dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    dep.processes = [
-        Process(role, 0, str(logs / f"{role}.log"), argv) for role, argv in service_commands(spec, spec_path.resolve())
-    ]
     taken = [p.metrics_port for d in Deployment.all() if d.name != dep.name and d.supervised() for p in d.processes]
     for proc, port in zip(dep.processes, metrics.choose_ports(len(dep.processes), taken), strict=False):
         proc.metrics_port = port
@@ -242,18 +261,87 @@ def up(spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int =
     return _wait_started(dep, processes.spawn(argv, logs / "supervisor.log", env).pid)
 
 
-def embedded_broker(brokers: int = 1) -> tuple[str, str]:
+def _provision_access(spec: Spec, dep: Deployment, admin: Login) -> None:
+    """As the admin: the topics, then a user per service with its ACLs, whose logins the deployment
+    keeps (0600) and hands each process its own of."""
+    with access.acting_as(admin):
+        _check_login(dep.bootstrap, admin)
+        provision(spec, dep.bootstrap)
+    logins = access.new_logins(spec, admin)
+    access.provision(spec, dep.bootstrap, logins)
+    access.save_logins(dep.dir, logins)
+    dep.sasl = True
+    for proc in dep.processes:
+        proc.login = access.login_key(spec, proc.role)
+
+
+def embedded_broker(brokers: int = 1, sasl: bool | None = None) -> tuple[str, str]:
     """(bootstrap, data dir) of the broker in ``<home>/kafka``: resumed on its ports and data if it
-    is stopped or crashed, a new one with ``brokers`` brokers if there is none."""
+    is stopped or crashed, a new one with ``brokers`` brokers (and SASL if ``sasl``) if there is none.
+    A broker whose SASL differs from an explicit ``sasl`` is a RuntimeError that says what to do."""
     from infra.kafka.cluster import KafkaCluster
 
     kdir = hastream_home() / "kafka"
     cluster = KafkaCluster.load(kdir) if (kdir / "cluster.json").exists() else None
     if cluster is None or not cluster.stored():
-        cluster = KafkaCluster(brokers=brokers, data_dir=kdir).start(detach=True)
-    elif not all(cluster.alive()):
-        cluster.start(detach=True)
+        cluster = KafkaCluster(brokers=brokers, data_dir=kdir, sasl=bool(sasl)).start(detach=True)
+    else:
+        _check_sasl(cluster.sasl, sasl, kdir)
+        if not all(cluster.alive()):
+            cluster.start(detach=True)
     return cluster.bootstrap, str(kdir)
+
+
+def _check_sasl(has: bool, wanted: bool | None, kdir: Path) -> None:
+    """A broker without SASL for ``--sasl``, or a SASL broker for ``--no-sasl``: say what to do instead."""
+    if wanted is True and not has:
+        raise RuntimeError(
+            f"the Kafka broker in {kdir} runs without SASL: deploy without --sasl, or stop it and start a new one "
+            "with 'hastream kafka start --fresh --sasl' (which deletes its topics)"
+        )
+    if wanted is False and has:
+        raise RuntimeError(f"the Kafka broker in {kdir} takes only SASL logins: deploy with --sasl")
+
+
+def admin_login(bootstrap: str, sasl: bool | None) -> Login | None:
+    """The admin login a SASL deployment on ``bootstrap`` provisions with: the embedded broker's own if
+    ``bootstrap`` is it, else the environment's ($HASTREAM_SASL_USERNAME, the broker's admin); None
+    without SASL (``sasl`` False, or None and ``bootstrap`` no embedded SASL broker)."""
+    from infra.kafka.cluster import KafkaCluster
+    from services.core.kafka import env_login
+
+    kdir = hastream_home() / "kafka"
+    cluster = KafkaCluster.load(kdir) if (kdir / "cluster.json").exists() else None
+    if cluster is not None and cluster.stored() and cluster.bootstrap == bootstrap:
+        _check_sasl(cluster.sasl, sasl, kdir)
+        return Login(*cluster.admin_login()) if cluster.sasl else None
+    if not sasl:
+        return None
+    login = env_login()
+    if login is None:
+        raise RuntimeError(
+            f"--sasl on the Kafka broker at {bootstrap} needs its admin login: set HASTREAM_SASL_USERNAME and "
+            "HASTREAM_SASL_PASSWORD"
+        )
+    return login
+
+
+def _check_login(bootstrap: str, admin: Login) -> None:
+    """Fail with one line unless the broker at ``bootstrap`` takes ``admin``'s login."""
+    from confluent_kafka import KafkaException
+
+    from services.core.admin import admin_client
+    from services.core.kafka import LOGIN_REFUSALS
+
+    client = admin_client(bootstrap)
+    try:
+        client.list_topics(timeout=5)
+    except KafkaException:
+        client.poll(0)
+        why = LOGIN_REFUSALS.reason(bootstrap) or "no answer"
+        raise RuntimeError(
+            f"the Kafka broker at {bootstrap} did not take the login of '{admin.username}': {why}"
+        ) from None
 
 
 def _wait_started(dep: Deployment, supervisor: int, timeout: float = 30) -> Deployment:
@@ -299,7 +387,8 @@ def _restart_here(dep: Deployment, proc: Process) -> Process:
     """Restart without a supervisor (it was stopped or killed): spawn the process from here."""
     if dep.alive(proc):
         processes.kill(proc.pid)
-    proc.pid = processes.spawn(proc.argv, proc.log, process_env(service_env(dep.bootstrap), proc)).pid
+    env = process_env(service_env(dep.bootstrap), proc, dep.logins())
+    proc.pid = processes.spawn(proc.argv, proc.log, env).pid
     proc.restarts += 1
     dep.release(proc.role)
     dep.save()

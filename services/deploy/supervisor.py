@@ -66,8 +66,8 @@ class Supervisor:
 
     def __init__(self, dep: Deployment, spawn: Spawn | None = None, clock: Callable[[], float] = time.monotonic):
         self.dep, self.clock = dep, clock
-        env = service_env(dep.bootstrap)
-        self.spawn: Spawn = spawn or (lambda p: processes.spawn(p.argv, p.log, process_env(env, p)))
+        env, logins = service_env(dep.bootstrap), dep.logins()
+        self.spawn: Spawn = spawn or (lambda p: processes.spawn(p.argv, p.log, process_env(env, p, logins)))
         self.children = [Child(p) for p in dep.processes]
         self.stopping = False
 

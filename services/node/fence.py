@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 from services.control.messages import CLAIM_EPOCH, Heartbeat, now_ms
 from services.control.monitor import ReplicaMonitor
 from services.core.errors import FencedError
-from services.core.kafka import RDKAFKA_LOG, plain_consumer, retry_transient
+from services.core.kafka import RDKAFKA_LOG, env_login, plain_consumer, retry_transient, security_conf
 from services.dpc.states import NodeState
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ NOTICE_S = 0.3  # how long a new incarnation gives a running older copy to see i
 @retry_transient
 def claim_epoch(bootstrap: str, topic: str, node: str, partition: int, replica: int) -> int:
     """A new epoch for this incarnation: one past the offset of the claim it sends to the heartbeat topic."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": RDKAFKA_LOG})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": RDKAFKA_LOG, **security_conf(env_login())})
     got: list[int] = []
     errors: list[KafkaError] = []
 

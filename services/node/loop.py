@@ -18,7 +18,7 @@ from services.control.heartbeat import HeartbeatSender
 from services.control.messages import ControlMessage
 from services.control.monitor import ReplicaMonitor
 from services.core.config import Settings
-from services.core.kafka import BatchConsumer, BatchProducer
+from services.core.kafka import BatchConsumer, BatchProducer, group_id
 from services.core.metrics import MetricsServer, serve_from_env
 from services.dpc.policies import Reconciliation
 from services.dpc.states import NodeState
@@ -47,7 +47,7 @@ class NodeService:
         self.inputs = Inputs(plan.inputs, partition, replica)
         self.pipeline = NodePipeline(plan, undo=plan.reconciliation is Reconciliation.UNDO)
         self.outputs = Outputs(plan.outputs, partition, replica)
-        self.name = f"{plan.spec_name}.{node}.r{replica}.p{partition}"
+        self.name = plan.service_name(replica, partition)
         self.scheme: RecoveryScheme = build_scheme(self)
         self.lags: dict[str, int] = {}  # input stream -> messages not read yet, as of the last check
         self.metrics = NodeMetrics(self)
@@ -153,7 +153,7 @@ class NodeService:
     # -- lifecycle ---------------------------------------------------------------------------
     def _connect(self) -> None:
         st, plan = self.settings, self.plan
-        self.consumer = BatchConsumer(st.bootstrap, f"hastream.{self.name}")
+        self.consumer = BatchConsumer(st.bootstrap, group_id(self.name))
         self.producer = BatchProducer(st.bootstrap, linger_ms=st.linger_ms)
         self.images = restart.ImageWriter(
             st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written

@@ -66,6 +66,10 @@ class NodePlan:
     def output(self, stream: str) -> OutputPlan:
         return next(o for o in self.outputs if o.stream == stream)
 
+    def service_name(self, replica: int, partition: int) -> str:
+        """The name of one process of the node (its consumer group, its dead letters' sender)."""
+        return f"{self.spec_name}.{self.node}.r{replica}.p{partition}"
+
 
 def plan_node(spec: Spec, node: str) -> NodePlan:
     """The plan of ``node``; raises ValueError naming the nodes if there is no such node."""
