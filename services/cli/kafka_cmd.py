@@ -63,6 +63,7 @@ def start(
         bool,
         typer.Option(
             "--sasl",
+            envvar="HASTREAM_SASL",
             help="A new cluster takes SASL/SCRAM-SHA-512 logins and enforces ACLs; its admin login is kept in "
             "the data dir (admin.json, mode 0600).",
         ),

@@ -270,3 +270,14 @@ def test_sasl_against_the_wrong_broker_is_one_line(kafka, sasl: SaslHome, tmp_pa
     one_error_line(r, "takes no SASL logins on that port")
     r = hastream("up", str(path), "--no-sasl", env=plain)  # the home's broker takes SASL logins only
     one_error_line(r, "takes only SASL logins: deploy with --sasl")
+
+    # A stored broker without SASL is not turned into one by 'kafka start --sasl' (that takes --fresh).
+    stored = tmp_path / "plain-kafka"
+    stored.mkdir()
+    node = {"node_id": 0, "port": 1, "controller_port": 2, "dir": str(stored / "broker-0")}
+    state = {"brokers": 1, "host": "127.0.0.1", "pids": [None], "nodes": [node], "cluster_id": "x"}
+    (stored / "cluster.json").write_text(json.dumps(state))
+    r = hastream("kafka", "start", "--sasl", "--dir", str(stored), env=plain)
+    one_error_line(
+        r, "runs without SASL: start it without --sasl, or delete it and start a new one with --fresh --sasl"
+    )
