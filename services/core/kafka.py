@@ -77,6 +77,14 @@ _LOGIN_FAILED = re.compile(r"SASL (?:authentication error|\S+ mechanism handshak
 _LOST = ("Disconnected", "Receive failed", "Send failed", "Connection reset")  # the lines a dying broker leaves
 
 
+_TIMING = re.compile(r"\s*\(after .*\)$")  # librdkafka's "(after 3ms in state CONNECT)" at a line's end
+
+
+def _untimed(text: str) -> str:
+    """A librdkafka report without its timing suffix, so one outage reads the same every time."""
+    return _TIMING.sub("", text)
+
+
 _CONNECT_TO = re.compile(r"(Connect to ipv[46]#(\S+) failed: .*)$")  # e.g. from the GroupCoordinator thread
 
 
@@ -96,7 +104,7 @@ def _refused(what: str) -> str | None:
     """Why a connection attempt failed ("Connection refused"), or None if ``what`` is no failed attempt."""
     if "Connect to" not in what and "resolve" not in what:
         return None
-    return re.sub(r"\s*\(after .*\)$", "", what.rsplit(": ", 1)[-1])
+    return _untimed(what.rsplit(": ", 1)[-1])
 
 
 def port_open(address: str) -> bool:
@@ -196,7 +204,7 @@ def _login_failure(text: str) -> tuple[str, str] | None:
         return None  # a connection lost while logging in (the client closed, say) is no refusal
     match = _CONNECTION_LINE.search(text)
     address = match.group(1) if match is not None else "?"
-    reason = re.sub(r"\s*\(after .*\)$", "", text[failed.end() :]).strip()
+    reason = _untimed(text[failed.end() :]).strip()
     if re.search(r"supported mechanisms:\s*$", reason):
         reason = "it takes no SASL logins on that port (a broker started without --sasl?)"
     return address, reason

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from services.core import kafka
 from services.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,6 @@ class ClientMetrics(Collector):
     aiokafka reconnect lines dropped as chatter."""
 
     def collect(self) -> Iterable[Any]:
-        from services.core import kafka
-
         yield counters(
             "hastream_kafka_client_log_lines",
             "librdkafka log lines, by facility",
