@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -15,6 +16,27 @@ from services.core.tuples import TupleType
 from services.deploy.local import topic_specs
 from services.node.loop import NodeService
 from services.spec import Spec, parse_spec
+
+# One filter node from one source: the deployment of the CLI tests ({name} and {u} to fill).
+ONE_FILTER = """\
+name: {name}-{u}
+defaults: {partitions: 1}
+streams:
+  src_{u}: {schema: reading, key: sensor}
+  out_{u}: {schema: reading, key: sensor}
+operators:
+  keep: {type: filter, input: src_{u}, output: out_{u}, where: "value >= 0"}
+nodes:
+  n: {operators: [keep]}
+"""
+
+
+def user_env(home: Path) -> dict[str, str]:
+    """A user's shell for the hastream command: a HASTREAM_HOME of its own, no HASTREAM_BOOTSTRAP
+    (later commands find the broker in the deployment's record) and a wide terminal (no wrapped lines)."""
+    env = {**os.environ, "HASTREAM_HOME": str(home), "COLUMNS": "250"}
+    env.pop("HASTREAM_BOOTSTRAP", None)
+    return env
 
 
 def hastream(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:

@@ -20,28 +20,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from infra.kafka.cluster import KafkaCluster
 from services.client.source import readings
 from services.deploy.processes import pid_alive
-from tests.integration.helpers import hastream, unique_spec
+from tests.integration.helpers import ONE_FILTER, hastream, unique_spec, user_env
 
 pytestmark = pytest.mark.integration
 
-SPEC = """\
-name: {name}-{u}
-defaults: {partitions: 1}
-streams:
-  src_{u}: {schema: reading, key: sensor}
-  out_{u}: {schema: reading, key: sensor}
-operators:
-  keep: {type: filter, input: src_{u}, output: out_{u}, where: "value >= 0"}
-nodes:
-  n: {operators: [keep]}
-"""
+SPEC = ONE_FILTER
 
 
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A HASTREAM_HOME of its own (deployments and the embedded broker); everything in it stopped at the end."""
-    env = {**os.environ, "HASTREAM_HOME": str(tmp_path / "home"), "COLUMNS": "250"}
-    env.pop("HASTREAM_BOOTSTRAP", None)
+    env = user_env(tmp_path / "home")
     yield env
     hastream("down", env=env, timeout=120)
     kdir = tmp_path / "home" / "kafka"

@@ -17,21 +17,11 @@ import pytest
 
 from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive, spawn
-from tests.integration.helpers import hastream, unique_spec
+from tests.integration.helpers import ONE_FILTER, hastream, unique_spec, user_env
 
 pytestmark = pytest.mark.integration
 
-SPEC = """\
-name: hyg-{u}
-defaults: {partitions: 1}
-streams:
-  src_{u}: {schema: reading, key: sensor}
-  out_{u}: {schema: reading, key: sensor}
-operators:
-  keep: {type: filter, input: src_{u}, output: out_{u}, where: "value >= 0"}
-nodes:
-  n: {operators: [keep]}
-"""
+SPEC = ONE_FILTER.replace("{name}", "hyg")
 
 
 def closed_port() -> int:
@@ -42,9 +32,7 @@ def closed_port() -> int:
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    e = {**os.environ, "HASTREAM_HOME": str(tmp_path / "home"), "COLUMNS": "250"}
-    e.pop("HASTREAM_BOOTSTRAP", None)
-    return e
+    return user_env(tmp_path / "home")
 
 
 def one_error_line(r: subprocess.CompletedProcess[str], says: str) -> None:

@@ -16,7 +16,7 @@ from services.core.partitioner import key_bytes, partition_for
 from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive
 from services.operators.reference import evaluate
-from tests.integration.helpers import hastream, unique_spec
+from tests.integration.helpers import hastream, unique_spec, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -40,8 +40,7 @@ nodes:
 def test_up_produce_tail_down(kafka, tmp_path: Path) -> None:
     spec, path = unique_spec(CHAIN, tmp_path)
     u = spec.name.split("-")[1]
-    env = {**os.environ, "HASTREAM_HOME": str(tmp_path / "home")}
-    env.pop("HASTREAM_BOOTSTRAP", None)  # the deployment's own record must be enough for later commands
+    env = user_env(tmp_path / "home")  # the deployment's own record must be enough for later commands
     records = list(readings(2000, sensors=10, seed=3, step_ms=10))
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 

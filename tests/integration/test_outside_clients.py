@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -17,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 from services.client.source import END_OF_TIME
 from services.operators.reference import evaluate
 from services.spec import load_spec
-from tests.integration.helpers import hastream
+from tests.integration.helpers import hastream, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -74,8 +73,7 @@ def test_a_user_schema_beside_the_spec_and_a_plain_consumer_reading_the_output(k
     path = tmp_path / "spec.yaml"
     path.write_text(SPEC.replace("{u}", u))
     u_spec = load_spec(path)
-    env = {**os.environ, "HASTREAM_HOME": str(tmp_path / "home")}
-    env.pop("HASTREAM_BOOTSTRAP", None)
+    env = user_env(tmp_path / "home")  # the deployment's own record must be enough for later commands
     orders = [{"customer": f"c{i % 3}", "ts": 1_000 + 10 * i, "amount": float(i % 100)} for i in range(300)]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(o) + "\n" for o in orders))
 
