@@ -108,7 +108,11 @@ def _run_rate(bootstrap: str, rate: int, seconds: float, log_dir: Path) -> dict[
         time.sleep(2)  # the nodes pass on what they have
     finally:
         procs.stop()
-    topics = {"source": f"readings_{u}", "scaler": spec.topic(f"scaled_{u}", 0), "stats": spec.topic(f"stats_{u}", 0)}
+    topics = {
+        "source": spec.topic(f"readings_{u}"),
+        "scaler": spec.topic(f"scaled_{u}", 0),
+        "stats": spec.topic(f"stats_{u}", 0),
+    }
     return {name: {k: dict(v) for k, v in _count(bootstrap, t, split).items()} for name, t in topics.items()}
 
 

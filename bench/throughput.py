@@ -128,7 +128,7 @@ def _filter_map_spec(name: str, source: str, bucket_ms: int | None = None) -> st
     return f"""
 name: {name}
 {_dpc_section(bucket_ms)}streams:
-  {source}: {{schema: reading, key: sensor, partitions: 1}}
+  {source}: {{schema: reading, key: sensor, partitions: 1, topic: {source}}}  # the one pre-loaded input
   {name}_kept: {{schema: reading, key: sensor, partitions: 1}}
   {name}_out: {{schema: reading, key: sensor, partitions: 1}}
 operators:
@@ -151,7 +151,7 @@ def _window_spec(name: str, source: str, bucket_ms: int | None = None) -> str:
     return f"""
 name: {name}
 {_dpc_section(bucket_ms)}streams:
-  {source}: {{schema: reading, key: sensor, partitions: 1}}
+  {source}: {{schema: reading, key: sensor, partitions: 1, topic: {source}}}  # the one pre-loaded input
   {name}_out: {{schema: window_stat, key: key, partitions: 1}}
 operators:
   per_sensor:

@@ -43,7 +43,7 @@ from tenacity import (
 from infra.maven import MavenError, fetch_jars, pom_properties
 from services.core.errors import HastreamError
 from services.core.kafka import port_open
-from services.core.paths import hastream_home, jars_dir
+from services.core.paths import hastream_home, jars_dir, write_private
 
 __all__ = [
     "FAILOVER_BOUND_S",
@@ -117,16 +117,6 @@ def ensure_kafka_jars() -> Path:
     except MavenError as e:
         raise KafkaClusterError(str(e)) from None
     return target
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write a file only its owner may read (it holds a password), whole or not at all."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)
 
 
 def _java_error_line(output: str) -> str:
@@ -467,10 +457,10 @@ class KafkaCluster:
         ]
         (self.data_dir / "log4j2.xml").write_text(_LOG4J2_XML)
         if self.sasl:
-            _write_private(self.admin_file, json.dumps({"username": ADMIN_USER, "password": secrets.token_urlsafe(24)}))
+            write_private(self.admin_file, json.dumps({"username": ADMIN_USER, "password": secrets.token_urlsafe(24)}))
         for node in self._nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
-            _write_private(node.props, self._server_properties(node))
+            write_private(node.props, self._server_properties(node))
         self._format_storage(java, jars)
 
     def _check_ports_free(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -54,9 +55,19 @@ app.add_typer(node_app, name="node")
 
 
 @app.command()
-def validate(spec: SpecArg) -> None:
+def validate(
+    spec: SpecArg,
+    topics: Annotated[
+        bool, typer.Option("--topics", help="Print each stream's Kafka topics instead, a 'stream topic' line each.")
+    ] = False,
+) -> None:
     """Check a spec; print every mistake with its file:line:col."""
     s = spec_or_exit(spec)
+    if topics:
+        for stream in s.streams:
+            for t in s.stream_topics(stream):
+                print(stream, t)
+        return
     out.print(
         f"[green]ok[/] {escape(str(spec))}: {len(s.streams)} streams, {len(s.operators)} operators, "
         f"{len(s.nodes)} nodes; inputs: {', '.join(s.sources())}; outputs: {', '.join(s.sinks())}"
@@ -93,6 +104,28 @@ def up(
     )
     if dep.sasl:
         out.print(f"each service logs in as its own user; the logins are in {dep.dir / 'credentials.json'}")
+
+
+@app.command()
+def logins(
+    spec: SpecArg,
+    env_file: Annotated[
+        Path, typer.Option("--env-file", help="The file compose reads the passwords from.", dir_okay=False)
+    ] = Path(".env"),
+) -> None:
+    """Write the passwords of compose's SASL option (docker-compose.sasl.yml) to .env, mode 0600: the
+    broker admin's and one per service. Those already in the file are kept."""
+    from services.deploy import access
+
+    s = spec_or_exit(spec)
+    try:
+        kept = access.read_env_file(env_file)
+        values = access.compose_passwords(s, kept)
+        access.write_env_file(env_file, values)
+    except (OSError, ValueError) as e:
+        raise fail(f"cannot write the logins to {env_file}: {getattr(e, 'strerror', None) or e}") from None
+    new = sum(1 for k in values if not kept.get(k))
+    out.print(f"{env_file}: {len(values)} logins of '{s.name}' ({new} new), readable by you only")
 
 
 @app.command()

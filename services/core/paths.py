@@ -22,3 +22,12 @@ def hastream_home() -> Path:
 def jars_dir(kind: str) -> Path:
     """Folder holding the Maven-fetched jars of ``kind`` (``kafka`` or ``spark``)."""
     return hastream_home() / "jars" / kind
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds a password), whole or not at all."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+    tmp.replace(path)

@@ -26,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,7 +50,8 @@ from confluent_kafka.admin import (
 
 from services.coordinator.names import app_id, internal_topics
 from services.core.admin import admin_client
-from services.core.kafka import GROUP_PREFIX, PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login, group_id
+from services.core.kafka import GROUP_PREFIX, PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login, env_login, group_id
+from services.core.paths import write_private
 from services.spec import Spec
 from services.spec.plan import plan_node
 
@@ -175,12 +177,7 @@ def new_logins(spec: Spec, admin: Login) -> dict[str, Login]:
 def save_logins(folder: Path, logins: dict[str, Login]) -> None:
     """Keep the logins in ``folder`` where only this user can read them (mode 0600)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / CREDENTIALS_FILE
-    tmp = path.with_name(f"{CREDENTIALS_FILE}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        json.dump({k: asdict(v) for k, v in logins.items()}, f, indent=2)
-    tmp.replace(path)
+    write_private(folder / CREDENTIALS_FILE, json.dumps({k: asdict(v) for k, v in logins.items()}, indent=2))
 
 
 def load_logins(folder: Path) -> dict[str, Login]:
@@ -279,3 +276,57 @@ def _await(missing: Callable[[], str | None], timeout: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the Kafka broker did not hold {what} of the deployment within {timeout:g}s")
         time.sleep(0.1)
+
+
+# -- docker compose ----------------------------------------------------------------------
+PASSWORD_VAR_PREFIX = "HASTREAM_PASSWORD_"
+
+
+def password_var(key: str) -> str:
+    """The variable that holds login ``key``'s password in compose's ``.env`` (``ingest.r0`` ->
+    ``HASTREAM_PASSWORD_INGEST_R0``, the admin's ``HASTREAM_PASSWORD_ADMIN``)."""
+    return PASSWORD_VAR_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+
+
+def compose_passwords(spec: Spec, kept: Mapping[str, str]) -> dict[str, str]:
+    """The ``.env`` of docker-compose.sasl.yml: a password per login of ``spec`` and the admin's,
+    those in ``kept`` unchanged (the admin's is in the broker's storage since it was formatted)."""
+    keys = [ADMIN, *usernames(spec)]
+    out = {password_var(k): kept.get(password_var(k)) or secrets.token_urlsafe(24) for k in keys}
+    if len(out) != len(keys):
+        raise ValueError("two logins of the spec map to one password variable: rename a node or stream")
+    return out
+
+
+def compose_logins(spec: Spec, environ: Mapping[str, str]) -> dict[str, Login]:
+    """The logins a compose service that provisions them finds in its environment: the admin's
+    (``$HASTREAM_SASL_USERNAME``/``PASSWORD``) and every user's ``password_var``."""
+    admin = env_login(environ)
+    if admin is None:
+        raise ValueError(f"no admin login: set {USERNAME_ENV} and {PASSWORD_ENV}")
+    missing = [password_var(k) for k in usernames(spec) if not environ.get(password_var(k))]
+    if missing:
+        raise ValueError(f"no password in {', '.join(missing)}: run 'hastream logins' for this spec")
+    users = {k: Login(u, environ[password_var(k)], admin.protocol) for k, u in usernames(spec).items()}
+    return {ADMIN: admin, **users}
+
+
+def write_env_file(path: Path, values: Mapping[str, str]) -> None:
+    """Set ``values`` in the ``KEY=value`` file ``path``, keeping its other lines, readable by
+    this user only (mode 0600): it holds passwords."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    todo = dict(values)
+    for i, line in enumerate(lines):
+        key = line.split("=", 1)[0].strip()
+        if key in todo:
+            lines[i] = f"{key}={todo.pop(key)}"
+    lines += [f"{k}={v}" for k, v in todo.items()]
+    write_private(path, "".join(f"{line}\n" for line in lines))
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The ``KEY=value`` lines of ``path`` (none if it does not exist)."""
+    if not path.exists():
+        return {}
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}

@@ -18,6 +18,7 @@ AGG_FUNCS = ("count", "sum", "avg", "min", "max")
 ENGINES = ("python", "spark")
 
 
+INTERNAL_TOPICS = ("deadletter", "heartbeats", "control")  # ``<spec>.<name>``: no stream may take these names
 RAW_SUFFIX = ".raw"  # the topic outside producers write for a stream fed through an ingress
 RECORD_TIMESTAMP = "timestamp"  # ingress ``time``: the Kafka record's timestamp, not a field
 
@@ -48,6 +49,7 @@ class StreamDef:
     partitions: int = 1
     delay: int | None = None  # X in ms for this output, end to end (None: the spec's dpc.delay)
     ingress: IngressDef | None = None  # set on a raw stream: outside producers write it, an ingress reads it
+    topic: str | None = None  # a source's own topic, shared with others (None: the deployment's ``<spec>.<stream>``)
 
 
 class Scheme(str, Enum):
@@ -182,12 +184,15 @@ class Spec:
         return n.replicas if n else 1
 
     def topic(self, stream: str, replica: int = 0) -> str:
-        """Kafka topic of a stream: a source's own name; a node output's per-replica log."""
-        return stream if self.producer_of(stream) is None else f"{stream}.r{replica}"
+        """Kafka topic of a stream, in the deployment's namespace: ``<spec>.<stream>`` for a source
+        (unless it names a shared ``topic:``), ``<spec>.<stream>.r<k>`` for replica k's output log."""
+        if self.producer_of(stream) is None:
+            return self.streams[stream].topic or f"{self.name}.{stream}"
+        return f"{self.name}.{stream}.r{replica}"
 
     def stream_topics(self, stream: str) -> list[str]:
         if self.producer_of(stream) is None:
-            return [stream]
+            return [self.topic(stream)]
         n = self.node_producing(stream)
         if n is not None and stream not in self.node_outputs(n.name):
             return []  # internal to its node: never materialized

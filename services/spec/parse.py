@@ -20,6 +20,7 @@ from services.dpc.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reco
 from services.spec import validate
 from services.spec.model import (
     ENGINES,
+    INTERNAL_TOPICS,
     RAW_SUFFIX,
     RECORD_TIMESTAMP,
     DpcConfig,
@@ -35,7 +36,8 @@ from services.spec.problems import Problems, to_python
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
-_STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress"}
+_STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress", "topic"}
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
 _INGRESS_KEYS = {"format", "time", "lateness", "idle", "replicas"}
 _NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha"}
 
@@ -144,10 +146,14 @@ def _parse_streams(ck: Problems, top: dict, d_parts: int, d_repl: int) -> dict[s
     if not raw:
         ck.err(("streams",), "at least one stream is required")
     out: dict[str, StreamDef] = {}
+    taken: dict[str, str] = {}  # shared topic -> the stream reading it
     for sname, sdef in raw.items():
         path = ("streams", sname)
         if not isinstance(sname, str) or not _NAME_RE.match(sname):
             ck.err(path, f"stream name {sname!r} must be letters, digits, '-' or '_'")
+            continue
+        if sname in INTERNAL_TOPICS:
+            ck.err(path, f"stream name '{sname}' is taken by the deployment's own topic <name>.{sname}: rename it")
             continue
         sdef = ck.mapping(sdef, path, f"stream '{sname}'")
         ck.unknown_keys(sdef, _STREAM_KEYS, path)
@@ -164,11 +170,29 @@ def _parse_streams(ck: Problems, top: dict, d_parts: int, d_repl: int) -> dict[s
         if key is not None and key not in fields:
             ck.err(path + ("key",), f"key field '{key}' is not in schema '{schema}' (fields: {', '.join(fields)})")
         delay = ck.pos_int(sdef, "delay", path, 0) if "delay" in sdef else None
+        topic = _shared_topic(ck, sdef, path, taken)
         out[sname] = sd = StreamDef(sname, schema, key, ck.pos_int(sdef, "partitions", path, d_parts), delay)
-        if "ingress" in sdef:
+        if "ingress" in sdef:  # outside producers write the shared topic; the ingress's output is the deployment's
             ingress = _parse_ingress(ck, sdef["ingress"], path + ("ingress",), fields, d_repl)
-            out[sname + RAW_SUFFIX] = replace(sd, name=sname + RAW_SUFFIX, delay=None, ingress=ingress)
+            out[sname + RAW_SUFFIX] = replace(sd, name=sname + RAW_SUFFIX, delay=None, ingress=ingress, topic=topic)
+        else:
+            out[sname] = replace(sd, topic=topic)
     return out
+
+
+def _shared_topic(ck: Problems, sdef: dict, path: tuple, taken: dict[str, str]) -> str | None:
+    """A source stream's ``topic:``: an existing topic it reads instead of the deployment's own."""
+    topic = sdef.get("topic")
+    if topic is None:
+        return None
+    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic in (".", ".."):
+        ck.err(path + ("topic",), f"'topic' must be a Kafka topic name (letters, digits, '.', '_', '-'), got {topic!r}")
+        return None
+    if topic in taken:
+        ck.err(path + ("topic",), f"topic '{topic}' is already stream '{taken[topic]}''s: one stream per topic")
+        return None
+    taken[topic] = path[-1]
+    return topic
 
 
 def _parse_ingress(ck: Problems, raw: Any, path: tuple, fields: dict[str, Any], d_repl: int) -> IngressDef:

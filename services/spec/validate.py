@@ -252,6 +252,13 @@ def graph(ck: Problems, spec: Spec) -> None:
     for s in spec.streams:
         if spec.producer_of(s) is None and not spec.consumers_of(s):
             ck.err(("streams", s), f"stream '{s}' is neither produced nor read by any operator")
+        writer = spec.producer_of(s)
+        if spec.streams[s].topic and writer is not None:
+            ck.err(
+                ("streams", s, "topic"),
+                f"stream '{s}' is written by operator '{writer.name}': only a source may name a shared "
+                "'topic' (a node's output topics are <name>.<stream>.r<replica>)",
+            )
     for n in spec.nodes:
         ins = spec.node_inputs(n)
         parts = {spec.streams[s].partitions for s in ins}

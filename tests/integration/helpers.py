@@ -12,7 +12,9 @@ from pathlib import Path
 from services.client.reader import StreamReader
 from services.core.admin import ensure_topics
 from services.core.config import Settings
+from services.core.kafka import BatchProducer, Login
 from services.core.tuples import TupleType
+from services.deploy import access
 from services.deploy.local import topic_specs
 from services.node.loop import NodeService
 from services.spec import Spec, parse_spec
@@ -95,3 +97,12 @@ def by_partition(tuples: list, partitions: int) -> list[list]:
     for t in sorted(tuples, key=lambda t: (t.partition, t.offset)):
         out[t.partition].append(t)
     return out
+
+
+def write(bootstrap: str, login: Login, topic: str, n: int = 3) -> None:
+    """Write ``n`` messages to partition 0 of ``topic`` as ``login``; raises what the broker refused."""
+    with access.acting_as(login):
+        p = BatchProducer(bootstrap, linger_ms=0)
+    for i in range(n):
+        p.send(topic, f"v{i}".encode(), b"k", 0)
+    p.flush(20)

@@ -21,7 +21,6 @@ from services.core.kafka import (
     PASSWORD_ENV,
     USERNAME_ENV,
     BatchConsumer,
-    BatchProducer,
     Login,
     group_id,
     plain_consumer,
@@ -32,7 +31,7 @@ from services.deploy.local import Deployment
 from services.operators.reference import evaluate
 from services.spec import Spec
 from services.spec.plan import plan_node
-from tests.integration.helpers import create_topics, hastream, unique_spec
+from tests.integration.helpers import create_topics, hastream, unique_spec, write
 
 pytestmark = pytest.mark.integration
 
@@ -112,15 +111,6 @@ def provisioned(sasl: SaslHome, tmp_path: Path, template: str) -> tuple[Spec, di
     return spec, logins
 
 
-def write(bootstrap: str, login: Login, topic: str, n: int = 3) -> None:
-    """Write ``n`` messages to partition 0 of ``topic`` as ``login``; raises what the broker refused."""
-    with access.acting_as(login):
-        p = BatchProducer(bootstrap, linger_ms=0)
-    for i in range(n):
-        p.send(topic, f"v{i}".encode(), b"k", 0)
-    p.flush(20)
-
-
 def read(bootstrap: str, login: Login, topic: str, wait_s: float) -> list[Message]:
     """What ``login`` reads of partition 0 of ``topic`` within ``wait_s``."""
     with access.acting_as(login):
@@ -174,7 +164,7 @@ def test_a_node_cannot_write_another_nodes_output_nor_read_what_is_not_its_input
     u = spec.name.split("-")[1]
     n1, n2 = logins[access.node_key("n1", 0)], logins[access.node_key("n2", 0)]
     mid, out, src = spec.topic(f"mid_{u}"), spec.topic(f"out_{u}"), spec.topic(f"src_{u}")
-    assert (mid, out) == (f"mid_{u}.r0", f"out_{u}.r0")
+    assert (mid, out) == (f"{spec.name}.mid_{u}.r0", f"{spec.name}.out_{u}.r0")
 
     with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
         write(sasl.bootstrap, n2, mid)  # n1's output

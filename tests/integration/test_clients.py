@@ -92,7 +92,7 @@ def test_source_boundaries_reach_every_partition_and_keep_their_promise(kafka, s
     w = SourceWriter(spec, src, kafka.bootstrap, wall_clock=True)
     n = pump(w, readings(60, seed=1, wall_clock=True), rate=200)  # 0.3 s: boundaries while pacing
     assert n == 60 and w.boundaries >= 4
-    msgs = raw(kafka.bootstrap, src, 2, n + 2 * w.boundaries)
+    msgs = raw(kafka.bootstrap, spec.topic(src), 2, n + 2 * w.boundaries)
     per: dict[int, list] = {0: [], 1: []}
     for m in sorted(msgs, key=lambda m: (m.partition(), m.offset())):
         per[m.partition()].append((parse_headers(m.headers()), m.value()))
@@ -391,7 +391,7 @@ def test_stop_source_holds_a_live_producer_and_its_tuples_arrive_late(kafka, spe
         if prod.poll() is None:
             prod.kill()
     assert not pidfile.exists()  # unregistered at exit
-    msgs = raw(kafka.bootstrap, src, 2, sent)
+    msgs = raw(kafka.bootstrap, spec.topic(src), 2, sent)
     data = [m for m in msgs if m.value() is not None]
     assert len(data) == sent  # every tuple exactly once
     lags = []

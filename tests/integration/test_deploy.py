@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from services.core.partitioner import key_bytes, partition_for
 from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive
 from services.operators.reference import evaluate
-from tests.integration.helpers import hastream, unique_spec, user_env
+from services.spec import parse_spec
+from tests.integration.helpers import ONE_FILTER, hastream, unique_spec, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -78,6 +80,39 @@ def test_up_produce_tail_down(kafka, tmp_path: Path) -> None:
         assert mine == want[p], f"partition {p} differs from the reference"
         assert [t["id"] for t in got if t["partition"] == p] == list(range(len(mine)))
         assert all(t["type"] == "STABLE" for t in got)
+
+
+def test_two_deployments_with_the_same_stream_names_keep_their_data_apart(kafka, tmp_path: Path) -> None:
+    """Topics are namespaced per deployment: two specs naming the same streams, deployed side by
+    side on one broker and fed different data, each give the output of their own input."""
+    env = user_env(tmp_path / "home")
+    u = uuid.uuid4().hex[:8]
+    deployed = []
+    for twin, seed in (("twin-a", 1), ("twin-b", 2)):
+        path = tmp_path / f"{twin}.yaml"
+        path.write_text(ONE_FILTER.replace("{name}", twin).replace("{u}", u))
+        records = list(readings(300, sensors=3, seed=seed, step_ms=10))
+        (tmp_path / f"{twin}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        listed = hastream("validate", str(path), "--topics", env=env)
+        assert listed.returncode == 0, listed.stderr
+        deployed.append((path, records, set(listed.stdout.split()[1::2])))
+    assert not deployed[0][2] & deployed[1][2], "no topic in common"
+    try:
+        for path, _, _ in deployed:
+            r = hastream("up", str(path), "--bootstrap", kafka.bootstrap, env=env)
+            assert r.returncode == 0, r.stderr
+        for path, _, _ in deployed:
+            r = hastream("produce", str(path), f"src_{u}", "--json", str(path.with_suffix(".jsonl")), env=env)
+            assert r.returncode == 0, r.stderr
+        for path, records, _ in deployed:
+            tailed = hastream("tail", str(path), f"out_{u}", "--json", "--idle", "5", env=env)
+            assert tailed.returncode == 0, tailed.stderr
+            got = [json.loads(line) for line in tailed.stdout.splitlines() if line.startswith("{")]
+            want = evaluate(parse_spec(path.read_text()), {f"src_{u}": [records]}, ended=True)
+            assert [t["value"] for t in got] == want[f"out_{u}"][0], path.name
+    finally:
+        for path, _, _ in deployed:
+            hastream("down", f"{path.stem}-{u}", env=env)
 
 
 def test_cli_errors_are_one_readable_line(tmp_path: Path) -> None:

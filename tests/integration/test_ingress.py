@@ -96,7 +96,9 @@ def test_two_plain_producers_feed_a_deployment_through_its_ingress(kafka, tmp_pa
     try:
         placed: list[tuple[int, dict]] = []
         producers = [
-            threading.Thread(target=produce_plain, args=(kafka.bootstrap, f"{src}.raw", k * 1000, 250, placed))
+            threading.Thread(
+                target=produce_plain, args=(kafka.bootstrap, spec.topic(f"{src}.raw"), k * 1000, 250, placed)
+            )
             for k in range(2)
         ]
         for t in producers:

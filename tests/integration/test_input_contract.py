@@ -79,7 +79,7 @@ def test_a_second_producer_is_refused_while_one_writes(kafka, tmp_path: Path) ->
         text=True,
     )
     try:
-        _wait_for_messages(kafka.bootstrap, src, 20)
+        _wait_for_messages(kafka.bootstrap, spec.topic(src), 20)
         second = hastream("produce", str(path), src, "--count", "10", env=env)
         assert "one writer" in _one_error_line(second)
     finally:
@@ -105,7 +105,7 @@ def test_another_clients_id_never_drops_later_tuples(kafka, tmp_path: Path) -> N
         ("ht.id", b"1000000"),
         ("ht.stime", b"%d" % records[0]["ts"]),
     ]
-    stray.produce(src, codec_for("reading").encode(records[0]), b"s0", 0, headers=headers)
+    stray.produce(spec.topic(src), codec_for("reading").encode(records[0]), b"s0", 0, headers=headers)
     stray.flush(10)
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     r = hastream("produce", str(path), src, "--json", str(tmp_path / "in.jsonl"), env=_env(tmp_path, kafka.bootstrap))
@@ -140,7 +140,7 @@ def test_a_source_sends_a_boundary_only_when_its_time_has_moved(kafka, tmp_path:
     w.flush()
     assert sent == [90, None, None, None, None, 500]
     c = plain_consumer(kafka.bootstrap, "b")
-    c.assign([TopicPartition(src, 0, 0)])
+    c.assign([TopicPartition(spec.topic(src), 0, 0)])
     msgs = [m for m in c.consume(100, 10) if m.error() is None]
     c.close()
     assert [headers_dict(m.headers())["ht.stime"] for m in msgs if m.value() is None] == ["90", "500"]

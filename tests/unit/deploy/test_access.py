@@ -40,10 +40,10 @@ from services.deploy.access import (
     usernames,
 )
 from services.deploy.local import Process, process_env, service_commands
-from services.spec import Spec, parse_spec
+from services.spec import parse_spec
 from services.spec.plan import plan_node
 
-SPEC = parse_spec("""\
+SPEC_TEXT = """\
 name: acl
 defaults: {partitions: 2}
 streams:
@@ -59,7 +59,8 @@ operators:
 nodes:
   n1: {operators: [warm], replicas: 2}
   n2: {operators: [join, keep]}
-""")
+"""
+SPEC = parse_spec(SPEC_TEXT)
 
 
 def topics(acls: list[Acl], *ops: str) -> set[str]:
@@ -82,13 +83,13 @@ def test_each_service_has_its_own_user() -> None:
 def test_a_node_replica_writes_only_its_own_topics_and_reads_only_its_inputs() -> None:
     n2 = node_acls(SPEC, "n2", 0)
     n1_outputs = set(plan_node(SPEC, "n1").outputs[0].topics)
-    assert n1_outputs == {"warm.r0", "warm.r1"}
-    assert n1_outputs | {"raw.r0"} <= topics(n2, READ), "every replica of every input"
+    assert n1_outputs == {"acl.warm.r0", "acl.warm.r1"}
+    assert n1_outputs | {"acl.raw.r0"} <= topics(n2, READ), "every replica of every input"
     assert not n1_outputs & topics(n2, WRITE), "never another node's output"
-    assert topics(n2, WRITE) == {"out.r0", "acl.restart.n2.r0", "acl.heartbeats", "acl.control", "acl.deadletter"}
-    assert "src" not in topics(n2), "a stream it does not read"
-    assert topics(n2, READ) - n1_outputs - {"raw.r0"} == {
-        "out.r0",
+    assert topics(n2, WRITE) == {"acl.out.r0", "acl.restart.n2.r0", "acl.heartbeats", "acl.control", "acl.deadletter"}
+    assert "acl.src" not in topics(n2), "a stream it does not read"
+    assert topics(n2, READ) - n1_outputs - {"acl.raw.r0"} == {
+        "acl.out.r0",
         "acl.restart.n2.r0",
         "acl.heartbeats",
         "acl.control",
@@ -97,8 +98,8 @@ def test_a_node_replica_writes_only_its_own_topics_and_reads_only_its_inputs() -
 
 def test_replicas_of_one_node_cannot_write_each_others_logs() -> None:
     r0, r1 = topics(node_acls(SPEC, "n1", 0), WRITE), topics(node_acls(SPEC, "n1", 1), WRITE)
-    assert "warm.r0" in r0 and "warm.r1" not in r0
-    assert "warm.r1" in r1 and "warm.r0" not in r1
+    assert "acl.warm.r0" in r0 and "acl.warm.r1" not in r0
+    assert "acl.warm.r1" in r1 and "acl.warm.r0" not in r1
     assert "acl.restart.n1.r0" in r0 and "acl.restart.n1.r1" not in r0
 
 
@@ -128,9 +129,9 @@ def test_the_coordinators_topics_are_the_ones_faust_names(tmp_path: Path) -> Non
 
 
 def test_a_source_writes_its_own_stream_and_an_ingress_stream_through_its_raw_topic() -> None:
-    assert topics(source_acls(SPEC, "src"), READ, WRITE) == {"src"}
+    assert topics(source_acls(SPEC, "src"), READ, WRITE) == {"acl.src"}
     assert access.source_key(SPEC, "raw") == "source:raw.raw"
-    assert topics(source_acls(SPEC, "raw.raw"), READ, WRITE) == {"raw.raw"}
+    assert topics(source_acls(SPEC, "raw.raw"), READ, WRITE) == {"acl.raw.raw"}
 
 
 def test_every_acl_names_a_topic_of_the_deployment_and_every_topic_has_a_writer() -> None:
@@ -140,20 +141,20 @@ def test_every_acl_names_a_topic_of_the_deployment_and_every_topic_has_a_writer(
     assert deployed <= topics(acls, WRITE)
 
 
-def test_names_follow_the_spec_not_a_pattern() -> None:
-    """The ACLs take topic names from the spec's own functions: a spec that names topics otherwise
-    (another engineer is namespacing them per deployment) gets ACLs on those names."""
-
-    class Namespaced(Spec):
-        def topic(self, stream: str, replica: int = 0) -> str:
-            return f"ns.{super().topic(stream, replica)}"
-
-        def stream_topics(self, stream: str) -> list[str]:
-            return [f"ns.{t}" for t in super().stream_topics(stream)]
-
-    ns = Namespaced(SPEC.name, SPEC.streams, SPEC.operators, SPEC.nodes, SPEC.path, SPEC.dpc)
-    n2 = node_acls(ns, "n2", 0)
-    assert {"ns.warm.r0", "ns.warm.r1"} <= topics(n2, READ) and "ns.out.r0" in topics(n2, WRITE)
+def test_two_deployments_with_the_same_stream_names_get_disjoint_acls() -> None:
+    """Topics are namespaced per deployment, and the ACLs follow: a node of one deployment may not
+    touch the same-named topics of another; only a shared ``topic:`` is the same in both."""
+    other = parse_spec(SPEC_TEXT.replace("name: acl", "name: other"))
+    assert not {t for t, _ in SPEC.all_topics()} & {t for t, _ in other.all_topics()}
+    mine, theirs = spec_acls(SPEC), spec_acls(other)
+    assert not topics(mine) & topics(theirs)
+    shared = parse_spec(
+        SPEC_TEXT.replace(
+            "src: {schema: reading, key: sensor}", "src: {schema: reading, key: sensor, topic: plant.src}"
+        )
+    )
+    assert topics(node_acls(shared, "n1", 0), READ) >= {"plant.src"}
+    assert topics(source_acls(shared, "src"), READ, WRITE) == {"plant.src"}
 
 
 def test_every_process_of_the_launcher_has_a_login(tmp_path: Path) -> None:
@@ -231,3 +232,23 @@ def test_a_sasl_brokers_outage_is_still_one_waiting_line() -> None:
     )
     found = _connection_line(line)
     assert found is not None and found[0] == "127.0.0.1:5000"
+
+
+def test_compose_logins_keep_the_passwords_already_written_and_stay_private(tmp_path: Path) -> None:
+    """The admin's password is in the compose broker's storage once it is formatted: writing the
+    logins again must not change it, nor lose the file's other lines."""
+    env_file = tmp_path / ".env"
+    env_file.write_text("# mine\nOTHER=1\n")
+    first = access.compose_passwords(SPEC, access.read_env_file(env_file))
+    access.write_env_file(env_file, first)
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    again = access.compose_passwords(SPEC, access.read_env_file(env_file))
+    assert again == first
+    access.write_env_file(env_file, again)
+    assert access.read_env_file(env_file) == {"OTHER": "1", **first}
+    assert env_file.read_text().startswith("# mine\n")
+    logins = access.compose_logins(SPEC, {USERNAME_ENV: "admin", PASSWORD_ENV: "pw", **first})
+    assert {k: v.username for k, v in logins.items() if k != access.ADMIN} == usernames(SPEC)
+    assert logins[access.node_key("n1", 1)].password == first["HASTREAM_PASSWORD_N1_R1"]
+    with pytest.raises(ValueError, match="HASTREAM_PASSWORD_N2_R0"):
+        access.compose_logins(SPEC, {USERNAME_ENV: "admin", **{k: v for k, v in first.items() if "N2" not in k}})

@@ -18,23 +18,17 @@ from unittest import mock
 import pytest
 import yaml
 
-from infra.kafka.cluster import FAILOVER_PROPS, KAFKA_VERSION, KafkaCluster, _Node
+from infra.kafka.cluster import ADMIN_USER, FAILOVER_PROPS, KAFKA_VERSION, SASL_LISTENER, KafkaCluster, _Node
+from services.core.kafka import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV
 from services.core.paths import REPO_ROOT
+from services.deploy import access
 from services.deploy.local import service_commands, service_env
 from services.spec import load_spec
+from tests.compose import COMPOSE, SASL, VARIABLE, environment, image_properties, services
 
-COMPOSE = REPO_ROOT / "docker-compose.yml"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 DEMO = Path("examples/demo.yaml")  # relative: the image's working directory is the repository root
 CLI_MODULE = ["-m", "services.cli.main"]  # what the `hastream` entrypoint runs
-
-
-def _env(service: dict[str, Any]) -> dict[str, str]:
-    """A service's environment as a dict, from either compose form (mapping or KEY=VALUE list)."""
-    env = service.get("environment") or {}
-    if isinstance(env, list):
-        env = dict(item.split("=", 1) for item in env)
-    return {k: "" if v is None else str(v) for k, v in env.items()}
 
 
 def _dockerfile_final_stage() -> list[str]:
@@ -47,6 +41,12 @@ def _dockerfile_final_stage() -> list[str]:
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE.read_text())
+
+
+@pytest.fixture(scope="module")
+def sasl() -> dict[str, dict[str, Any]]:
+    """The services of docker-compose.yml with the SASL override merged in."""
+    return services(COMPOSE, SASL)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def node_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def internal_bootstrap(compose: dict[str, Any]) -> str:
     """host:port of the broker's inter-broker (internal) listener as advertised inside compose."""
-    env = _env(compose["services"]["kafka"])
+    env = environment(compose["services"]["kafka"])
     name = env.get("KAFKA_INTER_BROKER_LISTENER_NAME", "PLAINTEXT")
     advertised = dict(entry.split("://", 1) for entry in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
     return advertised[name]
@@ -108,14 +108,14 @@ def test_coordinator_status_page_is_published(compose: dict[str, Any], launcher:
     assert "coordinator" in launcher
     svc = compose["services"]["coordinator"]
     assert f"127.0.0.1:{DEFAULT_PORT}:{DEFAULT_PORT}" in [str(p) for p in svc.get("ports", [])], "host loopback only"
-    assert _env(svc)["HASTREAM_STATUS_HOST"] == "0.0.0.0", "the container's port must reach the page"
+    assert environment(svc)["HASTREAM_STATUS_HOST"] == "0.0.0.0", "the container's port must reach the page"
 
 
 def test_every_service_serves_metrics_as_the_launcher_gives_it(node_services: dict[str, dict[str, Any]]) -> None:
     from services.core import metrics
 
     for name, svc in node_services.items():
-        env = _env(svc)
+        env = environment(svc)
         assert int(env[metrics.PORT_ENV]) >= metrics.BASE_PORT, name
         assert env[metrics.HOST_ENV] == "0.0.0.0", f"{name}: other containers must reach /metrics"
 
@@ -132,7 +132,7 @@ def test_services_get_the_launchers_environment(
         expected = service_env(internal_bootstrap)  # only what the launcher itself sets
     workdir = [ln.split(None, 1)[1] for ln in _dockerfile_final_stage() if ln.upper().startswith("WORKDIR")]
     for name, svc in node_services.items():
-        env = _env(svc)
+        env = environment(svc)
         assert set(expected) <= set(env), f"{name} lacks {set(expected) - set(env)}"
         assert env["HASTREAM_BOOTSTRAP"] == internal_bootstrap, name
         assert env["PYTHONUNBUFFERED"] == expected["PYTHONUNBUFFERED"], name
@@ -144,7 +144,7 @@ def test_bootstrap_names_the_kafka_service(compose: dict[str, Any], internal_boo
     host = internal_bootstrap.rsplit(":", 1)[0]
     kafka = compose["services"]["kafka"]
     assert host in ("kafka", kafka.get("hostname")), internal_bootstrap
-    listeners = _env(kafka)["KAFKA_LISTENERS"]
+    listeners = environment(kafka)["KAFKA_LISTENERS"]
     assert (
         f"://:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners
         or f"://0.0.0.0:{internal_bootstrap.rsplit(':', 1)[1]}" in listeners
@@ -159,7 +159,7 @@ def test_kafka_image_matches_the_pinned_broker_version(compose: dict[str, Any]) 
 
 
 def test_broker_runs_kraft_single_node(compose: dict[str, Any]) -> None:
-    env = _env(compose["services"]["kafka"])
+    env = environment(compose["services"]["kafka"])
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(f"{env['KAFKA_NODE_ID']}@")
     assert "CONTROLLER" in env["KAFKA_CONTROLLER_LISTENER_NAMES"]
@@ -179,7 +179,7 @@ def test_broker_replication_matches_the_local_single_broker(compose: dict[str, A
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
     } <= set(keys)
-    env = _env(compose["services"]["kafka"])
+    env = environment(compose["services"]["kafka"])
     for k in keys:
         var = "KAFKA_" + k.upper().replace(".", "_")
         assert env.get(var) == props[k] == "1", f"{var}: compose {env.get(var)!r}, local launcher {props[k]!r}"
@@ -187,7 +187,7 @@ def test_broker_replication_matches_the_local_single_broker(compose: dict[str, A
 
 def test_broker_fails_over_as_fast_as_the_local_cluster(compose: dict[str, Any]) -> None:
     """The settings that fit a broker fail-over inside X (docs/dpc.md) are the launcher's."""
-    env = _env(compose["services"]["kafka"])
+    env = environment(compose["services"]["kafka"])
     for k, v in FAILOVER_PROPS.items():
         var = "KAFKA_" + k.upper().replace(".", "_")
         assert str(env.get(var)) == str(v), f"{var}: compose {env.get(var)!r}, local launcher {v!r}"
@@ -203,6 +203,68 @@ def test_services_start_after_topics_exist(compose: dict[str, Any], node_service
     assert topics.get("restart", "no") == "no"
     for name, svc in node_services.items():
         assert svc["depends_on"]["topics"]["condition"] == "service_completed_successfully", name
+
+
+def test_the_sasl_option_logs_each_service_in_as_the_launcher_would(
+    node_services: dict[str, dict[str, Any]], sasl: dict[str, dict[str, Any]]
+) -> None:
+    """Every service of the demo gets the login ``hastream up --sasl`` gives its process, and only
+    its own password (one ``.env`` variable per login)."""
+    spec = load_spec(REPO_ROOT / DEMO)
+    users = access.usernames(spec)
+    overridden = set(yaml.safe_load(SASL.read_text())["services"]) - {"kafka", "topics"}
+    assert overridden == set(node_services), "every node service and the coordinator, nothing else"
+    for name, svc in node_services.items():
+        key = access.login_key(spec, svc["labels"]["hastream.role"])
+        env = environment(sasl[name])
+        assert env[USERNAME_ENV] == users[key], name
+        assert [m[1] for m in VARIABLE.finditer(env[PASSWORD_ENV])] == [access.password_var(key)], name
+        assert env[PROTOCOL_ENV] == SASL_LISTENER, name
+        assert not [v for v in env.values() if access.password_var(access.ADMIN) in v], f"{name} sees the admin's"
+
+
+def test_the_sasl_topics_service_grants_every_login_as_the_admin(sasl: dict[str, dict[str, Any]]) -> None:
+    spec = load_spec(REPO_ROOT / DEMO)
+    topics = sasl["topics"]
+    env = environment(topics)
+    assert env[USERNAME_ENV] == ADMIN_USER
+    wanted = {access.password_var(k) for k in access.usernames(spec)}
+    assert {m[1] for v in env.values() for m in VARIABLE.finditer(v)} == wanted | {access.password_var(access.ADMIN)}
+    script = " ".join(topics["command"])
+    assert "compose_logins" in script and "provision" in script and str(DEMO) in script
+
+
+def test_hastream_logins_writes_every_variable_the_sasl_option_reads() -> None:
+    spec = load_spec(REPO_ROOT / DEMO)
+    read = {m[1] for m in VARIABLE.finditer(SASL.read_text())}
+    assert read == set(access.compose_passwords(spec, {}))
+
+
+def test_the_sasl_broker_has_the_launchers_sasl_settings_on_every_client_listener(
+    sasl: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The compose broker's SASL properties are those of ``hastream kafka start --sasl``
+    (infra/kafka/cluster.py), with the HOST listener set like the services' listener."""
+    cluster = KafkaCluster(brokers=1, data_dir=tmp_path, sasl=True)
+    node = _Node(0, 9092, 9093, tmp_path / "broker-0")
+    cluster._nodes = [node]
+    with mock.patch.object(KafkaCluster, "admin_login", return_value=(ADMIN_USER, "PW")):
+        launcher = {k: str(v) for k, v in cluster._sasl_properties(node).items()}
+    admin_var = access.password_var(access.ADMIN)
+    env = {k: v.replace(f"${{{admin_var}}}", "PW") for k, v in environment(sasl["kafka"]).items()}
+    props = image_properties(env)
+    listeners = {entry.split("://")[0] for entry in props["listeners"].split(",")}
+    assert listeners == {SASL_LISTENER, "CONTROLLER", "HOST"}
+    protocols = dict(pair.split(":") for pair in props["listener.security.protocol.map"].split(","))
+    assert protocols == dict.fromkeys(listeners, "SASL_PLAINTEXT"), "no listener without a login"
+    for k, v in launcher.items():
+        if k in ("listeners", "advertised.listeners", "listener.security.protocol.map"):
+            continue
+        assert props.get(k) == v, f"{k}: compose {props.get(k)!r}, launcher {v!r}"
+        if k.startswith(f"listener.name.{SASL_LISTENER.lower()}."):
+            host = k.replace(SASL_LISTENER.lower(), "host", 1)
+            assert props.get(host) == v, f"{host}: the HOST listener must take the same logins"
+    assert "${" not in env["KAFKA_OPTS"] and env.get("HASTREAM_PASSWORD_ADMIN", "").startswith("${")
 
 
 def _compose_cli() -> list[str] | None:
@@ -222,5 +284,16 @@ def test_docker_compose_accepts_the_file() -> None:
         pytest.skip("docker compose is not installed")
     proc = subprocess.run(
         [*cli, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, cwd=REPO_ROOT, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    spec = load_spec(REPO_ROOT / DEMO)
+    dotenv = {**os.environ, **access.compose_passwords(spec, {})}
+    proc = subprocess.run(
+        [*cli, "-f", str(COMPOSE), "-f", str(SASL), "config", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env=dotenv,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr

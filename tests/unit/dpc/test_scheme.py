@@ -279,7 +279,9 @@ def test_a_source_first_id_must_be_zero_unless_the_log_was_trimmed() -> None:
     assert node.inputs.ports[0].last_stable == 4
 
     trimmed = FakeNode(MERGE_AFTER_WINDOW, "n")
-    trimmed.offsets["a"] = 500  # retention removed the first 500 messages before this node ever read
+    trimmed.offsets[trimmed.spec.topic("a")] = (
+        500  # retention removed the first 500 messages before this node ever read
+    )
     msgs = [trimmed.message("a", STABLE, i, r["ts"], r) for i, r in enumerate(recs, start=300)]
     trimmed.step(msgs, 0.0)
     assert trimmed.deadletters() == [] and trimmed.inputs.ports[0].last_stable == 304

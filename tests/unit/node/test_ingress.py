@@ -92,10 +92,10 @@ def test_an_idle_raw_partition_gets_ticks_that_move_its_time_on() -> None:
     raw = node.inputs.ports[0].raw
     assert raw is not None and raw.time is None, "the record timestamp is the tuple time"
     node.step([], raw.last_read + 0.1)
-    assert node.producer.topics["r.raw"] == [], "not idle long enough"
+    assert node.producer.topics["ing.r.raw"] == [], "not idle long enough"
     node.step([], raw.last_read + 0.3)
-    ticks = node.producer.topics["r.raw"]
+    ticks = node.producer.topics["ing.r.raw"]
     assert len(ticks) == 1 and dict(ticks[0].headers)["ht.type"] == b"BOUNDARY"
-    msg = FakeMessage("r.raw", None, ticks[0].headers, node.offsets["r.raw"])
+    msg = FakeMessage("ing.r.raw", None, ticks[0].headers, node.offsets["ing.r.raw"])
     node.step([msg], raw.last_read + 0.35)
     assert node.scheme.sunion.boundaries[0] == int(dict(ticks[0].headers)["ht.stime"])

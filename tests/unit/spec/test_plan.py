@@ -14,8 +14,8 @@ def test_plan_of_a_replicated_node_reading_a_replicated_node() -> None:
     spec = parse_spec(BASE.replace("n1: {operators: [f]}", "n1: {operators: [f], replicas: 3}"))
     plan = plan_node(spec, "n2")
     assert [i.stream for i in plan.inputs] == ["b"]
-    assert plan.inputs[0].upstream == "n1" and plan.inputs[0].topics == ("b.r0", "b.r1", "b.r2")
-    assert [(o.stream, o.topics, o.key) for o in plan.outputs] == [("w", ("w.r0", "w.r1"), "key")]
+    assert plan.inputs[0].upstream == "n1" and plan.inputs[0].topics == ("t.b.r0", "t.b.r1", "t.b.r2")
+    assert [(o.stream, o.topics, o.key) for o in plan.outputs] == [("w", ("t.w.r0", "t.w.r1"), "key")]
     assert [o.name for o in plan.operators] == ["win"]
     assert plan.partitions == 2 and plan.replicas == 2
     assert plan.restart_topics == ("t.restart.n2.r0", "t.restart.n2.r1")
@@ -25,7 +25,7 @@ def test_plan_of_a_replicated_node_reading_a_replicated_node() -> None:
 
 def test_plan_of_a_source_reader() -> None:
     plan = plan_node(parse_spec(BASE), "n1")
-    assert plan.inputs[0].upstream is None and plan.inputs[0].topics == ("a",)
+    assert plan.inputs[0].upstream is None and plan.inputs[0].topics == ("t.a",)
     assert plan.fields["a"] == ["sensor", "ts", "value", "seq"] == plan.fields["b"]
 
 

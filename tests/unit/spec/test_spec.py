@@ -43,9 +43,26 @@ def test_derived_topology() -> None:
     assert s.sources() == ["a"] and s.sinks() == ["w"]
     assert s.topo_nodes() == ["n1", "n2"]
     assert s.node_inputs("n2") == ["b"] and s.node_outputs("n1") == ["b"]
-    assert s.stream_topics("w") == ["w.r0", "w.r1"]
-    assert s.topic("a") == "a"
+    assert s.stream_topics("w") == ["t.w.r0", "t.w.r1"]
+    assert s.topic("a") == "t.a"
     assert ("t.deadletter", 1) in s.all_topics()
+
+
+def test_topics_are_the_deployments_unless_a_source_names_a_shared_one() -> None:
+    """Two specs with the same stream names never share a topic; a source may read an existing
+    topic by name (``topic:``), and an ingress stream's ``topic:`` is the raw topic outside clients write."""
+    mine, theirs = parse_spec(BASE), parse_spec(BASE.replace("name: t", "name: u"))
+    assert not {t for t, _ in mine.all_topics()} & {t for t, _ in theirs.all_topics()}
+    shared = BASE.replace("a: {schema: reading,", "a: {topic: plant.readings, schema: reading,")
+    assert (
+        parse_spec(shared).topic("a") == parse_spec(shared.replace("name: t", "name: u")).topic("a") == "plant.readings"
+    )
+    fed = parse_spec(BASE.replace("a: {schema: reading,", "a: {topic: plant.raw, ingress: {}, schema: reading,"))
+    assert fed.topic("a.raw") == "plant.raw" and fed.stream_topics("a") == ["t.a.r0"]
+    twice = BASE.replace("a: {schema: reading,", "a: {topic: x, schema: reading,").replace(
+        "  w: {schema", "  c: {schema: reading, topic: x}\n  w: {schema"
+    )
+    assert any("topic 'x' is already stream 'a''s" in p for p in problems(twice))
 
 
 def test_internal_stream_is_not_materialized() -> None:
@@ -75,6 +92,9 @@ def test_internal_stream_is_not_materialized() -> None:
             4,
             "stream 'b' must have 2 partitions",
         ),
+        ("a: {schema: reading,", "a: {topic: 'no/slash', schema: reading,", 3, "'topic' must be a Kafka topic name"),
+        ("b: {schema: reading,", "b: {topic: plant.b, schema: reading,", 4, "stream 'b' is written by operator 'f'"),
+        ("  a: {schema", "  control: {schema: reading}\n  a: {schema", 3, "stream name 'control' is taken"),
     ],
 )
 def test_mistake_reported_with_location(old: str, new: str, line: int, message: str) -> None:
