@@ -50,7 +50,7 @@ def run_chain_demo(seconds: float, rate: float) -> None:
     from services.deploy.local import down
 
     spec = load_spec(CHAIN_SPEC)
-    dep = deploy(spec, CHAIN_SPEC, "3 nodes x 2 replicas + coordinator")
+    dep = deploy(spec, CHAIN_SPEC)
     monitor = ReplicaMonitor(dep.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not all(

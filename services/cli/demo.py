@@ -45,17 +45,30 @@ def _table(stats: dict[str, dict], counts: dict[str, int], produced: int, elapse
     return t
 
 
-def deploy(spec: Spec, path: Path, what: str) -> Deployment:
-    """Start a demo deployment on the embedded broker, replacing a leftover one of the same name."""
+def deploy(spec: Spec, path: Path) -> Deployment:
+    """Start a demo deployment on the embedded broker from nothing: a leftover one of the same name
+    is stopped, and its records and topics deleted, so the demo shows only this run's results."""
     from services.deploy.local import Deployment, down, up
 
-    out.print(f"[bold]deploying[/] {path.relative_to(REPO_ROOT)}: {what} ...")
+    ingresses = [n for n in spec.nodes if any(spec.streams[s].ingress for s in spec.node_inputs(n))]
+    shape = (
+        f"{len(spec.nodes) - len(ingresses)} nodes"
+        + (f" and {len(ingresses)} ingress" if ingresses else "")
+        + f", {max(map(spec.node_partitions, spec.nodes))} partitions"
+        + f", {max(nd.replicas for nd in spec.nodes.values())} replica(s)"
+    )
+    out.print(
+        f"[bold]deploying[/] {path.relative_to(REPO_ROOT)} ({shape}) on the embedded Kafka broker, fresh topics ..."
+    )
     try:
-        return up(spec, path)
-    except RuntimeError:
-        down(Deployment.load(spec.name))
-        return up(spec, path)
-    except OSError as e:
+        leftover = Deployment.load(spec.name)
+        if leftover.running():
+            down(leftover)
+    except LookupError:
+        pass
+    try:
+        return up(spec, path, fresh=True)
+    except (OSError, RuntimeError) as e:
         raise fail(str(e)) from None
 
 
@@ -65,7 +78,7 @@ def run_demo(seconds: float, rate: float) -> None:
     from services.deploy.local import down
 
     spec = load_spec(DEMO_SPEC)
-    dep = deploy(spec, DEMO_SPEC, "3 nodes x 2 partitions on the embedded Kafka broker")
+    dep = deploy(spec, DEMO_SPEC)
     out.print(f"broker {dep.bootstrap}; services: {', '.join(p.role for p in dep.processes)}")
     produced = [0]
     done = threading.Event()

@@ -85,7 +85,9 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float = 30)
 
 
 @retry_transient
-def delete_topics(bootstrap: str, names: list[str]) -> None:
+def delete_topics(bootstrap: str, names: list[str], timeout: float = 30) -> None:
+    """Delete the topics of ``names`` that exist; returns once the broker no longer lists them, so
+    topics of the same names can be created at once."""
     if not names:
         return
     admin = admin_client(bootstrap)
@@ -97,3 +99,8 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
         except KafkaException as e:
             if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise
+    deadline = time.monotonic() + timeout
+    while todo and set(todo) & set(admin.list_topics(timeout=10).topics):
+        if time.monotonic() > deadline:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"topics still listed after deletion: {todo[:5]}"))
+        time.sleep(0.1)

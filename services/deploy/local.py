@@ -20,8 +20,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from services.coordinator.names import internal_topics
 from services.core import metrics
-from services.core.admin import TopicSpec, broker_count, ensure_topics
+from services.core.admin import TopicSpec, broker_count, delete_topics, ensure_topics
 from services.core.kafka import Login
 from services.core.logs import rotate
 from services.core.paths import REPO_ROOT, hastream_home
@@ -224,10 +225,17 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
 
 
 def up(
-    spec: Spec, spec_path: Path, bootstrap: str | None = None, brokers: int = 1, sasl: bool | None = None
+    spec: Spec,
+    spec_path: Path,
+    bootstrap: str | None = None,
+    brokers: int = 1,
+    sasl: bool | None = None,
+    *,
+    fresh: bool = False,
 ) -> Deployment:
     """Start the broker (unless given), create topics, and with SASL (``sasl``, or None: whatever the
-    embedded broker takes) a user per service with its ACLs; then start every service under a supervisor."""
+    embedded broker takes) a user per service with its ACLs; then start every service under a supervisor.
+    ``fresh`` first deletes what an earlier run of the deployment left: its records and its topics."""
     try:
         existing = Deployment.load(spec.name)
         if existing.running():
@@ -238,6 +246,8 @@ def up(
     if bootstrap is None:
         bootstrap, kafka_dir = embedded_broker(brokers, sasl)
     admin = admin_login(bootstrap, sasl)
+    if fresh:
+        _start_over(spec, bootstrap, admin)
     dep = Deployment(spec.name, str(spec_path.resolve()), bootstrap, kafka_dir, started=time.time())
     dep.processes = [
         Process(role, 0, str(dep.dir / "logs" / f"{role}.log"), argv)
@@ -259,6 +269,23 @@ def up(
     env = {**service_env(bootstrap), "HASTREAM_HOME": str(hastream_home().resolve())}
     argv = [sys.executable, "-m", "services.deploy.supervisor", spec.name]
     return _wait_started(dep, processes.spawn(argv, logs / "supervisor.log", env).pid)
+
+
+def owned_topics(spec: Spec) -> list[str]:
+    """The topics that belong to the deployment alone: all of its own, the coordinator's, and none
+    that a source shares by name (``topic:``)."""
+    shared = {sd.topic for sd in spec.streams.values() if sd.topic}
+    return [t for t, _ in spec.all_topics() if t not in shared] + internal_topics(spec)
+
+
+def _start_over(spec: Spec, bootstrap: str, admin: Login | None) -> None:
+    """Forget a stopped earlier run of the deployment: its records, and its topics on the broker."""
+    try:
+        remove(Deployment.load(spec.name))
+    except LookupError:
+        pass
+    with access.acting_as(admin):
+        delete_topics(bootstrap, owned_topics(spec))
 
 
 def _provision_access(spec: Spec, dep: Deployment, admin: Login) -> None:

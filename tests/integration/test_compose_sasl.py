@@ -22,6 +22,7 @@ from services.core.admin import admin_client
 from services.core.kafka import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login
 from services.core.paths import REPO_ROOT
 from services.deploy import access
+from services.spec import load_spec
 from tests.compose import COMPOSE, SASL, image_properties, interpolated, services
 from tests.integration.helpers import hastream, user_env, write
 
@@ -159,7 +160,8 @@ def test_the_compose_broker_takes_only_logins_and_each_service_only_its_own_topi
         write(b.bootstrap(9092), login, "demo.alerts.r0")
 
     # From the host, as the override's header says: the source's login writes its stream.
-    source = {USERNAME_ENV: "demo.source.readings", PASSWORD_ENV: dotenv["HASTREAM_PASSWORD_SOURCE_READINGS"]}
+    key = access.source_key(load_spec(DEMO), "readings")  # an ingress stream: its raw topic's writer
+    source = {USERNAME_ENV: access.usernames(load_spec(DEMO))[key], PASSWORD_ENV: dotenv[access.password_var(key)]}
     r = hastream(
         "produce",
         str(DEMO),
