@@ -14,7 +14,7 @@ def test_python_nodes_run_one_process_per_replica_partition_plus_the_coordinator
     spec = load_spec(REPO / "examples" / "demo.yaml")
     cmds = dict(service_commands(spec, REPO / "examples" / "demo.yaml"))
     assert sorted(cmds) == sorted(
-        ["coordinator"] + [f"{n}.r0.p{p}" for n in ("ingest", "stats", "alerts") for p in (0, 1)]
+        ["coordinator"] + [f"{n}.r0.p{p}" for n in ("ingress_readings", "ingest", "stats", "alerts") for p in (0, 1)]
     )
     argv = cmds["stats.r0.p1"]
     assert argv[1:] == [
