@@ -1,6 +1,6 @@
 """A client's view of a stream under DPC: the best replica, stable results, tentative ones, corrections.
 
-A node's output exists once per replica (``<stream>.r<k>``) and may hold TENTATIVE tuples
+A node's output exists once per replica (``<spec>.<stream>.r<k>``) and may hold TENTATIVE tuples
 that a later UNDO voids and stable corrections replace. A client that wants the stream's
 eventual result must follow one replica at a time, switch when it fails (continuing in
 the other replica's log right after its last stable tuple), drop stable duplicates by id

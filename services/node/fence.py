@@ -1,7 +1,7 @@
 """Fenced writers: each incarnation of a node replica writes with its own epoch, and a replaced copy stops.
 
 A replica paused (SIGSTOP, a stuck host) past ``failure_timeout`` may be replaced by a
-second copy; when the first resumes, both would write ``<stream>.r<k>``. So at start an
+second copy; when the first resumes, both would write ``<spec>.<stream>.r<k>``. So at start an
 incarnation claims an epoch: it sends a claim heartbeat and takes its offset + 1, higher
 than any earlier incarnation's since Kafka hands out offsets in one order. It waits a
 moment (a copy still running sees the claim and stops), writes an EPOCH tuple to each of

@@ -3,7 +3,7 @@
 In Borealis, sources reach the query network through an ingress that owns the input
 contract. Here a stream declared with ``ingress:`` is fed by a node of its own (its
 ``ingress_<stream>`` node, replicated like any node) whose input port reads the raw
-topic ``<stream>.raw`` and makes each record a stable tuple:
+topic ``<spec>.<stream>.raw`` and makes each record a stable tuple:
 
 - its id is the record's offset: Kafka hands every replica the same order, so every
   replica takes the same tuples (the node's output ids are dense, as any node's);

@@ -1,6 +1,6 @@
 """A node replica's outputs: the messages its scheme queued, encoded and written to its own topics.
 
-Each replica writes ``<stream>.r<k>``, partition = the node's partition. A scheme encodes
+Each replica writes ``<spec>.<stream>.r<k>``, partition = the node's partition. A scheme encodes
 its results with ``encode`` (a record that does not fit the stream's schema is rejected
 there, before it gets an id), then appends ``Out`` records (type, id, stime, payload or
 None) to ``queue(stream)``; ``flush`` adds the ``ht.*`` headers and waits until Kafka has
