@@ -15,6 +15,7 @@ from services.cli.bench_cmd import bench_app
 from services.cli.common import (
     BootstrapOpt,
     SpecArg,
+    broker_or_exit,
     cli_logging,
     err,
     fail,
@@ -23,6 +24,7 @@ from services.cli.common import (
     service_logging,
     settings_or_exit,
     spec_or_exit,
+    use_deployment_login,
 )
 from services.cli.coordinator_cmd import coordinator as coordinator_cmd
 from services.cli.coordinator_cmd import print_replica_states
@@ -171,15 +173,30 @@ def _release_brokers(deps: list[Deployment]) -> None:
 
 
 @app.command()
-def rm(name: Annotated[str, typer.Argument(help="Deployment to remove (stopped).")]) -> None:
-    """Remove a stopped deployment's records: its state, logs and coordinator data (its topics stay)."""
-    from services.deploy.local import remove
+def rm(
+    name: Annotated[str, typer.Argument(help="Deployment to remove (stopped).")],
+    topics: Annotated[
+        bool,
+        typer.Option("--topics", help="Also delete its own topics on its broker (never a source's shared 'topic:')."),
+    ] = False,
+) -> None:
+    """Remove a stopped deployment's records: its state, logs and coordinator data (its topics stay
+    unless --topics)."""
+    from services.deploy.local import remove, remove_topics
 
     (d,) = _deployments(name)
     try:
+        if topics:
+            spec = spec_or_exit(Path(d.spec_path))
+            use_deployment_login(d.name, d.bootstrap)
+            broker_or_exit(d.bootstrap)
+            gone = remove_topics(d, spec)
+            out.print(f"deleted {len(gone)} topics of '{d.name}' on {d.bootstrap}")
         remove(d)
     except RuntimeError as e:
         raise fail(str(e)) from None
+    except KafkaException as e:
+        raise fail(f"cannot delete the topics of '{d.name}': {kafka_error_text(e)}") from None
     out.print(f"removed deployment '{d.name}'")
 
 

@@ -85,11 +85,11 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float = 30)
 
 
 @retry_transient
-def delete_topics(bootstrap: str, names: list[str], timeout: float = 30) -> None:
-    """Delete the topics of ``names`` that exist; returns once the broker no longer lists them, so
-    topics of the same names can be created at once."""
+def delete_topics(bootstrap: str, names: list[str], timeout: float = 30) -> list[str]:
+    """Delete the topics of ``names`` that exist, and return them once the broker no longer lists
+    them, so topics of the same names can be created at once."""
     if not names:
-        return
+        return []
     admin = admin_client(bootstrap)
     existing = set(admin.list_topics(timeout=10).topics)
     todo = [n for n in names if n in existing]
@@ -104,3 +104,4 @@ def delete_topics(bootstrap: str, names: list[str], timeout: float = 30) -> None
         if time.monotonic() > deadline:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"topics still listed after deletion: {todo[:5]}"))
         time.sleep(0.1)
+    return todo

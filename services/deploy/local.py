@@ -288,6 +288,13 @@ def _start_over(spec: Spec, bootstrap: str, admin: Login | None) -> None:
         delete_topics(bootstrap, owned_topics(spec))
 
 
+def remove_topics(dep: Deployment, spec: Spec) -> list[str]:
+    """Delete a stopped deployment's own topics on its broker (``owned_topics``); returns those deleted."""
+    if dep.running():
+        raise RuntimeError(f"deployment '{dep.name}' is running: stop it first with: hastream down {dep.name}")
+    return delete_topics(dep.bootstrap, owned_topics(spec))
+
+
 def _provision_access(spec: Spec, dep: Deployment, admin: Login) -> None:
     """As the admin: the topics, then a user per service with its ACLs, whose logins the deployment
     keeps (0600) and hands each process its own of."""

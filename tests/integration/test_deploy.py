@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from services.client.source import readings
+from services.core.admin import admin_client
 from services.core.partitioner import key_bytes, partition_for
 from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive
@@ -113,6 +114,13 @@ def test_two_deployments_with_the_same_stream_names_keep_their_data_apart(kafka,
     finally:
         for path, _, _ in deployed:
             hastream("down", f"{path.stem}-{u}", env=env)
+
+    # One of them removed with its topics: the other's stay.
+    r = hastream("rm", f"twin-a-{u}", "--topics", env=env)
+    assert r.returncode == 0 and f"removed deployment 'twin-a-{u}'" in r.stdout, r.stderr
+    on_broker = set(admin_client(kafka.bootstrap).list_topics(timeout=10).topics)
+    assert not {t for t in on_broker if t.startswith(f"twin-a-{u}.")}, "twin-a's topics are gone"
+    assert deployed[1][2] <= on_broker, "twin-b's topics stay"
 
 
 def test_cli_errors_are_one_readable_line(tmp_path: Path) -> None:

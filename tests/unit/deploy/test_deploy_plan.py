@@ -43,3 +43,18 @@ def test_spark_node_runs_as_one_spark_stage_per_replica() -> None:
 
 def test_services_get_the_bootstrap_from_the_environment() -> None:
     assert service_env("127.0.0.1:9")["HASTREAM_BOOTSTRAP"] == "127.0.0.1:9"
+
+
+def test_a_deployment_owns_its_topics_and_the_coordinators_but_never_a_shared_one() -> None:
+    """What ``hastream rm --topics`` and a fresh demo delete: a source's shared ``topic:`` may be
+    read by other deployments, so it is never among them."""
+    from services.coordinator.names import internal_topics
+    from services.deploy.local import owned_topics
+    from services.spec import parse_spec
+
+    text = (REPO / "examples" / "chain.yaml").read_text()
+    spec = parse_spec(text.replace("s1:     {schema: reading", "s1: {topic: plant.s1, schema: reading", 1))
+    owned = owned_topics(spec)
+    assert "plant.s1" not in owned and spec.topic("s1") == "plant.s1"
+    assert {"chain.s2", "chain.merged.r1", "chain.deadletter", *internal_topics(spec)} <= set(owned)
+    assert all(t.startswith(("chain.", "hastream-chain-")) for t in owned), owned
