@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -18,7 +19,7 @@ VARIABLE = re.compile(r"\$\{(\w+)(?::?\?[^}]*)?\}")  # ${VAR} and ${VAR:?message
 _NOT_PROPERTIES = {"KAFKA_OPTS", "KAFKA_HEAP_OPTS"}  # the JVM's, not the broker's
 
 
-def services(*files: Any) -> dict[str, dict[str, Any]]:
+def services(*files: Path) -> dict[str, dict[str, Any]]:
     """The services of the compose files, later files merged over earlier ones (environments key by key)."""
     out: dict[str, dict[str, Any]] = {}
     for f in files or (COMPOSE,):

@@ -171,12 +171,12 @@ def _parse_streams(ck: Problems, top: dict, d_parts: int, d_repl: int) -> dict[s
             ck.err(path + ("key",), f"key field '{key}' is not in schema '{schema}' (fields: {', '.join(fields)})")
         delay = ck.pos_int(sdef, "delay", path, 0) if "delay" in sdef else None
         topic = _shared_topic(ck, sdef, path, taken)
-        out[sname] = sd = StreamDef(sname, schema, key, ck.pos_int(sdef, "partitions", path, d_parts), delay)
-        if "ingress" in sdef:  # outside producers write the shared topic; the ingress's output is the deployment's
+        fed = "ingress" in sdef  # outside producers write the shared topic; the ingress's output is the deployment's
+        partitions = ck.pos_int(sdef, "partitions", path, d_parts)
+        out[sname] = sd = StreamDef(sname, schema, key, partitions, delay, topic=None if fed else topic)
+        if fed:
             ingress = _parse_ingress(ck, sdef["ingress"], path + ("ingress",), fields, d_repl)
             out[sname + RAW_SUFFIX] = replace(sd, name=sname + RAW_SUFFIX, delay=None, ingress=ingress, topic=topic)
-        else:
-            out[sname] = replace(sd, topic=topic)
     return out
 
 

@@ -6,8 +6,11 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from services.client.reader import StreamReader
 from services.core.admin import ensure_topics
@@ -33,12 +36,60 @@ nodes:
 """
 
 
+CHAIN = """\
+name: chain-{u}
+defaults: {partitions: 2}
+streams:
+  src_{u}: {schema: reading, key: sensor}
+  warm_{u}: {schema: reading, key: sensor}
+  stats_{u}: {schema: window_stat, key: key}
+operators:
+  warm: {type: filter, input: src_{u}, output: warm_{u}, where: "value >= 25"}
+  win: {type: window, input: warm_{u}, output: stats_{u}, key: sensor, size: 1000,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  first: {operators: [warm]}
+  second: {operators: [win]}
+"""
+
+
 def user_env(home: Path) -> dict[str, str]:
     """A user's shell for the hastream command: a HASTREAM_HOME of its own, no HASTREAM_BOOTSTRAP
     (later commands find the broker in the deployment's record) and a wide terminal (no wrapped lines)."""
     env = {**os.environ, "HASTREAM_HOME": str(home), "COLUMNS": "250"}
     env.pop("HASTREAM_BOOTSTRAP", None)
     return env
+
+
+def one_error_line(r: subprocess.CompletedProcess[str], says: str = "") -> str:
+    """The one line a failed command printed (exit code 2, ``error: ...``, no traceback), which says ``says``."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr[-3000:])
+    assert len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    return lines[0]
+
+
+def wait_for(
+    pred: Callable[[], Any],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.05,
+    tolerate: tuple[type[Exception], ...] = (),
+) -> Any:
+    """``pred()``'s first true value within ``timeout`` s; the errors in ``tolerate`` count as not yet."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except tolerate as e:
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f" ({last})" if last else ""))
 
 
 def hastream(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:

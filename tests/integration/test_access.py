@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +30,8 @@ from services.deploy.local import Deployment
 from services.operators.reference import evaluate
 from services.spec import Spec
 from services.spec.plan import plan_node
-from tests.integration.helpers import create_topics, hastream, unique_spec, write
+from tests.integration.helpers import CHAIN as DEPLOY_CHAIN
+from tests.integration.helpers import create_topics, hastream, one_error_line, unique_spec, write
 
 pytestmark = pytest.mark.integration
 
@@ -50,21 +50,9 @@ nodes:
   n2: {operators: [keep]}
 """
 
-CHAIN = """\
-name: sasl-{u}
-defaults: {partitions: 2}
-streams:
-  src_{u}: {schema: reading, key: sensor}
-  warm_{u}: {schema: reading, key: sensor}
-  stats_{u}: {schema: window_stat, key: key}
-operators:
-  warm: {type: filter, input: src_{u}, output: warm_{u}, where: "value >= 25"}
-  win: {type: window, input: warm_{u}, output: stats_{u}, key: sensor, size: 1000,
-        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
-nodes:
-  first: {operators: [warm], replicas: 2}
-  second: {operators: [win]}
-"""
+CHAIN = DEPLOY_CHAIN.replace("name: chain-", "name: sasl-").replace(
+    "first: {operators: [warm]}", "first: {operators: [warm], replicas: 2}"
+)
 
 
 @dataclass
@@ -124,12 +112,6 @@ def read(bootstrap: str, login: Login, topic: str, wait_s: float) -> list[Messag
         return got
     finally:
         c.close()
-
-
-def one_error_line(r: subprocess.CompletedProcess[str], says: str) -> None:
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr[-3000:])
-    assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr[-3000:]
 
 
 def test_a_wrong_password_is_refused_in_one_line(sasl: SaslHome, tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 
 from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive, spawn
-from tests.integration.helpers import ONE_FILTER, hastream, unique_spec, user_env
+from tests.integration.helpers import ONE_FILTER, hastream, one_error_line, unique_spec, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -33,12 +32,6 @@ def closed_port() -> int:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return user_env(tmp_path / "home")
-
-
-def one_error_line(r: subprocess.CompletedProcess[str], says: str) -> None:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr[-3000:])
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and says in lines[0], r.stderr[-3000:]
 
 
 def test_an_unreachable_broker_is_one_line_and_exit_2(tmp_path: Path, env: dict[str, str]) -> None:

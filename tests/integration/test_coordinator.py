@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from services.coordinator.client import fetch_status, status_url
 from services.core.kafka import BatchProducer
 from services.core.paths import REPO_ROOT
 from services.dpc.states import NodeState
-from tests.integration.helpers import create_topics, unique_spec
+from tests.integration.helpers import create_topics, unique_spec, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -150,16 +150,6 @@ class ControlLog:
         self._stop.set()
         self._t.join(2)
         self._c.close()
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def by_key(st: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -24,8 +24,8 @@ import pytest
 from services.client.source import SourceWriter, readings
 from services.coordinator.client import fetch_status, status_url
 from services.deploy.local import Deployment
-from tests.integration.helpers import hastream, unique_spec
-from tests.integration.test_coordinator import _free_port, wait_for
+from tests.integration.helpers import hastream, unique_spec, wait_for
+from tests.integration.test_coordinator import _free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,25 +19,9 @@ from services.deploy.local import Deployment, Process
 from services.deploy.processes import pid_alive
 from services.operators.reference import evaluate
 from services.spec import parse_spec
-from tests.integration.helpers import ONE_FILTER, hastream, unique_spec, user_env
+from tests.integration.helpers import CHAIN, ONE_FILTER, hastream, unique_spec, user_env
 
 pytestmark = pytest.mark.integration
-
-CHAIN = """\
-name: chain-{u}
-defaults: {partitions: 2}
-streams:
-  src_{u}: {schema: reading, key: sensor}
-  warm_{u}: {schema: reading, key: sensor}
-  stats_{u}: {schema: window_stat, key: key}
-operators:
-  warm: {type: filter, input: src_{u}, output: warm_{u}, where: "value >= 25"}
-  win: {type: window, input: warm_{u}, output: stats_{u}, key: sensor, size: 1000,
-        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
-nodes:
-  first: {operators: [warm]}
-  second: {operators: [win]}
-"""
 
 
 def test_up_produce_tail_down(kafka, tmp_path: Path) -> None:

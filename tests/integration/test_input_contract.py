@@ -22,7 +22,14 @@ from services.core.codec import codec_for
 from services.core.kafka import plain_consumer
 from services.core.tuples import headers_dict
 from services.operators.reference import evaluate
-from tests.integration.helpers import create_topics, hastream, read_stream, run_nodes_until_idle, unique_spec
+from tests.integration.helpers import (
+    create_topics,
+    hastream,
+    one_error_line,
+    read_stream,
+    run_nodes_until_idle,
+    unique_spec,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +49,6 @@ nodes:
 
 def _env(tmp_path: Path, bootstrap: str) -> dict[str, str]:
     return {**os.environ, "HASTREAM_HOME": str(tmp_path / "home"), "HASTREAM_BOOTSTRAP": bootstrap}
-
-
-def _one_error_line(r: subprocess.CompletedProcess) -> str:
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), r.stderr
-    return lines[0]
 
 
 def _wait_for_messages(bootstrap: str, topic: str, n: int, timeout: float = 30) -> None:
@@ -81,7 +82,7 @@ def test_a_second_producer_is_refused_while_one_writes(kafka, tmp_path: Path) ->
     try:
         _wait_for_messages(kafka.bootstrap, spec.topic(src), 20)
         second = hastream("produce", str(path), src, "--count", "10", env=env)
-        assert "one writer" in _one_error_line(second)
+        one_error_line(second, "one writer")
     finally:
         first.send_signal(signal.SIGINT)
         out, errs = first.communicate(timeout=30)
@@ -89,7 +90,7 @@ def test_a_second_producer_is_refused_while_one_writes(kafka, tmp_path: Path) ->
     assert "ended the stream" in out
 
     again = hastream("produce", str(path), src, "--count", "10", env=env)
-    assert "has ended" in _one_error_line(again), "a producer after the stream ended would only make late tuples"
+    one_error_line(again, "has ended")  # a producer after the stream ended would only make late tuples
 
 
 def test_another_clients_id_never_drops_later_tuples(kafka, tmp_path: Path) -> None:

@@ -8,9 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.client.source import SourceWriter, readings
 from services.core.paths import REPO_ROOT
 from services.core.tuples import TupleType, make_headers
-from tests.integration.helpers import create_topics, unique_spec
+from tests.integration.helpers import create_topics, unique_spec, wait_for
+
+# /metrics may refuse connections while the service starts: that counts as not yet.
+wait_scraped = partial(wait_for, interval=0.1, tolerate=(OSError,))
 
 pytestmark = pytest.mark.integration
 
@@ -62,20 +64,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-            if v:
-                return v
-        except OSError as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} ({last})")
-
-
 def _garbage(bootstrap: str, topic: str, next_id: int, epoch: int) -> None:
     """Two bad messages: one with a payload that is not Avro, one without ht.* headers."""
     p = Producer({"bootstrap.servers": bootstrap})
@@ -99,20 +87,20 @@ def test_node_metrics_move_as_tuples_flow_and_its_log_is_one_line_per_event(kafk
     with open(log, "wb") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     try:
-        first = wait_for(lambda: scrape(url), 30, "/metrics answering")
+        first = wait_scraped(lambda: scrape(url), 30, "/metrics answering")
         assert value(first, "hastream_node_consumed_total") == 0
         w = SourceWriter(spec, f"in_{u}", kafka.bootstrap)
         for rec in readings(300, sensors=5, seed=2, step_ms=10):
             w.send(rec)
         w.boundary()
         w.flush()
-        after = wait_for(
+        after = wait_scraped(
             lambda: (s := scrape(url)) and value(s, "hastream_node_consumed_total") >= 301 and s,
             30,
             "301 input messages consumed",
         )
         assert value(after, "hastream_node_produced_total") > 0
-        after = wait_for(
+        after = wait_scraped(
             lambda: (s := scrape(url)) and value(s, "hastream_node_state", state="STABLE") == 1 and s,
             10,
             "the replica STABLE once it caught up",
@@ -123,7 +111,7 @@ def test_node_metrics_move_as_tuples_flow_and_its_log_is_one_line_per_event(kafk
         assert ("hastream_node_reconciliation_seconds_count", frozenset()) in after
 
         _garbage(kafka.bootstrap, spec.topic(f"in_{u}"), w.next_id[0], w.epoch)
-        bad = wait_for(
+        bad = wait_scraped(
             lambda: (
                 (s := scrape(url))
                 and sum(v for (n, _), v in s.items() if n == "hastream_node_deadlettered_total") >= 2
@@ -140,7 +128,7 @@ def test_node_metrics_move_as_tuples_flow_and_its_log_is_one_line_per_event(kafk
             w.send(rec)
         w.boundary()
         w.flush()
-        more = wait_for(
+        more = wait_scraped(
             lambda: (s := scrape(url)) and value(s, "hastream_node_consumed_total") >= 404 and s,
             30,
             "the next 101 messages consumed",
