@@ -1,6 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 # Each installs what it needs on first use: the venv with pinned packages, then the
-# Kafka (and for tests, Spark) jars from Maven Central.
+# Kafka jars from Maven Central.
 
 PYTHON ?= python3
 VENV := .venv
@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("hastream needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	@command -v java >/dev/null || { echo "error: Java 17 is needed for the Kafka broker (install a JDK 17)"; exit 1; }
-	@command -v mvn >/dev/null || { echo "error: Maven is needed to fetch the Kafka and Spark jars (install maven)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: Maven is needed to fetch the Kafka jars (install maven)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -23,11 +23,7 @@ $(VENV)/.jars-kafka: $(STAMP) infra/kafka/pom.xml
 	$(PY) -c 'from infra.kafka.cluster import ensure_kafka_jars; ensure_kafka_jars()'
 	touch $@
 
-$(VENV)/.jars-spark: $(STAMP) infra/spark/pom.xml
-	$(PY) -c 'from spark_jobs.jars import ensure_spark_jars; ensure_spark_jars()'
-	touch $@
-
-jars: $(VENV)/.jars-kafka $(VENV)/.jars-spark
+jars: $(VENV)/.jars-kafka
 
 demo: $(VENV)/.jars-kafka
 	$(VENV)/bin/hastream demo

@@ -1,164 +1,120 @@
-"""The Structured Streaming query: read the input topic with its headers, decode Avro, window and aggregate.
+"""The Spark SQL job of a Spark window: the windows that closed between two flushes, from the segments.
 
-Only tuples whose ``ht.type`` is STABLE are used (TENTATIVE, UNDO, BOUNDARY, ... are
-skipped; the stage takes part in no DPC protocol), and payloads that are not valid Avro of
-the input schema are dropped.
+Every input tuple is one row ``(n, k, t, f, v0, v1, ...)``: its arrival number, key, event
+time, the window watermark just before it arrived, and the aggregated fields. The windows
+are those of ``services.operators.window`` exactly: ``[s, s + size)`` with ends on multiples
+of ``slide``; a tuple feeds every window containing ``t`` whose end is past ``f`` (those at or
+before ``f`` had closed when it came: it is late for them). A flush emits the windows whose
+end is in ``(after, upto]``, in (end, key) order, the Python operator's output order.
 
-Which windows are emitted
--------------------------
-Spark's watermark is one value for the whole query, not per partition as in the Python
-operator: ``W = (max event time of every STABLE, decodable input tuple read so far, over all
-partitions) - lateness_ms`` (``lateness_ms`` defaults to the window's ``slide``). Windows are
-``[s, s + size)`` with ``s`` a multiple of ``slide``. Once the stage has caught up with its
-input (Spark runs a follow-up batch without data when the watermark moves), it has emitted
-exactly the (key, window) pairs that hold at least one counted tuple and whose
-``window_end <= W``, each window once. A tuple read after one of its windows was emitted
-(``window_end <=`` the watermark of the previous micro-batch) is late: it is left out of that
-window only. No tuple is late as long as the partitions' event times never drift apart by
-more than ``lateness_ms`` at a batch boundary (true for time-ordered sources such as
-``readings()``); then every emitted window equals the reference evaluation's, and the output
-is the reference restricted to ``window_end <= max_event_time - lateness_ms`` (given that
-bound is <= every partition's own max event time, up to which the reference closes windows).
+Sums add the values in arrival order (sorted by ``n``), as the Python operator does, so the
+floating-point results are the same bits on every replica, in every flush pattern, and in
+the Python engine.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import from_avro
-from pyspark.sql.streaming import StreamingQuery
 
-from services.core.codec import schema_json
-from services.core.tuples import H_TYPE, TYPE_BYTES, TupleType
-from services.spec import Aggregate
-from spark_jobs.plan import StageError, StagePlan, WindowPlan
-from spark_jobs.session import kafka_options, one_line
+from services.operators.window import Accumulator
 
-log = logging.getLogger(__name__)
+NO_TIME = -(2**62)  # "no watermark yet": earlier than every tuple time
 
-DEFAULT_TRIGGER_MS = 1000
-
-_FIELD_AGGREGATES: dict[str, Callable[[Column], Column]] = {"sum": F.sum, "avg": F.avg, "min": F.min, "max": F.max}
+T = TypeVar("T")
 
 
-def build_windows(
-    spark: SparkSession, plan: StagePlan, bootstrap: str, lateness_ms: int, max_offsets_per_trigger: int | None = None
-) -> DataFrame:
-    """The streaming frame of closed windows: __k (original key), window_start/end (ms), aggregates."""
-    raw = _read_kafka(spark, plan, bootstrap, max_offsets_per_trigger)
-    return _windows(_decode_stable(raw, plan), plan.window, lateness_ms)
+@dataclass(frozen=True)
+class WindowShape:
+    """What the job needs of the window operator."""
+
+    size: int
+    slide: int
+    nfields: int  # aggregated fields, v0..v{nfields-1}
+    sums: bool  # some aggregate needs a field's sum (sum, avg)
+    extremes: bool  # some aggregate needs a field's min or max
+    ddl: str  # the segments' schema as Spark DDL
 
 
-def start_query(
-    windows: DataFrame, sink: Callable[[DataFrame, int], None], name: str, checkpoint: Path, trigger_ms: int
-) -> StreamingQuery:
-    """Start the query: closed windows (append mode) to ``sink`` every ``trigger_ms``, checkpointed."""
-    return (
-        windows.writeStream.outputMode("append")
-        .queryName(name)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=f"{trigger_ms} milliseconds")
-        .foreachBatch(sink)
-        .start()
+def closed_windows(
+    spark: SparkSession, paths: list[str], shape: WindowShape, after: int | None, upto: int
+) -> list[tuple[int, Any, Accumulator]]:
+    """(end, key, accumulator) of every window with an end in ``(after, upto]`` that has a tuple, in (end, key) order."""
+    if not paths:
+        return []
+    df = spark.read.schema(shape.ddl).parquet(*paths)
+    rows = _aggregate(_assign(df, shape, after, upto), shape).collect()
+    return [(r["e"], r["k"], _accumulator(r, shape)) for r in rows]
+
+
+def _assign(df: DataFrame, shape: WindowShape, after: int | None, upto: int) -> DataFrame:
+    """One row per (tuple, window it feeds that closed in the range): the window's end as ``e``."""
+    size, slide = shape.size, shape.slide
+    last = F.col("t") - F.pmod(F.col("t"), F.lit(slide))  # start of the newest window holding t
+    past = F.greatest(F.col("f"), F.lit(NO_TIME if after is None else after)) + 1
+    lo = F.greatest(last + slide, past + F.pmod(-past, F.lit(slide)))  # first end > past, on the grid
+    hi = F.least(last + size, F.lit(upto - upto % slide))
+    fed = df.where(lo <= hi)
+    return fed.select(
+        F.explode(F.sequence(lo, hi, F.lit(slide).cast("long"))).alias("e"),
+        "k",
+        "n",
+        *[f"v{i}" for i in range(shape.nfields)],
     )
 
 
-def await_query(query: StreamingQuery, stop_event: threading.Event | None, timeout: float | None) -> str | None:
-    """Wait until ``stop_event`` is set, ``timeout`` passes or the query ends, then stop it; why it failed, if it did."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    failure: str | None = None
-    try:
-        while query.isActive:
-            if stop_event is not None and stop_event.is_set():
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            try:
-                # pyspark's stub says int, but it takes any number of seconds (int(timeout * 1000) ms).
-                query.awaitTermination(0.5)  # type: ignore[arg-type]
-            except Exception as e:  # StreamingQueryException: the query died
-                failure = one_line(e)
-                break
-        if failure is None:
-            died = query.exception()
-            failure = None if died is None else one_line(died)
-    finally:
-        stop_between_batches(query)
-    return failure
+def _aggregate(df: DataFrame, shape: WindowShape) -> DataFrame:
+    vs = [f"v{i}" for i in range(shape.nfields)]
+    aggs: list[Column] = [F.count(F.lit(1)).alias("c")]
+    if shape.sums and vs:
+        aggs.append(F.array_sort(F.collect_list(F.struct("n", *vs))).alias("ordered"))
+    if shape.extremes:
+        aggs += [F.min(v).alias(f"min{v}") for v in vs] + [F.max(v).alias(f"max{v}") for v in vs]
+    grouped = df.groupBy("e", "k").agg(*aggs)
+    if shape.sums and vs:
+        grouped = grouped.select(
+            "*", *[F.aggregate("ordered", F.lit(0.0), _adder(v)).alias(f"sum{v}") for v in vs]
+        ).drop("ordered")
+    return grouped.orderBy("e", "k")
 
 
-def stop_between_batches(query: StreamingQuery, timeout: float = 15.0) -> None:
-    """Stop the query while it waits for its next trigger if possible.
-
-    Stopping interrupts a running micro-batch; inside foreachBatch that surfaces as an
-    InterruptedException whose long message makes Spark 4.1's interruption check overflow
-    its stack (logged, harmless, but alarming). An interrupted batch is simply re-run on
-    restart, so after ``timeout`` the query is stopped regardless.
-    """
-    deadline = time.monotonic() + timeout
-    try:
-        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-            time.sleep(0.05)
-    except Exception as e:  # status of a query that died meanwhile
-        log.debug("query status: %s", e)
-    try:
-        query.stop()
-    except Exception as e:  # stopping a query that already failed may raise again
-        log.debug("stopping the query: %s", e)
+def _adder(v: str) -> Callable[[Column, Column], Column]:
+    return lambda acc, x: acc + x[v]
 
 
-def _read_kafka(spark: SparkSession, plan: StagePlan, bootstrap: str, max_offsets_per_trigger: int | None) -> DataFrame:
-    """Every partition of the input topic from the start, with headers (the tuple type is one)."""
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", plan.input_topic)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .options(**kafka_options(reader=True))
-    )
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    return reader.load()
+def _accumulator(row: Any, shape: WindowShape) -> Accumulator:
+    acc = Accumulator(shape.nfields)
+    acc.count = row["c"]
+    for i in range(shape.nfields):
+        if shape.sums:
+            acc.sums[i] = row[f"sumv{i}"]
+        if shape.extremes:
+            acc.mins[i], acc.maxs[i] = row[f"minv{i}"], row[f"maxv{i}"]
+    return acc
 
 
-def _decode_stable(raw: DataFrame, plan: StagePlan) -> DataFrame:
-    """The input records of STABLE tuples with a valid payload and both key and event time set."""
-    stable_bytes = F.lit(TYPE_BYTES[TupleType.STABLE])
-    stable = raw.where(F.exists("headers", lambda h: (h["key"] == H_TYPE) & (h["value"] == stable_bytes)))
-    decoded = stable.select(from_avro("value", schema_json(plan.in_schema), {"mode": "PERMISSIVE"}).alias("r"))
-    w = plan.window
-    return (
-        decoded.where(F.col("r").isNotNull()).select("r.*").where(F.col(w.key).isNotNull() & F.col(w.time).isNotNull())
-    )
+def in_thread(job: Callable[[], T], progress: Callable[[], None], every_s: float = 0.05) -> T:
+    """Run ``job`` (a Spark action, which holds the calling thread) in a thread, calling ``progress``
+    while it runs: the node's heartbeats go on during a long job, as they do during long Python work."""
+    out: list[T] = []
+    err: list[BaseException] = []
 
+    def run() -> None:
+        try:
+            out.append(job())
+        except BaseException as e:  # re-raised in the caller's thread
+            err.append(e)
 
-def _windows(recs: DataFrame, w: WindowPlan, lateness_ms: int) -> DataFrame:
-    """Sliding windows per key over event time, closed by the watermark ``max event time - lateness_ms``."""
-    timed = recs.withColumn("__et", F.timestamp_millis(F.col(w.time))).withWatermark(
-        "__et", f"{lateness_ms} milliseconds"
-    )
-    grouped = timed.groupBy(
-        F.window("__et", f"{w.size} milliseconds", f"{w.slide} milliseconds").alias("__w"),
-        F.col(w.key).alias("__k"),
-    )
-    return grouped.agg(*[_aggregate(a).alias(a.out) for a in w.aggregates]).select(
-        "__k",
-        F.unix_millis(F.col("__w.start")).alias("window_start"),
-        F.unix_millis(F.col("__w.end")).alias("window_end"),
-        *[a.out for a in w.aggregates],
-    )
-
-
-def _aggregate(agg: Aggregate) -> Column:
-    if agg.func == "count":
-        return F.count(F.lit(1))
-    if agg.field is None:  # a parsed spec always names it
-        raise StageError(f"aggregate '{agg.out}': {agg.func} needs a field")
-    return _FIELD_AGGREGATES[agg.func](F.col(agg.field))
+    worker = threading.Thread(target=run, name="spark-job", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(every_s)
+        progress()
+    if err:
+        raise err[0]
+    return out[0]

@@ -147,13 +147,9 @@ def port_file(data_dir: Path) -> Path:
 
 
 def expected_replicas(spec: Spec) -> list[tuple[str, int, int]]:
-    """(node, partition, replica) of every Python node process the spec deploys."""
+    """(node, partition, replica) of every node process the spec deploys."""
     return [
-        (n, p, r)
-        for n, nd in spec.nodes.items()
-        if nd.engine == "python"
-        for r in range(nd.replicas)
-        for p in range(spec.node_partitions(n))
+        (n, p, r) for n, nd in spec.nodes.items() for r in range(nd.replicas) for p in range(spec.node_partitions(n))
     ]
 
 

@@ -20,7 +20,7 @@ def hastream_home() -> Path:
 
 
 def jars_dir(kind: str) -> Path:
-    """Folder holding the Maven-fetched jars of ``kind`` (``kafka`` or ``spark``)."""
+    """Folder holding the Maven-fetched jars of ``kind`` (``kafka``)."""
     return hastream_home() / "jars" / kind
 
 

@@ -1,8 +1,8 @@
 """The local launcher: a spec's services as local processes on an embedded or given broker.
 
 ``up`` provisions topics and starts the deployment's supervisor (``supervisor.py``), which
-starts one process per node replica partition (one per replica for a Spark node, which
-covers all partitions) and restarts any that crashes, as compose's ``restart: on-failure``
+starts one process per node replica partition (a Spark node's too, each with its own Spark
+session) and restarts any that crashes, as compose's ``restart: on-failure``
 does; ``down`` has it stop them with SIGTERM so each flushes and commits. Processes are
 started and signalled through ``processes``. The deployment's state (pids, restarts,
 bootstrap, logs) is a JSON file under ``.hastream/deployments/<name>/`` so later commands
@@ -33,7 +33,7 @@ from services.spec import Spec
 
 @dataclass
 class Process:
-    role: str  # "<node>.r<replica>.p<partition>", or "<node>.r<replica>" for a Spark stage
+    role: str  # "<node>.r<replica>.p<partition>"
     pid: int
     log: str
     argv: list[str]
@@ -167,25 +167,6 @@ def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]
     for n in spec.topo_nodes():
         node = spec.nodes[n]
         for r in range(node.replicas):
-            if node.engine == "spark":
-                ckpt = Deployment.dir_for(spec.name) / "spark" / f"{n}.r{r}"
-                out.append(
-                    (
-                        f"{n}.r{r}",
-                        [
-                            py,
-                            "-m",
-                            "spark_jobs.window_stage",
-                            str(spec_path),
-                            n,
-                            "--replica",
-                            str(r),
-                            "--checkpoint",
-                            str(ckpt),
-                        ],
-                    )
-                )
-                continue
             for p in range(spec.node_partitions(n)):
                 out.append(
                     (

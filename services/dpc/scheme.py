@@ -297,6 +297,8 @@ class DpcScheme:
         for bucket in self.sunion.buckets(now):
             self._run(*bucket)
         self._advance()
+        if self.node.pipeline.holders and self.node.pipeline.due(now):
+            self._flush()
 
     def _run(self, k: int, label: TupleType, tuples: list[STuple]) -> None:
         """Push one bucket through the operators, run by run of one input.
@@ -334,9 +336,25 @@ class DpcScheme:
             return
         self.advanced = f
         self._advance_operators(f, STABLE)
+        self._boundary()
+
+    def _boundary(self) -> None:
+        """BOUNDARY at the operators' time, or below the first result an operator still holds."""
+        if self.advanced is None or self.failed:
+            return
+        held = self.node.pipeline.held()
+        b = self.advanced if held is None else min(self.advanced, held)
         queue = self.node.outputs.queue
         for s, so in self.soutputs.items():
-            so.boundary(f, queue(s))
+            so.boundary(b, queue(s))
+
+    def _flush(self) -> None:
+        """Emit what the operators hold (a Spark window's job), labelled as the processing that decided
+        it: tentative while in a failure (what was decided before it was flushed on the way in)."""
+        node = self.node
+        node.pipeline.flush(node.tick)
+        self._collect(TENTATIVE if self.failed else STABLE)
+        self._boundary()
 
     def _collect(self, label: TupleType) -> None:
         """Number the operators' results and queue them; dead-letter the tuples they rejected.
@@ -370,6 +388,8 @@ class DpcScheme:
         readings): a failure that spills goes back to them to read its input again.
         """
         node = self.node
+        if node.pipeline.holders:
+            self._flush()  # results decided on stable input are stable
         self.pre_failure = snapshot if snapshot is not None else node.pipeline.snapshot(node.tick)
         self.reconciler.begin(self.pre_failure)
         self.failure_start = self._input_point(offsets)
@@ -498,6 +518,8 @@ class DpcScheme:
             redone += len(bucket[2])
             node.tick()
         self._advance()
+        if node.pipeline.holders:
+            self._flush()  # the corrections, before REC_DONE
         still_failed = self.sunion.in_failure()
         self._end_round(rec_done=not still_failed)
         if still_failed:
@@ -559,6 +581,8 @@ class DpcScheme:
         if not self.failed and not self.node.inputs.reached(self.replaying):
             return
         self.replaying = None
+        if not self.failed and self.node.pipeline.holders:
+            self._flush()  # the corrections, before REC_DONE
         self._end_round(rec_done=not self.failed)
         if not self.failed:
             self._set_state(NodeState.STABLE)

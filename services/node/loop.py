@@ -23,6 +23,7 @@ from services.core.metrics import MetricsServer, serve_from_env
 from services.dpc.policies import Reconciliation
 from services.dpc.states import NodeState
 from services.node import fence, restart
+from services.node.engines import operator_builder
 from services.node.metrics import NodeMetrics, reason_label
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
@@ -45,7 +46,8 @@ class NodeService:
         self.stats = NodeStats()
         self.running = False
         self.inputs = Inputs(plan.inputs, partition, replica)
-        self.pipeline = NodePipeline(plan, undo=plan.reconciliation is Reconciliation.UNDO)
+        build = operator_builder(plan, replica, partition)
+        self.pipeline = NodePipeline(plan, undo=plan.reconciliation is Reconciliation.UNDO, build=build)
         self.outputs = Outputs(plan.outputs, partition, replica)
         self.name = plan.service_name(replica, partition)
         self.scheme: RecoveryScheme = build_scheme(self)

@@ -3,7 +3,8 @@
 Tuples an operator rejects (``Operator.reject``) collect in ``rejected`` as (operator,
 tuple, reason) for the node to dead-letter. Besides feeding and draining, the pipeline is what the node's DPC state machine acts on:
 ``advance`` (time promises), ``snapshot``/``restore`` (checkpoint/redo) and, when built
-with ``undo=True``, ``mark``/``undo``/``unmark`` (undo/redo with per-operator input logs).
+with ``undo=True``, ``mark``/``undo``/``unmark`` (undo/redo with per-operator input logs), and
+``held``/``due``/``flush`` for operators that compute their results in jobs (the Spark window).
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from services.core.pickling import dumps
 from services.dpc.undo import UndoLog
 from services.operators.base import Emit, Item, Operator
 from services.operators.build import build_operator
+from services.spec import OperatorDef
 from services.spec.plan import NodePlan
+
+Build = Callable[[OperatorDef, dict[str, list[str]]], Operator]
 
 
 class NodePipeline:
     """Feed batches of input tuples per stream; collect output tuples per output stream."""
 
-    def __init__(self, plan: NodePlan, undo: bool = False) -> None:
+    def __init__(self, plan: NodePlan, undo: bool = False, build: Build = build_operator) -> None:
         self.operators: list[Operator] = []  # in topological order
         self.outputs: dict[str, list[Item]] = {o.stream: [] for o in plan.outputs}
         self.rejected: list[tuple[str, Item, str]] = []
@@ -31,7 +35,7 @@ class NodePipeline:
         self.logs: list[UndoLog] | None = [] if undo else None
         self._advance: list[Callable[[int], None]] = []
         defs = plan.operators
-        ops = {d.name: build_operator(d, plan.fields) for d in defs}
+        ops = {d.name: build(d, plan.fields) for d in defs}
         reject = self._reject
         for d in defs:
             op = ops[d.name]
@@ -50,6 +54,7 @@ class NodePipeline:
                 targets.append(self.outputs[d.output].extend)
             ops[d.name].emit = _fanout(targets)
         self.inputs = [i.stream for i in plan.inputs]
+        self.holders = [op for op in self.operators if type(op).flush is not Operator.flush]
 
     def entry(self, stream: str) -> Emit:
         """The function that feeds batches of one input stream's tuples into the node."""
@@ -76,6 +81,20 @@ class NodePipeline:
         """
         for adv in self._advance:
             adv(stime)
+
+    # -- results computed in jobs -----------------------------------------------------------
+    def held(self) -> int | None:
+        """Smallest stime of a result decided but not emitted yet: the node's BOUNDARY waits below it."""
+        held = [h for op in self.holders if (h := op.held()) is not None]
+        return min(held) if held else None
+
+    def due(self, now: float) -> bool:
+        return any(op.due(now) for op in self.holders)
+
+    def flush(self, progress: Callable[[], None] = lambda: None) -> None:
+        """Emit every held result (upstream operators first, so what they emit is held downstream in turn)."""
+        for op in self.holders:
+            op.flush(progress)
 
     # -- checkpoint/redo ------------------------------------------------------------------
     def snapshot(self, progress: Callable[[], None] = lambda: None) -> bytes:

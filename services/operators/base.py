@@ -13,7 +13,10 @@ Besides ``push``, the DPC machinery needs from an operator (the defaults suit st
   state expires without waiting for the next tuple, and the node can send a BOUNDARY;
 - ``state()``/``set_state()``: checkpoint/redo (the paper's pack/unpack state methods);
 - ``clear()``/``oldest_time(port)``: undo/redo, through ``services.dpc.undo.UndoLog``
-  (the paper's clear() and findOldestTuple(stream_id)).
+  (the paper's clear() and findOldestTuple(stream_id));
+- ``held()``/``due()``/``flush()``: an operator whose results cost a job to compute (the
+  Spark window) may decide them in ``push``/``advance`` and emit them later, in one job per
+  flush; until then the node's BOUNDARY stays at ``held()``.
 
 A tuple an operator cannot process (an expression that divides by zero, a None where a
 number belongs) goes to ``reject`` with the reason, before it changes any state, and the
@@ -66,6 +69,19 @@ class Operator:
         Must not change the output sequence, only make it come out earlier, and nothing
         emitted after it may have a smaller stime (the node forwards ``stime`` as a BOUNDARY).
         """
+
+    def held(self) -> int | None:
+        """Smallest stime of a result already decided but not emitted yet (None: nothing held).
+
+        The output sequence is the same whenever ``flush`` runs; only BOUNDARY must wait."""
+        return None
+
+    def due(self, now: float) -> bool:
+        """Whether held results should be flushed now (``now``: monotonic seconds)."""
+        return False
+
+    def flush(self, progress: Callable[[], None]) -> None:
+        """Emit every held result; ``progress`` is called while a long job runs (heartbeats)."""
 
     def state(self) -> object:
         """Everything ``push`` and ``advance`` depend on, picklable (no callbacks, no compiled code).

@@ -27,6 +27,16 @@ def _numbers(values: list[Any]) -> bool:
     return True
 
 
+def window_input(rec: dict[str, Any], tf: str, kf: str, fields: Sequence[str]) -> tuple[int, Any, list[Any]]:
+    """(time, key, aggregated values) of an input record; KeyError or TypeError naming what is wrong."""
+    t, k = rec[tf], rec[kf]
+    values = [rec[f] for f in fields]
+    if t.__class__ is not int or not _numbers(values):
+        raise TypeError(f"'{tf}' must be an integer and {fields} numbers, got {t!r} and {values!r}")
+    hash(k)
+    return t, k, values
+
+
 class Accumulator:
     """count plus sum/min/max per aggregated field."""
 
@@ -75,6 +85,15 @@ def finish(aggs: Sequence[Aggregate], fields: Sequence[str], acc: Accumulator) -
     return out
 
 
+def window_result(
+    aggs: Sequence[Aggregate], fields: Sequence[str], k: Any, start: int, end: int, acc: Accumulator
+) -> Item:
+    """The output tuple of one closed window of one key; its stime is the window's end."""
+    rec = {"key": str(k), "window_start": start, "window_end": end}
+    rec.update(finish(aggs, fields, acc))
+    return (rec, end)
+
+
 class WindowAggregate(Operator):
     stateful = True
 
@@ -114,13 +133,8 @@ class WindowAggregate(Operator):
         tf, kf, fields = self.time, self.key, self.fields
         size, slide, windows, nf = self.size, self.slide, self.windows, len(self.fields)
         for item in items:
-            rec = item[0]
             try:  # everything that can fail, before anything changes
-                t, k = rec[tf], rec[kf]
-                values = [rec[f] for f in fields]
-                if t.__class__ is not int or not _numbers(values):
-                    raise TypeError(f"'{tf}' must be an integer and {fields} numbers, got {t!r} and {values!r}")
-                hash(k)
+                t, k, values = window_input(item[0], tf, kf, fields)
             except (KeyError, TypeError) as e:
                 self.reject(self.name, item, reason(e))
                 continue
@@ -150,6 +164,4 @@ class WindowAggregate(Operator):
             w = self.windows.pop(start)
             end = start + size
             for k in sorted(w):
-                rec = {"key": str(k), "window_start": start, "window_end": end}
-                rec.update(finish(self.aggs, self.fields, w[k]))
-                out.append((rec, end))
+                out.append(window_result(self.aggs, self.fields, k, start, end, w[k]))

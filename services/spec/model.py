@@ -111,6 +111,7 @@ class NodeDef:
     engine: str = "python"
     reconciliation: Reconciliation | None = None  # None: the spec's dpc.reconciliation
     ha: Scheme = Scheme.DPC
+    flush_ms: int = 500  # a spark node's window: how long decided results wait for the next Spark job
 
 
 @dataclass
@@ -227,7 +228,11 @@ class Spec:
         return f"{self.name}.restart.{node}.r{replica}"
 
     def reconciliation_of(self, node: str) -> Reconciliation:
-        return self.nodes[node].reconciliation or self.dpc.reconciliation
+        """A spark node always reconciles by checkpoint/redo: its snapshots are lists of segments."""
+        nd = self.nodes[node]
+        if nd.engine == "spark":
+            return Reconciliation.CHECKPOINT
+        return nd.reconciliation or self.dpc.reconciliation
 
     def path_nodes(self, stream: str) -> int:
         """Nodes on the longest path from a source to ``stream`` (0 for a source)."""
@@ -273,7 +278,6 @@ class Spec:
         return [
             (self.restart_topic(n, r), self.node_partitions(n))
             for n, nd in self.nodes.items()
-            if nd.engine == "python"
             for r in range(nd.replicas)
         ]
 

@@ -39,7 +39,7 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress", "topic"}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
 _INGRESS_KEYS = {"format", "time", "lateness", "idle", "replicas"}
-_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha"}
+_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha", "flush_ms"}
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -283,8 +283,17 @@ def _parse_nodes(
         elif engine == "spark" and (len(ops) != 1 or (ops[0] in operators and operators[ops[0]].type != "window")):
             ck.err(path + ("operators",), "a spark node runs exactly one window operator")
         rec = _choice(ck, ndef, "reconciliation", path, tuple(Reconciliation), None)
+        if engine == "spark" and rec is Reconciliation.UNDO:
+            ck.err(
+                path + ("reconciliation",),
+                "a spark node reconciles by checkpoint/redo (its snapshots are lists of segments): "
+                "remove 'reconciliation: undo'",
+            )
+        if "flush_ms" in ndef and engine != "spark":
+            ck.err(path + ("flush_ms",), "'flush_ms' is a setting of spark nodes (engine: spark)")
         ha = _choice(ck, ndef, "ha", path, tuple(Scheme), Scheme.DPC)
-        out[nname] = NodeDef(nname, tuple(ops), ck.pos_int(ndef, "replicas", path, d_repl), engine, rec, ha)
+        repl = ck.pos_int(ndef, "replicas", path, d_repl)
+        out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, ck.pos_int(ndef, "flush_ms", path, 500))
     for o in declared:
         if o not in owner:
             ck.err(("operators", o), f"operator '{o}' is not placed in any node")

@@ -62,6 +62,8 @@ class NodePlan:
     control_topic: str
     deadletter_topic: str
     restart_topics: tuple[str, ...]  # one per replica
+    engine: str = "python"  # "spark": the window runs in Spark (``spark_jobs``)
+    flush_ms: int = 500  # a spark window's wait for its next Spark job
 
     def output(self, stream: str) -> OutputPlan:
         return next(o for o in self.outputs if o.stream == stream)
@@ -114,6 +116,8 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         spec.control_topic,
         spec.deadletter_topic,
         tuple(spec.restart_topic(node, r) for r in range(nd.replicas)),
+        nd.engine,
+        nd.flush_ms,
     )
 
 

@@ -31,14 +31,15 @@ def test_python_nodes_run_one_process_per_replica_partition_plus_the_coordinator
     ]
 
 
-def test_spark_node_runs_as_one_spark_stage_per_replica() -> None:
+def test_spark_node_runs_as_a_node_process_per_replica_partition() -> None:
     spec = load_spec(REPO / "examples" / "spark.yaml")
     cmds = dict(service_commands(spec, REPO / "examples" / "spark.yaml"))
-    assert sorted(cmds) == ["clean.r0.p0", "clean.r0.p1", "coordinator", "heavy.r0"]
-    argv = cmds["heavy.r0"]
-    assert argv[1:3] == ["-m", "spark_jobs.window_stage"] and "heavy" in argv and "--checkpoint" in argv
-    # Upstream nodes come first, so their output topics are being written when the stage starts.
-    assert list(cmds).index("heavy.r0") > list(cmds).index("clean.r0.p1")
+    assert sorted(cmds) == ["clean.r0.p0", "clean.r0.p1", "coordinator", "heavy.r0.p0", "heavy.r0.p1"]
+    argv = cmds["heavy.r0.p1"]
+    assert argv[1:6] == ["-m", "services.cli.main", "node", "run", str(REPO / "examples" / "spark.yaml")]
+    assert argv[6:] == ["heavy", "--partition", "1", "--replica", "0"]
+    # Upstream nodes come first, so their output topics are being written when the Spark node starts.
+    assert list(cmds).index("heavy.r0.p0") > list(cmds).index("clean.r0.p1")
 
 
 def test_services_get_the_bootstrap_from_the_environment() -> None:
