@@ -49,7 +49,7 @@ def spark_operator(plan: NodePlan, replica: int, partition: int, op: OperatorDef
         return SegmentStore(folder, columns)
 
     try:
-        return SparkWindow(
+        window = SparkWindow(
             op.name,
             op.key,
             op.time,
@@ -63,3 +63,5 @@ def spark_operator(plan: NodePlan, replica: int, partition: int, op: OperatorDef
         )
     except ValueError as e:
         raise StageError(f"node '{plan.node}': {e}") from None
+    window.warm_up()
+    return window

@@ -14,7 +14,8 @@ the Python engine.
 
 from __future__ import annotations
 
-import threading
+import concurrent.futures
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -99,22 +100,17 @@ def _accumulator(row: Any, shape: WindowShape) -> Accumulator:
 
 
 def in_thread(job: Callable[[], T], progress: Callable[[], None], every_s: float = 0.05) -> T:
-    """Run ``job`` (a Spark action, which holds the calling thread) in a thread, calling ``progress``
-    while it runs: the node's heartbeats go on during a long job, as they do during long Python work."""
-    out: list[T] = []
-    err: list[BaseException] = []
-
-    def run() -> None:
+    """Run ``job`` (a Spark action, which holds the calling thread) on the process's one Spark job thread,
+    calling ``progress`` while it runs: the node's heartbeats go on during a long job, as they do during
+    long Python work. One thread for every job keeps one Py4J connection instead of one per job."""
+    future = _jobs().submit(job)
+    while True:
         try:
-            out.append(job())
-        except BaseException as e:  # re-raised in the caller's thread
-            err.append(e)
+            return future.result(timeout=every_s)
+        except concurrent.futures.TimeoutError:
+            progress()
 
-    worker = threading.Thread(target=run, name="spark-job", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(every_s)
-        progress()
-    if err:
-        raise err[0]
-    return out[0]
+
+@functools.cache
+def _jobs() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-job")

@@ -6,6 +6,7 @@ Python node's; Spark only reads the window's Parquet segments, so it needs no co
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -48,12 +49,15 @@ def spark_session(app_name: str = "hastream", shuffle_partitions: int = 2, maste
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log4j.as_uri()}")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
+        # A window's jobs are many and mostly small: adaptive re-planning costs more CPU than it saves.
+        .config("spark.sql.adaptive.enabled", "false")
     )
     try:
         spark = builder.getOrCreate()
     except Exception as e:  # no java, JVM failed to start, ...
         raise StageError(f"could not start Spark: {one_line(e)}") from None
     spark.sparkContext.setLogLevel("WARN")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # not a line per closed connection
     return spark
 
 

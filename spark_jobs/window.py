@@ -20,9 +20,12 @@ Until a flush, the node's BOUNDARY stays below the windows decided but not emitt
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
@@ -37,7 +40,7 @@ from spark_jobs.segments import Segment, SegmentStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_FLUSH_MS = 500
+DEFAULT_FLUSH_MS = 1000
 MAX_BUFFER = 100_000  # tuples buffered before they are written as a segment regardless
 
 _ARROW = {"string": pa.string(), "long": pa.int64(), "int": pa.int64(), "double": pa.float64(), "float": pa.float64()}
@@ -103,6 +106,25 @@ class SparkWindow(Operator):
         self.spark = spark
         self.flush_s = flush_ms / 1000
         self.clear()
+
+    def warm_up(self, rounds: int = 3) -> None:
+        """Run the window's job on a few made-up tuples, so that the JVM has loaded and compiled
+        what it needs before the node takes input: a cold first job takes seconds, many on a busy host."""
+        folder = Path(tempfile.mkdtemp(prefix="hastream-warm-up-"))
+        try:
+            store = SegmentStore(folder, self.store.schema)
+            rows = {c: [] for c in self.names}  # type: dict[str, list[Any]]
+            key = "k" if self.store.schema.field("k").type == pa.string() else 1
+            for i in range(8):
+                for c, v in (("n", i), ("k", key), ("t", i * self.slide), ("f", NO_TIME)):
+                    rows[c].append(v)
+                for j in range(len(self.fields)):
+                    rows[f"v{j}"].append(i)
+            seg = store.write(rows, 0, 8 * self.slide + self.size)
+            for _ in range(rounds):
+                closed_windows(self.spark, store.paths((seg,)), self.shape, None, 8 * self.slide)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     # -- state --------------------------------------------------------------------------
     def clear(self) -> None:
@@ -225,7 +247,9 @@ class SparkWindow(Operator):
     def _emit(self, after: int | None, upto: int, progress: Callable[[], None]) -> None:
         lo = NO_TIME if after is None else after
         paths = self.store.paths(tuple(s for s in self.segments if s.max_end > lo and s.min_t < upto))
+        t0 = time.monotonic()
         rows = in_thread(lambda: closed_windows(self.spark, paths, self.shape, after, upto), progress)
+        log.debug("%d windows from %d segments in %.0f ms", len(rows), len(paths), (time.monotonic() - t0) * 1000)
         size, aggs, fields = self.size, self.aggs, self.fields
         out = [window_result(aggs, fields, k, end - size, end, acc) for end, k, acc in rows]
         self.emitted = upto

@@ -59,6 +59,15 @@ nodes:
   n2: {operators: [scale]}
   n3: {operators: [per_sensor]}
 """
+# The Spark variant: n3's window runs in Spark, and a Python node n4 follows it (its BOUNDARY drives n4).
+SPARK_NODES = """\
+  n3: {operators: [per_sensor], engine: spark, flush_ms: 1000}
+  n4: {operators: [busy]}
+"""
+SPARK_PARTS = (
+    ("  stats_{u}: {schema: window_stat, key: key}\n", "  busy_{u}: {schema: window_stat, key: key}\n"),
+    ("operators:\n", '  busy: {type: filter, input: stats_{u}, output: busy_{u}, where: "count > 1"}\n'),
+)
 NODES = ("n1", "n2", "n3")
 OUTPUTS = ("merged", "scaled", "stats")  # the node outputs whose replicas are compared
 RATE = 100  # tuples per second per source; event time advances 10 ms per tuple
@@ -81,6 +90,16 @@ class Shape:
     sensors: int = 4
     delay: int = 3000  # X in ms: dpc.delay of the spec
     max_kept: int = 100_000  # dpc.max_kept of the spec
+    spark: bool = False  # n3 on Spark, followed by n4
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (*NODES, "n4") if self.spark else NODES
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The node outputs whose replicas are compared."""
+        return (*OUTPUTS, "busy") if self.spark else OUTPUTS
 
     @property
     def x(self) -> float:
@@ -97,6 +116,21 @@ class Shape:
 
 DEFAULT = Shape()
 TWO_PARTITIONS = Shape(partitions=2, sensors=8)
+# A Spark node adds its flush interval and a Spark job (~0.2 s idle, seconds on this 2-core host running
+# two Spark replicas, ten services and the broker) to every result: X covers it.
+SPARK = Shape(spark=True, delay=6000)
+
+
+def chain_text(shape: Shape, reconciliation: str) -> str:
+    """The chain spec of ``shape`` (streams and topics still to be made unique)."""
+    text = CHAIN.replace("RECONCILIATION", reconciliation).replace("PARTITIONS", str(shape.partitions))
+    text = text.replace("DELAY", str(shape.delay)).replace("MAX_KEPT", str(shape.max_kept))
+    if shape.spark:
+        text = text.replace("  n3: {operators: [per_sensor]}\n", SPARK_NODES)
+        for anchor, added in SPARK_PARTS:
+            i = text.index(anchor) + len(anchor)
+            text = text[:i] + added + text[i:]
+    return text
 
 
 def workload(names: list[str], shape: Shape = DEFAULT) -> dict[str, list[dict[str, Any]]]:
@@ -145,9 +179,7 @@ def run_chain(
     shape = shape or (expect.shape if expect is not None else DEFAULT)
     if expect is not None:
         assert shape.same_output(expect.shape), f"compared with a failure-free run of another shape: {expect.shape}"
-    text = CHAIN.replace("RECONCILIATION", reconciliation).replace("PARTITIONS", str(shape.partitions))
-    text = text.replace("DELAY", str(shape.delay)).replace("MAX_KEPT", str(shape.max_kept))
-    spec, path = unique_spec(text, tmp_path)
+    spec, path = unique_spec(chain_text(shape, reconciliation), tmp_path)
     assert all(spec.reconciliation_of(n) == reconciliation for n in spec.nodes)
     provision(spec, kafka.bootstrap)
     services = ServiceProcesses(spec, path, kafka.bootstrap, tmp_path / "logs")
@@ -180,7 +212,7 @@ def run_chain(
         sources.join(shape.seconds + 60)
         run = Run(spec, recorder, sources, tmp_path / "logs", shape, t0)
         if expect is not None:
-            want = {(b, p): len(expect.final(b, 0, p)) for b in OUTPUTS for p in parts}
+            want = {(b, p): len(expect.final(b, 0, p)) for b in shape.outputs for p in parts}
             recorder.wait_for(
                 lambda: all(len(run.final(b, r, p)) >= n for (b, p), n in want.items() for r in range(2)),
                 90 + 2 * shape.seconds,
@@ -189,11 +221,11 @@ def run_chain(
             last = -1
             while True:  # failure-free: wait until the output stops growing
                 time.sleep(3)
-                n = sum(len(run.final(b, r, p)) for b in OUTPUTS for r in range(2) for p in parts)
+                n = sum(len(run.final(b, r, p)) for b in shape.outputs for r in range(2) for p in parts)
                 if n == last:
                     break
                 last = n
-            for b in OUTPUTS:
+            for b in shape.outputs:
                 for p in parts:
                     r0, r1 = run.final(b, 0, p), run.final(b, 1, p)
                     assert r0 and r0 == r1, f"failure-free run: {b}[{p}] has {len(r0)} and {len(r1)} stable tuples"
@@ -211,11 +243,11 @@ def check_eventual_consistency(run: Run, failure_free: Run) -> None:
     assert run.shape.same_output(failure_free.shape)
     counts = " ".join(
         f"{b}.r{r}[{p}]={len(run.final(b, r, p))}/{len(failure_free.final(b, 0, p))}"
-        for b in OUTPUTS
+        for b in run.shape.outputs
         for p in run.partitions()
         for r in range(2)
     )
-    for base in OUTPUTS:
+    for base in run.shape.outputs:
         for p in run.partitions():
             want = failure_free.final(base, 0, p)
             assert want, f"{base}[{p}]: the failure-free run has no stable output there"

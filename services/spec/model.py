@@ -111,7 +111,7 @@ class NodeDef:
     engine: str = "python"
     reconciliation: Reconciliation | None = None  # None: the spec's dpc.reconciliation
     ha: Scheme = Scheme.DPC
-    flush_ms: int = 500  # a spark node's window: how long decided results wait for the next Spark job
+    flush_ms: int = 1000  # a spark node's window: how long decided results wait for the next Spark job
 
 
 @dataclass

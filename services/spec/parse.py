@@ -293,7 +293,7 @@ def _parse_nodes(
             ck.err(path + ("flush_ms",), "'flush_ms' is a setting of spark nodes (engine: spark)")
         ha = _choice(ck, ndef, "ha", path, tuple(Scheme), Scheme.DPC)
         repl = ck.pos_int(ndef, "replicas", path, d_repl)
-        out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, ck.pos_int(ndef, "flush_ms", path, 500))
+        out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, ck.pos_int(ndef, "flush_ms", path, 1000))
     for o in declared:
         if o not in owner:
             ck.err(("operators", o), f"operator '{o}' is not placed in any node")

@@ -63,7 +63,7 @@ class NodePlan:
     deadletter_topic: str
     restart_topics: tuple[str, ...]  # one per replica
     engine: str = "python"  # "spark": the window runs in Spark (``spark_jobs``)
-    flush_ms: int = 500  # a spark window's wait for its next Spark job
+    flush_ms: int = 1000  # a spark window's wait for its next Spark job
 
     def output(self, stream: str) -> OutputPlan:
         return next(o for o in self.outputs if o.stream == stream)
