@@ -221,3 +221,17 @@ def test_schema_directory_mistakes_are_reported_with_their_location(tmp_path: Pa
     path.write_text(USER_SCHEMA.format(dir="broken", name="order_broken"))
     with pytest.raises(SpecError, match=r"streams.orders.schema: .*order_broken.avsc: not an Avro schema"):
         load_spec(path)
+
+
+def test_spark_node_settings() -> None:
+    """A spark node reconciles by checkpoint/redo whatever the spec's default, and only it takes flush_ms."""
+    spark = BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], replicas: 2, engine: spark}")
+    undo_default = parse_spec(spark.replace("name: t", "name: t\ndpc: {reconciliation: undo}"))
+    assert undo_default.reconciliation_of("n2") == "checkpoint" and undo_default.reconciliation_of("n1") == "undo"
+    assert parse_spec(spark.replace("engine: spark", "engine: spark, flush_ms: 250")).nodes["n2"].flush_ms == 250
+    got = problems(spark.replace("engine: spark", "engine: spark, reconciliation: undo"))
+    assert any("nodes.n2.reconciliation" in p and "checkpoint/redo" in p for p in got), got
+    got = problems(BASE.replace("n1: {operators: [f]}", "n1: {operators: [f], flush_ms: 100}"))
+    assert any("nodes.n1.flush_ms" in p and "spark nodes" in p for p in got), got
+    got = problems(spark.replace("engine: spark", "engine: spark, flush_ms: 0"))
+    assert any("nodes.n2.flush_ms" in p for p in got), got
