@@ -313,7 +313,9 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
     scheme = dpc_scheme(svc)
     if job.passthrough:
         scheme.sunion = PassThroughUnion(len(svc.inputs.ports), spec.dpc.bucket, svc.plan.delay_s)
-    seen: dict[str, float | None] = {"first_at": None, "last_at": None, "report": 0.0}
+    seen: dict[str, float | None] = {"first_at": None, "last_at": None, "report": 0.0, "state_bytes": 0.0}
+    for op in svc.pipeline.holders:  # a Spark window: sample its segments' size after every flush
+        _sample_after_flush(op, seen)
     open_inputs, before_batch, flush = svc.inputs.open, scheme.before_batch, svc.outputs.flush
 
     def metered_open(consumer: BatchConsumer, offsets: dict[str, int]) -> None:
@@ -360,7 +362,21 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
         "pending": len(scheme.sunion.pending),
         "first_at": seen["first_at"],
         "last_at": seen["last_at"],
+        "state_bytes_peak": seen["state_bytes"],
     }
+
+
+def _sample_after_flush(op: Any, seen: dict[str, float | None]) -> None:
+    flush, store = op.flush, getattr(op, "store", None)
+    if store is None:
+        return
+
+    def sampled(progress: Callable[[], None]) -> None:
+        before = store.size_bytes()  # the segments before this flush deletes those no window needs
+        flush(progress)
+        seen["state_bytes"] = max(seen["state_bytes"] or 0.0, float(before), float(store.size_bytes()))
+
+    op.flush = sampled
 
 
 def worker_main(raw: str) -> None:
@@ -369,7 +385,35 @@ def worker_main(raw: str) -> None:
     cpu0 = time.process_time()
     res = _run_bare(job, st) if job.kind == "bare" else _run_node(job, st)
     res["cpu_s"] = time.process_time() - cpu0
+    res.update(_own_and_children_usage())
     _report("done", **res)
+
+
+def _own_and_children_usage() -> dict[str, float]:
+    """Peak memory of this process, and CPU and peak memory of its child processes (a Spark node's JVM)."""
+    tick, me = os.sysconf("SC_CLK_TCK"), str(os.getpid())
+    child_cpu, child_peak = 0.0, 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[1] != me:  # the parent pid
+                continue
+            child_cpu += (int(fields[11]) + int(fields[12])) / tick
+            child_peak += _peak_rss_mb(stat.parent / "status")
+        except (OSError, IndexError, ValueError):
+            continue  # a process that ended meanwhile
+    return {
+        "rss_peak_mb": _peak_rss_mb(Path("/proc/self/status")),
+        "child_cpu_s": child_cpu,
+        "child_rss_peak_mb": child_peak,
+    }
+
+
+def _peak_rss_mb(status: Path) -> float:
+    for line in status.read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 # ---------------------------------------------------------------------------- harness side

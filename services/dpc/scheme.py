@@ -164,6 +164,8 @@ class DpcScheme:
                 )
 
     def on_stop(self) -> None:
+        if self.node.pipeline.holders:
+            self._flush()  # what is decided goes out now, not after the restart
         self._write_image()
         self.node.images.wait()
 

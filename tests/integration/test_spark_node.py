@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
+from bench.harness import ServiceProcesses
+from bench.workload import PacedSources
 from services.core.tuples import TupleType
+from services.deploy import processes
 from services.operators.reference import evaluate
+from spark_jobs.plan import CHECKPOINTS_ENV
 from tests.dpc_chain import (
     BASE,
     RATE,
@@ -31,6 +35,8 @@ from tests.dpc_chain import (
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+HOME_ENV = "HASTREAM_HOME"
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +80,28 @@ def test_upstream_replica_of_the_spark_node_killed(kafka: Any, tmp_path: Path, s
     schedule = Schedule().kill("n2.r0.p0", 3.0, 4.0)
     run = run_chain(kafka, tmp_path, schedule, spark_failure_free)
     check_schedule(run, spark_failure_free, schedule)
+
+
+def test_spark_replica_restarted_on_another_host_continues_from_shared_checkpoints(
+    kafka: Any, tmp_path: Path, spark_failure_free: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint root on shared storage: n3.r0 is killed -9 and restarted as on another host (another
+    HASTREAM_HOME, the same HASTREAM_SPARK_CHECKPOINTS). It continues from its restart image in Kafka,
+    whose segments it finds in the shared folder; with the default root under the home it could not."""
+    shared = tmp_path / "shared"
+    monkeypatch.setenv(CHECKPOINTS_ENV, str(shared))
+    role = "n3.r0.p0"
+    schedule = Schedule().kill(role, 3.0, 4.0)
+    other_host = tmp_path / "other-host"
+
+    def restart_elsewhere(s: ServiceProcesses, _: PacedSources) -> None:
+        s.procs[role] = processes.spawn(
+            s.commands[role], s.log_dir / f"{role}.log", {**s.env, HOME_ENV: str(other_host)}
+        )
+
+    schedule[1] = (schedule[1][0], restart_elsewhere)
+    run = run_chain(kafka, tmp_path, schedule, spark_failure_free)
+    check_schedule(run, spark_failure_free, schedule)
+    log = (run.log_dir / f"{role}.log").read_text()
+    assert log.count("restarting from the restart image") == 1, "the restarted replica used its restart image"
+    assert (shared / run.spec.name / "n3.r0.p0").is_dir() and (shared / run.spec.name / "n3.r1.p0").is_dir()
