@@ -62,8 +62,10 @@ ENGINES = ("python", "spark")
 
 
 def window_spec(name: str, source: str, engine: str, size: int, slide: int) -> str:
+    # A large X: a slow engine working through the pre-loaded backlog must not time out into tentative output.
     return f"""
 name: {name}
+dpc: {{delay: 600000}}
 streams:
   {source}: {{schema: reading, key: sensor, partitions: 1, topic: {source}}}
   {name}_out: {{schema: window_stat, key: key, partitions: 1}}
