@@ -26,15 +26,17 @@ import argparse
 import datetime as dt
 import gc
 import json
+import math
+import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bench.borealis.common import broker, machine
 from bench.throughput import (
     FINAL_BOUNDARY,
     TOPIC_CONFIG,
@@ -44,10 +46,10 @@ from bench.throughput import (
     Tasks,
     Worker,
     _check_output,
-    _machine,
     _read_topic,
     console,
     out,
+    progress_bars,
 )
 from services.client.source import SourceWriter, pump, readings
 from services.core.admin import TopicSpec
@@ -185,46 +187,12 @@ def _stable(msgs: list[OutMsg]) -> list[tuple[int, int, bytes | None]]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.bootstrap:
+        os.environ["HASTREAM_BOOTSTRAP"] = args.bootstrap
     tmp = Path(tempfile.mkdtemp(prefix="hastream-bench-spark-"))
-    cluster = None
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
-            from infra.kafka.cluster import KafkaCluster
-
-            with console.status("starting a 1-broker Kafka cluster"):
-                cluster = KafkaCluster(brokers=1, data_dir=tmp / "kafka").start()
-                bootstrap = cluster.bootstrap
-        bench = SparkBench(args, bootstrap, tmp)
-        results: dict[str, dict[str, Any]] = {}
-        outputs = {}
-        cols = (
-            SpinnerColumn(),
-            TextColumn("{task.description:<26}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        try:
-            with Progress(*cols, console=console) as progress:
-                source, messages = bench.preload(progress)
-                for e in ENGINES:
-                    results[e], outputs[e] = bench.throughput(e, source, messages, progress)
-                _same_output(outputs["python"], outputs["spark"])
-                for e in ENGINES:
-                    results[e]["latency"] = bench.latency(e, progress)
-        finally:
-            bench.base.cleanup()
-        doc = {
-            "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "machine": _machine(bool(args.bootstrap)),
-            "config": {
-                k: getattr(args, k) for k in ("tuples", "keys", "step_ms", "size", "slide", "rate", "paced_seconds")
-            },
-            "results": results,
-            "same_output": True,
-        }
+        with broker(console.print) as facts:
+            doc = _measure(args, facts, tmp)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
         plot(doc, PLOT)
@@ -232,9 +200,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out.print(f"results: {RESULTS.relative_to(REPO_ROOT)}, plot: {PLOT.relative_to(REPO_ROOT)}")
         return doc
     finally:
-        if cluster is not None:
-            cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, facts: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    bench = SparkBench(args, facts["bootstrap"], tmp)
+    results: dict[str, dict[str, Any]] = {}
+    outputs = {}
+    try:
+        with progress_bars() as progress:
+            source, messages = bench.preload(progress)
+            for e in ENGINES:
+                results[e], outputs[e] = bench.throughput(e, source, messages, progress)
+            _same_output(outputs["python"], outputs["spark"])
+            for e in ENGINES:
+                results[e]["latency"] = bench.latency(e, progress)
+    finally:
+        bench.base.cleanup()
+    return {
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(facts),
+        "config": {
+            k: getattr(args, k) for k in ("tuples", "keys", "step_ms", "size", "slide", "rate", "paced_seconds")
+        },
+        "results": results,
+        "same_output": True,
+    }
 
 
 def _table(doc: dict[str, Any]) -> Table:
@@ -276,13 +267,14 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         ),
         ("window result latency p50 (ms)", [r[e]["latency"]["p50_ms"] for e in ENGINES], f"at {c['rate']:,}/s"),
     ]
-    for ax, (ylabel, vals, title) in zip(axes, panels, strict=True):
+    for ax, (ylabel, raw, title) in zip(axes, panels, strict=True):
+        vals = [v if math.isfinite(v) else 0.0 for v in raw]  # a latency run too short for a sample
         bars = ax.bar(ENGINES, vals, color=colours)
         for bar, v in zip(bars, vals, strict=True):
             ax.annotate(f"{v:,.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.set_ylim(0, max(vals) * 1.25)
+        ax.set_ylim(0, max(vals) * 1.25 or 1)
     fig.suptitle(
         f"sliding window {c['size'] // 1000} s every {c['slide'] // 1000} s over {c['keys']:,} keys, "
         f"{c['tuples']:,} tuples, one partition, DPC on; {m['cores']} cores, Python {m['python']}",

@@ -877,6 +877,18 @@ def _print_profile(path: Path, top: int = 22) -> None:
     out.print(t)
 
 
+def progress_bars() -> Progress:
+    """The benchmarks' progress display: one bar per run, with counts and elapsed time."""
+    cols = (
+        SpinnerColumn(),
+        TextColumn("{task.description:<26}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    return Progress(*cols, console=console)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="hastream-bench-"))
     cluster = None
@@ -894,15 +906,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bench = Bench(args, bootstrap, tmp)
         runs: dict[str, list[dict[str, Any]]] = {p: [] for p in PROCESSORS}
         latency: dict[str, dict[str, Any]] = {}
-        cols = (
-            SpinnerColumn(),
-            TextColumn("{task.description:<26}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
         try:
-            with Progress(*cols, console=console) as progress:
+            with progress_bars() as progress:
                 source, messages = bench.preload(progress)
                 for i in range(args.repeat):
                     for p in PROCESSORS:
