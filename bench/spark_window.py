@@ -36,7 +36,7 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.borealis.common import broker, machine
+from bench.borealis.common import broker, machine, pyplot, save_figure
 from bench.throughput import (
     FINAL_BOUNDARY,
     TOPIC_CONFIG,
@@ -250,11 +250,7 @@ def _table(doc: dict[str, Any]) -> Table:
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     r, c, m = doc["results"], doc["config"], doc["machine"]
     colours = ["#2a7ab9", "#e08a2c"]
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
@@ -275,15 +271,12 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.set_ylim(0, max(vals) * 1.25 or 1)
-    fig.suptitle(
+    save_figure(
+        fig,
+        path,
         f"sliding window {c['size'] // 1000} s every {c['slide'] // 1000} s over {c['keys']:,} keys, "
         f"{c['tuples']:,} tuples, one partition, DPC on; {m['cores']} cores, Python {m['python']}",
-        fontsize=9,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

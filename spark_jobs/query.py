@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from services.operators.window import Accumulator
 
-NO_TIME = -(2**62)  # "no watermark yet": earlier than every tuple time
+NO_TIME = -(2**62)  # "no watermark yet", "nothing emitted yet": earlier than every tuple time
 
 T = TypeVar("T")
 
@@ -43,7 +43,7 @@ class WindowShape:
 
 
 def closed_windows(
-    spark: SparkSession, paths: list[str], shape: WindowShape, after: int | None, upto: int
+    spark: SparkSession, paths: list[str], shape: WindowShape, after: int, upto: int
 ) -> list[tuple[int, Any, Accumulator]]:
     """(end, key, accumulator) of every window with an end in ``(after, upto]`` that has a tuple, in (end, key) order."""
     if not paths:
@@ -53,11 +53,11 @@ def closed_windows(
     return [(r["e"], r["k"], _accumulator(r, shape)) for r in rows]
 
 
-def _assign(df: DataFrame, shape: WindowShape, after: int | None, upto: int) -> DataFrame:
+def _assign(df: DataFrame, shape: WindowShape, after: int, upto: int) -> DataFrame:
     """One row per (tuple, window it feeds that closed in the range): the window's end as ``e``."""
     size, slide = shape.size, shape.slide
     last = F.col("t") - F.pmod(F.col("t"), F.lit(slide))  # start of the newest window holding t
-    past = F.greatest(F.col("f"), F.lit(NO_TIME if after is None else after)) + 1
+    past = F.greatest(F.col("f"), F.lit(after)) + 1
     lo = F.greatest(last + slide, past + F.pmod(-past, F.lit(slide)))  # first end > past, on the grid
     hi = F.least(last + size, F.lit(upto - upto % slide))
     fed = df.where(lo <= hi)

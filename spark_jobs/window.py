@@ -68,7 +68,7 @@ class _Held:
 
 
 # segments, buffer, next arrival number, watermark, emitted up to, min/max window end fed, late count
-_State = tuple[tuple[Segment, ...], _Held, int, "int | None", "int | None", int, int, int]
+_State = tuple[tuple[Segment, ...], _Held, int, "int | None", int, int, int, int]
 
 
 class SparkWindow(Operator):
@@ -122,7 +122,7 @@ class SparkWindow(Operator):
                     rows[f"v{j}"].append(i)
             seg = store.write(rows, 0, 8 * self.slide + self.size)
             for _ in range(rounds):
-                closed_windows(self.spark, store.paths((seg,)), self.shape, None, 8 * self.slide)
+                closed_windows(self.spark, store.paths((seg,)), self.shape, NO_TIME, 8 * self.slide)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -132,8 +132,8 @@ class SparkWindow(Operator):
         self.buf = self._empty()
         self.n = 0  # arrival number of the next tuple
         self.watermark: int | None = None
-        self.emitted: int | None = None  # every window ending at or before it is emitted
-        self.min_end = NO_TIME * -1  # earliest window end a tuple feeds (before the first flush)
+        self.emitted = NO_TIME  # every window ending at or before it is emitted
+        self.min_end = -NO_TIME  # earliest window end a tuple feeds
         self.max_end = NO_TIME  # latest window end a tuple feeds
         self.late = 0
         self.since: float | None = None  # when results began to be held (monotonic)
@@ -211,7 +211,7 @@ class SparkWindow(Operator):
         """The watermark moved: windows up to it are decided. With no tuple feeding any of them there is
         nothing to compute, and they count as emitted at once; otherwise they are held until a flush."""
         if self.held() is None:
-            if self.max_end <= (NO_TIME if self.emitted is None else self.emitted):
+            if self.watermark is not None and self.max_end <= self.emitted:
                 self.emitted = self.watermark
         elif self.since is None:
             self.since = time.monotonic()
@@ -219,11 +219,9 @@ class SparkWindow(Operator):
     # -- output -------------------------------------------------------------------------
     def held(self) -> int | None:
         wm, done = self.watermark, self.emitted
-        if wm is None or (done is not None and wm <= done):
+        if wm is None or wm <= done or self.max_end <= done:
             return None
-        if self.max_end <= (NO_TIME if done is None else done):
-            return None
-        first = self.min_end if done is None else done + 1 + (-(done + 1)) % self.slide
+        first = self.min_end if done == NO_TIME else done + 1 + (-(done + 1)) % self.slide
         return first if first <= wm else None
 
     def due(self, now: float) -> bool:
@@ -240,13 +238,11 @@ class SparkWindow(Operator):
         if self.held() is not None:
             assert self.watermark is not None
             self._emit(self.emitted, self.watermark, progress)
-        done = NO_TIME if self.emitted is None else self.emitted
-        self.segments = tuple(s for s in self.segments if s.max_end > done)
+        self.segments = tuple(s for s in self.segments if s.max_end > self.emitted)
         self.store.collect(self.segments)
 
-    def _emit(self, after: int | None, upto: int, progress: Callable[[], None]) -> None:
-        lo = NO_TIME if after is None else after
-        paths = self.store.paths(tuple(s for s in self.segments if s.max_end > lo and s.min_t < upto))
+    def _emit(self, after: int, upto: int, progress: Callable[[], None]) -> None:
+        paths = self.store.paths(tuple(s for s in self.segments if s.max_end > after and s.min_t < upto))
         t0 = time.monotonic()
         rows = in_thread(lambda: closed_windows(self.spark, paths, self.shape, after, upto), progress)
         log.debug("%d windows from %d segments in %.0f ms", len(rows), len(paths), (time.monotonic() - t0) * 1000)

@@ -164,8 +164,7 @@ class DpcScheme:
                 )
 
     def on_stop(self) -> None:
-        if self.node.pipeline.holders:
-            self._flush()  # what is decided goes out now, not after the restart
+        self._flush()  # what is decided goes out now, not after the restart
         self._write_image()
         self.node.images.wait()
 
@@ -299,7 +298,7 @@ class DpcScheme:
         for bucket in self.sunion.buckets(now):
             self._run(*bucket)
         self._advance()
-        if self.node.pipeline.holders and self.node.pipeline.due(now):
+        if self.node.pipeline.due(now):
             self._flush()
 
     def _run(self, k: int, label: TupleType, tuples: list[STuple]) -> None:
@@ -354,6 +353,8 @@ class DpcScheme:
         """Emit what the operators hold (a Spark window's job), labelled as the processing that decided
         it: tentative while in a failure (what was decided before it was flushed on the way in)."""
         node = self.node
+        if not node.pipeline.holders:
+            return  # every operator emits at once
         node.pipeline.flush(node.tick)
         self._collect(TENTATIVE if self.failed else STABLE)
         self._boundary()
@@ -390,8 +391,7 @@ class DpcScheme:
         readings): a failure that spills goes back to them to read its input again.
         """
         node = self.node
-        if node.pipeline.holders:
-            self._flush()  # results decided on stable input are stable
+        self._flush()  # results decided on stable input are stable
         self.pre_failure = snapshot if snapshot is not None else node.pipeline.snapshot(node.tick)
         self.reconciler.begin(self.pre_failure)
         self.failure_start = self._input_point(offsets)
@@ -520,8 +520,7 @@ class DpcScheme:
             redone += len(bucket[2])
             node.tick()
         self._advance()
-        if node.pipeline.holders:
-            self._flush()  # the corrections, before REC_DONE
+        self._flush()  # the corrections, before REC_DONE
         still_failed = self.sunion.in_failure()
         self._end_round(rec_done=not still_failed)
         if still_failed:
@@ -583,7 +582,7 @@ class DpcScheme:
         if not self.failed and not self.node.inputs.reached(self.replaying):
             return
         self.replaying = None
-        if not self.failed and self.node.pipeline.holders:
+        if not self.failed:
             self._flush()  # the corrections, before REC_DONE
         self._end_round(rec_done=not self.failed)
         if not self.failed:
