@@ -25,8 +25,6 @@ from pyspark.sql import functions as F
 
 from services.operators.window import Accumulator
 
-NO_TIME = -(2**62)  # "no watermark yet", "nothing emitted yet": earlier than every tuple time
-
 T = TypeVar("T")
 
 

@@ -32,10 +32,11 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from services.core.errors import RestartImageError
+from services.core.tuples import NO_TIME
 from services.operators.base import Item, Operator, reason
 from services.operators.window import window_input, window_result
 from services.spec import Aggregate
-from spark_jobs.query import NO_TIME, WindowShape, closed_windows, in_thread
+from spark_jobs.query import WindowShape, closed_windows, in_thread
 from spark_jobs.segments import Segment, SegmentStore
 
 log = logging.getLogger(__name__)

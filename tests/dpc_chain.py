@@ -38,7 +38,7 @@ from tests.integration.helpers import unique_spec
 CHAIN = """\
 name: chain-{u}
 defaults: {partitions: PARTITIONS, replicas: 2}
-dpc: {delay: DELAY, bucket: 100, restart_image_interval: 1000, heartbeat_interval: 100, failure_timeout: 800,
+dpc: {delay: DELAY, alpha: ALPHA, bucket: 100, restart_image_interval: 1000, heartbeat_interval: 100, failure_timeout: TIMEOUT,
       reconciliation: RECONCILIATION, max_kept: MAX_KEPT}
 streams:
   s1_{u}: {schema: reading, key: sensor}
@@ -68,6 +68,13 @@ SPARK_PARTS = (
     ("  stats_{u}: {schema: window_stat, key: key}\n", "  busy_{u}: {schema: window_stat, key: key}\n"),
     ("operators:\n", '  busy: {type: filter, input: stats_{u}, output: busy_{u}, where: "count > 1"}\n'),
 )
+# The side-input variant: n3 also reads a source s4, so while an upstream replica of n3 is down its
+# other input keeps arriving, and n3 waits for the missing one (a single-input node has nothing to wait with).
+SIDE_PARTS = (
+    ("  s3_{u}: {schema: reading, key: sensor}\n", "  s4_{u}: {schema: reading, key: sensor}\n"),
+    ("  stats_{u}: {schema: window_stat, key: key}\n", "  both_{u}: {schema: reading, key: sensor}\n"),
+    ("operators:\n", "  side: {type: union, inputs: [scaled_{u}, s4_{u}], output: both_{u}}\n"),
+)
 NODES = ("n1", "n2", "n3")
 OUTPUTS = ("merged", "scaled", "stats")  # the node outputs whose replicas are compared
 RATE = 100  # tuples per second per source; event time advances 10 ms per tuple
@@ -89,8 +96,13 @@ class Shape:
     partitions: int = 1
     sensors: int = 4
     delay: int = 3000  # X in ms: dpc.delay of the spec
+    # dpc.alpha: a node's wait is alpha * X (0.9 s), shorter than most source failures of the
+    # schedules, so that they make results tentative.
+    alpha: float = 0.3
+    failure_timeout: int = 800  # dpc.failure_timeout in ms
     max_kept: int = 100_000  # dpc.max_kept of the spec
     spark: bool = False  # n3 on Spark, followed by n4
+    side: bool = False  # n3 unions a source s4 with n2's output before its window
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -110,8 +122,9 @@ class Shape:
         return 1000 // self.rate
 
     def same_output(self, other: Shape) -> bool:
-        """Whether runs of both shapes must give the same output: the memory bound never changes it."""
-        return replace(other, max_kept=self.max_kept) == self
+        """Whether runs of both shapes must give the same output: the memory bound, the delay and the
+        failure detection never change it."""
+        return replace(other, max_kept=self.max_kept, alpha=self.alpha, failure_timeout=self.failure_timeout) == self
 
 
 DEFAULT = Shape()
@@ -125,6 +138,15 @@ def chain_text(shape: Shape, reconciliation: str) -> str:
     """The chain spec of ``shape`` (streams and topics still to be made unique)."""
     text = CHAIN.replace("RECONCILIATION", reconciliation).replace("PARTITIONS", str(shape.partitions))
     text = text.replace("DELAY", str(shape.delay)).replace("MAX_KEPT", str(shape.max_kept))
+    text = text.replace("ALPHA", str(shape.alpha)).replace("TIMEOUT", str(shape.failure_timeout))
+    if shape.side:
+        text = text.replace(
+            "per_sensor: {type: window, input: scaled_{u}", "per_sensor: {type: window, input: both_{u}"
+        )
+        text = text.replace("  n3: {operators: [per_sensor]}\n", "  n3: {operators: [side, per_sensor]}\n")
+        for anchor, added in SIDE_PARTS:
+            i = text.index(anchor) + len(anchor)
+            text = text[:i] + added + text[i:]
     if shape.spark:
         text = text.replace("  n3: {operators: [per_sensor]}\n", SPARK_NODES)
         for anchor, added in SPARK_PARTS:
@@ -471,7 +493,7 @@ class Schedule(list[tuple[float, Fault]]):
         return "; ".join(self.kinds) or "no faults"
 
 
-SHARE = 0.9  # a node's delay share: alpha x X / 3 nodes
+SHARE = 0.9  # a node's wait before it goes tentative: alpha x X (Shape.alpha)
 RECOVERY = 5.0  # a restarted node replica's start (interpreter, imports, consumers), restore and catch-up
 
 

@@ -14,6 +14,12 @@ a reconciliation; BOUNDARY(stime B) promises no later tuple has stime < B; a sta
 with an id at or below the last stable id is a duplicate (after a restart or a switch); a
 message with a lower ``ht.epoch`` than one already read comes from a replaced copy of the
 writer and is dropped.
+
+Switching follows the paper's rules as node input ports do (``services.node.ports``): to a
+stable replica after the last stable id, voiding the tentative tuples held; to a replica in
+a failure keeping them, and taking only tentative tuples past their t_max (``ht.tmax``);
+away from a reconciling replica by reading its corrections and, meanwhile, a fresh
+replica's new tentative tuples, until the corrected stream's REC_DONE.
 """
 
 from __future__ import annotations
@@ -41,9 +47,10 @@ from services.core.tuples import (
     RawHeaders,
     TupleType,
     admit,
+    tmax_of,
 )
 from services.dpc.states import NodeState
-from services.node.ports import ReplicaReader
+from services.node.ports import Move, ReplicaReader
 from services.spec import Spec
 
 log = logging.getLogger(__name__)
@@ -56,7 +63,7 @@ class ViewEvent:
     """What a client sees, in arrival order.
 
     ``stable``/``tentative``: a data tuple (``record`` decoded). ``undo``: every tentative
-    tuple of the partition with an id above ``id`` is void (corrections follow).
+    tuple of the partition from ``replica`` with an id above ``id`` is void (corrections follow).
     ``rec_done``: the replica finished reconciling at stable id ``id``. ``replica`` is the
     replica whose log the event came from; ``offset`` its Kafka offset (-1 if none).
     """
@@ -104,6 +111,10 @@ class PartitionView:
         self.bad = 0  # payloads that did not decode
         self.gate = EpochGate()  # the writer epochs of the log read now
         self.fenced = 0  # messages of replaced writers dropped
+        self.tmax: int | None = None  # highest t_max of the tentative tuples held
+        self.repeats = 0  # tentative tuples dropped because one with the same or a later t_max was held
+        self.fresh: int | None = None  # the replica new tentative tuples come from while ``replica`` reconciles
+        self.fresh_gate = EpochGate()
 
     def _decode(self, payload: Any) -> tuple[bool, Any]:
         if self.decode is None:
@@ -115,23 +126,43 @@ class PartitionView:
             return False, None
 
     def _void_after(self, last: int, out: list[ViewEvent], replica: int, stime: int = 0) -> None:
-        """Drop held tentative tuples with ids above ``last`` and say so."""
-        keep = [e for e in self.tentative if e.id <= last]
+        """Drop held tentative tuples of ``replica`` with ids above ``last`` and say so."""
+        keep = [e for e in self.tentative if e.replica != replica or e.id <= last]
         self.undone += len(self.tentative) - len(keep)
         self.tentative = keep
         out.append(ViewEvent("undo", self.partition, last, stime, None, replica))
 
+    def _void(self, out: list[ViewEvent], stime: int = 0, only: int | None = None, last: int | None = None) -> None:
+        """Drop the held tentative tuples (of replica ``only``, else all), one undo event per replica
+        they came from (naming ``last``, else the id before the first of them)."""
+        gone = [e for e in self.tentative if only is None or e.replica == only]
+        if not gone:
+            return
+        for r in sorted({e.replica for e in gone}):
+            first = min(e.id for e in gone if e.replica == r)
+            self._void_after(min(first - 1, last) if last is not None else first - 1, out, r, stime)
+        if only is None:
+            self.tmax = None
+
     def take(
-        self, headers: RawHeaders, payload: Any, out: list[ViewEvent], replica: int | None = None, offset: int = -1
+        self,
+        headers: RawHeaders,
+        payload: Any,
+        out: list[ViewEvent],
+        replica: int | None = None,
+        offset: int = -1,
+        fresh: bool = False,
     ) -> tuple[TupleType, int, int] | None:
-        """Apply one message as read from the log, unless a replaced writer wrote it; returns its
-        (type, id, stime), None if dropped; raises HeaderError."""
-        got = admit(headers, self.gate)
+        """Apply one message as read from the log (``fresh``: from the replica read for new tuples
+        only), unless a replaced writer wrote it; returns its (type, id, stime), None if dropped;
+        raises HeaderError."""
+        got = admit(headers, self.fresh_gate if fresh else self.gate)
         if got is None:
             self.fenced += 1
             return None
         ttype, tid, stime, carried = got
-        self.apply(ttype, tid, stime, payload, out, replica, offset)
+        tm = tmax_of(headers) if ttype is TENTATIVE else None
+        self.apply(ttype, tid, stime, payload, out, replica, offset, tm, fresh)
         if carried is not None and ttype is STABLE:
             self.apply(BOUNDARY, tid, carried, None, out, replica, offset)
         return ttype, tid, stime
@@ -145,8 +176,11 @@ class PartitionView:
         out: list[ViewEvent],
         replica: int | None = None,
         offset: int = -1,
+        tmax: int | None = None,
+        fresh: bool = False,
     ) -> None:
-        """Apply one message; append the resulting events (if any) to ``out``."""
+        """Apply one message; append the resulting events (if any) to ``out``. ``tmax``: a tentative
+        tuple's t_max; ``fresh``: it comes from the replica read for new tuples only."""
         r = self.replica if replica is None else replica
         if self.gap is not None:
             return  # the rest comes again, from where the missing ids are read
@@ -161,33 +195,30 @@ class PartitionView:
             ok, rec = self._decode(payload)
             if not ok:
                 return
-            if self.tentative:  # a stable tuple without an UNDO first: the tentative suffix is stale
-                self._void_after(self.last_stable, out, r, stime)
-                self.tentative = []
+            if (
+                self.tentative and self.fresh is None
+            ):  # a stable tuple without an UNDO first: the tentative suffix is stale
+                self._void(out, stime, last=self.last_stable)
             self.last_stable, self.started = tid, True
             if self.keep_stable:
                 self.stable.append(rec)
             out.append(ViewEvent("stable", self.partition, tid, stime, rec, r, offset))
         elif ttype is TENTATIVE:
-            if not self.track_tentative or tid <= self.last_stable:
-                return  # already replaced by stable tuples
-            if self.tentative and tid <= self.tentative[-1].id:
-                self._void_after(tid - 1, out, r, stime)  # the writer restarted its tentative run
-            ok, rec = self._decode(payload)
-            if not ok:
-                return
-            ev = ViewEvent("tentative", self.partition, tid, stime, rec, r, offset)
-            self.tentative.append(ev)
-            out.append(ev)
+            self._tentative(tid, stime, payload, out, r, offset, tmax, fresh)
+        elif fresh:
+            return  # of the fresh replica only new tuples count
         elif ttype is UNDO:
             if self.tentative:
-                self.undone += len(self.tentative)
-                self.tentative = []
-            elif self.started and tid < self.last_stable:
+                # While a fresh replica supplies new tuples, only the reconciling replica's are void.
+                self._void(out, stime, self.replica if self.fresh is not None else None, tid)
+                return
+            if self.started and tid < self.last_stable:
                 return  # an old reconciliation replayed after a switch: nothing to say
             if self.track_tentative:
                 out.append(ViewEvent("undo", self.partition, tid, stime, None, r, offset))
         elif ttype is REC_DONE:
+            if self.fresh is not None:
+                self.end_fresh(out)  # corrected: the followed replica's stable stream goes on
             if self.started and tid < self.last_stable:
                 return  # replayed
             self.rec_done = tid
@@ -196,13 +227,59 @@ class PartitionView:
             if self.boundary is None or stime > self.boundary:
                 self.boundary = stime
 
-    def switch(self, replica: int, out: list[ViewEvent]) -> None:
-        """Now reading ``replica``: held tentative tuples will be corrected there, so void them."""
-        if self.tentative:
-            self._void_after(self.last_stable, out, replica)
-            self.tentative = []
-        self.replica = replica
+    def _tentative(
+        self,
+        tid: int,
+        stime: int,
+        payload: Any,
+        out: list[ViewEvent],
+        r: int,
+        offset: int,
+        tmax: int | None,
+        fresh: bool,
+    ) -> None:
+        if not self.track_tentative or (self.fresh is not None and not fresh):
+            return  # not wanted, or from a reconciling replica while a fresh one supplies new tuples
+        if not fresh and tid <= self.last_stable:
+            return  # already replaced by stable tuples
+        if tmax is not None and self.tmax is not None and tmax <= self.tmax:
+            self.repeats += 1  # held already, from the replica read before a switch
+            return
+        mine = [e for e in self.tentative if e.replica == r]
+        if tmax is None and mine and tid <= mine[-1].id:
+            self._void_after(tid - 1, out, r, stime)  # the writer restarted its tentative run
+        ok, rec = self._decode(payload)
+        if not ok:
+            return
+        if tmax is not None:
+            self.tmax = tmax
+        ev = ViewEvent("tentative", self.partition, tid, stime, rec, r, offset)
+        self.tentative.append(ev)
+        out.append(ev)
+
+    def switch(self, replica: int, out: list[ViewEvent], keep: bool = False) -> None:
+        """Now reading ``replica``. Held tentative tuples are corrected there if it is stable, so
+        they are void; ``keep``: it is in a failure, and only its tentative tuples past them come."""
+        if not keep:
+            self._void(out)
+        self.replica, self.fresh = replica, None
         self.gap = None
+
+    def start_fresh(self, replica: int, gate: EpochGate) -> None:
+        """``replica`` supplies new tentative tuples while the followed one reconciles (rule 4)."""
+        self.fresh, self.fresh_gate = replica, gate
+
+    def promote_fresh(self) -> None:
+        """The reconciling replica failed: the fresh one is followed now, tentative tuples kept."""
+        assert self.fresh is not None
+        self.replica, self.gate, self.fresh = self.fresh, self.fresh_gate, None
+
+    def end_fresh(self, out: list[ViewEvent]) -> None:
+        """The followed replica reconciled: its stable stream replaces the fresh one's tentative tuples."""
+        fresh, self.fresh = self.fresh, None
+        if fresh is not None:
+            self._void(out, only=fresh)
+        self.tmax = None
 
 
 class StreamView:
@@ -278,24 +355,49 @@ class StreamView:
         return choose_replica(self.states(partition), current)
 
     def check_replicas(self) -> None:
-        """Switch every partition whose replica is no longer the best (called by ``poll``)."""
+        """Apply the switching rules to every partition (called by ``poll``)."""
         if len(self.topics) == 1 or self.monitor is None:
             return
         for r in self.readers:
-            best = r.better_replica(self.monitor)
-            if best is not None:
-                self.switch(r.partition, best)
+            if r.gap is not None:
+                continue  # ``poll`` reads the missing ids again
+            step = r.next_move(self.monitor)
+            if step is not None:
+                self._follow(r.partition, *step)
 
-    def switch(self, partition: int, replica: int) -> int:
-        """Read ``partition`` from ``replica`` from now on, right after the last stable tuple; returns the offset."""
+    def _follow(self, partition: int, move: Move, replica: int) -> None:
         v, reader = self.views[partition], self.readers[partition]
         old = reader.replica
-        reader.last_stable = v.last_stable
+        reader.tmax = v.tmax
+        if move is Move.FRESH:
+            reader.last_stable = v.last_stable
+            offset = reader.start_fresh(self.consumer, self.bootstrap, replica)
+            v.start_fresh(replica, reader.fresh_gate)
+        elif move is Move.PROMOTE:
+            reader.promote_fresh(self.consumer)
+            v.promote_fresh()
+            offset = -1
+        elif move is Move.END_FRESH:
+            reader.end_fresh(self.consumer)
+            v.end_fresh(self._pending)
+            return
+        else:
+            self.switch(partition, replica, keep=move is Move.TENTATIVE)
+            return
+        self.switches.append((partition, old, replica, offset))
+        log.info("%s p%d: %s, replica %d at offset %d", self.stream, partition, move.value, replica, offset)
+
+    def switch(self, partition: int, replica: int, keep: bool = False) -> int:
+        """Read ``partition`` from ``replica`` from now on, right after the last stable tuple (``keep``:
+        keeping the tentative tuples held, after their t_max there); returns the offset."""
+        v, reader = self.views[partition], self.readers[partition]
+        old = reader.replica
+        reader.last_stable, reader.tmax = v.last_stable, v.tmax
         # Nothing read yet and only new tuples wanted: start at the end.
         offset = reader.move(
-            self.consumer, self.bootstrap, replica, None if v.started or self.from_beginning else OFFSET_END
+            self.consumer, self.bootstrap, replica, None if v.started or self.from_beginning else OFFSET_END, keep
         )
-        v.switch(replica, self._pending)
+        v.switch(replica, self._pending, keep)
         v.gate = reader.gate
         self.switches.append((partition, old, replica, offset))
         log.info("%s p%d: switched from replica %d to %d at offset %d", self.stream, partition, old, replica, offset)
@@ -315,14 +417,21 @@ class StreamView:
                 continue
             p = m.partition() or 0
             reader = readers[p]
-            if m.topic() != reader.topic:
-                continue  # fetched from a replica this partition has left
+            topic, fresh = m.topic(), False
+            if topic != reader.topic:
+                if topic != reader.fresh_topic:
+                    continue  # fetched from a replica this partition has left
+                fresh = True
             v = views[p]
             try:
-                got = v.take(m.headers(), m.value(), out, reader.replica, m.offset() or 0)
+                got = v.take(
+                    m.headers(), m.value(), out, reader.fresh if fresh else reader.replica, m.offset() or 0, fresh
+                )
             except HeaderError:
                 self.bad += 1
                 continue
+            if v.fresh is None and reader.fresh is not None:  # the followed replica's REC_DONE
+                reader.end_fresh(self.consumer)
             if got is not None and v.gap is not None and reader.gap is None:
                 reader.last_stable = v.last_stable
                 reader.report_gap(got[1])

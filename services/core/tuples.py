@@ -43,6 +43,8 @@ H_REPLICA = "ht.replica"
 H_EPOCH = "ht.epoch"
 H_SCHEMA = "ht.schema"  # the value's Avro schema: <name>:<CRC-64-AVRO fingerprint> (services.core.codec)
 H_BOUND = "ht.bound"  # on a STABLE tuple: a BOUNDARY at this stime follows it (a boundary coalesced with data)
+NO_TIME = -(2**62)  # earlier than every tuple time: "none yet"
+H_TMAX = "ht.tmax"  # on a TENTATIVE tuple: the tuple time of the last input tuple processed before it (t_max)
 # Dead-letter headers: why a message was rejected and where it came from.
 H_ERROR = "ht.error"
 H_SRC_TOPIC = "ht.src.topic"
@@ -88,6 +90,22 @@ def header_writer(replica: int = 0, epoch: int = 0, schema: bytes | None = None)
 def with_bound(headers: Headers, bound: int) -> Headers:
     """A STABLE tuple's headers carrying the BOUNDARY that follows it: one record instead of two."""
     return headers + [(H_BOUND, b"%d" % bound)]
+
+
+def with_tmax(headers: Headers, tmax: int) -> Headers:
+    """A TENTATIVE tuple's headers with its t_max: a reader that changes replica skips what it has."""
+    return headers + [(H_TMAX, b"%d" % tmax)]
+
+
+def tmax_of(headers: RawHeaders) -> int | None:
+    """A tentative tuple's t_max (``ht.tmax``), None if absent or malformed."""
+    for k, v in headers.items() if isinstance(headers, dict) else headers or ():
+        if k == H_TMAX:
+            try:
+                return int(v)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                return None
+    return None
 
 
 def carries_bound(headers: RawHeaders) -> bool:

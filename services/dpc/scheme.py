@@ -29,7 +29,20 @@ from confluent_kafka import Message
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
 from services.core.errors import ContractError, DecodeError, HeaderError, RestartImageError
-from services.core.tuples import BOUNDARY, EPOCH, STABLE, TENTATIVE, UNDO, TupleType, admit, parse_headers, peek
+from services.core.tuples import (
+    BOUNDARY,
+    EPOCH,
+    NO_TIME,
+    REC_DONE,
+    STABLE,
+    TENTATIVE,
+    UNDO,
+    TupleType,
+    admit,
+    parse_headers,
+    peek,
+    tmax_of,
+)
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
 from services.dpc.policies import Policy
 from services.dpc.reconciler import reconciler
@@ -39,7 +52,7 @@ from services.dpc.sunion import STuple, SUnion, SUnionState
 from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
 from services.node.ingress import RawReader
-from services.node.ports import InputPort
+from services.node.ports import InputPort, Move
 from services.node.scheme import NodeRuntime
 from services.operators.base import _ignore
 
@@ -66,7 +79,7 @@ class DpcScheme:
         plan = node.plan
         self.dpc = plan.dpc
         self.sunion = SUnion(
-            len(plan.inputs), self.dpc.bucket, plan.delay_s, self.dpc.failure_policy, self.dpc.max_kept
+            len(plan.inputs), self.dpc.bucket, plan.delay_s, self.dpc.failure_policy, self.dpc.max_kept, plan.hold_s
         )
         self.soutputs = {o.stream: SOutput() for o in plan.outputs}
         self.reconciler = reconciler(plan.reconciliation, node.pipeline)
@@ -79,6 +92,7 @@ class DpcScheme:
         self.granted = False
         self.advanced: int | None = None  # the last frontier sent downstream as a BOUNDARY
         self.op_time: int | None = None  # the operators' time: the last advance()
+        self.t_in = NO_TIME  # tuple time of the last input tuple processed: tentative results' t_max
         self.op_time_saved: int | None = None  # op_time when the failure began
         self.pre_failure: bytes | None = None  # the operators' state when the failure began
         self.failure_start: InputPoint | None = None  # and the rest of the node's
@@ -175,14 +189,18 @@ class DpcScheme:
         su, by_topic, stats = self.sunion, node.inputs.by_topic, node.stats
         bounds = su.boundaries
         for m in msgs:
-            port = by_topic.get(m.topic() or "")
+            topic = m.topic() or ""
+            port, fresh = by_topic.get(topic), False
+            if port is None:  # rule 4's second replica, or in flight from a replica the port just left
+                port = node.inputs.fresh_by_topic.get(topic)
+                fresh = True
             if port is None or port.gap is not None:
                 continue  # in flight from a replica the port just left, or after a gap it reads again
             try:
                 if port.raw is not None:
                     self._take_raw(port, port.raw, m, now)
                     continue
-                got = admit(m.headers(), port.gate)
+                got = admit(m.headers(), port.fresh_gate if fresh else port.gate)
                 if got is None:  # written by a replaced copy of the upstream replica
                     if port.upstream is None:
                         self._older_writer(port, m)  # a source has one writer: another one is rejected
@@ -192,11 +210,12 @@ class DpcScheme:
                 i = port.index
                 if t is STABLE or t is TENTATIVE:
                     bound = bounds[i]
-                    if t is TENTATIVE and (tid <= port.last_stable or (bound is not None and stime < bound)):
-                        # From a replica behind this port (after a switch): what it is tentative
-                        # about, the port already has stably.
-                        stats.skipped[STALE] = stats.skipped.get(STALE, 0) + 1
+                    if t is TENTATIVE and not self._new_tentative(port, fresh, tid, stime, bound, m):
                         continue
+                    if t is STABLE and port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
+                        # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
+                        su.undo(i)
+                        port.tmax = None
                     if tid <= port.last_stable:
                         if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
                             raise ContractError(
@@ -222,9 +241,18 @@ class DpcScheme:
                             su.boundary(i, carried, now)
                 elif t is BOUNDARY:
                     su.boundary(i, stime, now)
+                elif fresh:
+                    continue  # from the fresh replica only its new tuples count
                 elif t is UNDO:
-                    su.undo(i)
+                    # While a fresh replica supplies new tuples, the tentative tuples not processed
+                    # yet are its own: the UNDO voids those processed (kept), which it corrects.
+                    su.undo(i, pending=port.fresh is None)
+                    if port.fresh is None:
+                        port.tmax = None
                     stats.undos_received += 1
+                elif t is REC_DONE and port.fresh is not None:
+                    node.inputs.end_fresh(port)  # corrected: the followed replica's stable stream goes on
+                    self._replace_tentative(port)
                 elif t is not EPOCH:
                     stats.skipped["REC_DONE"] = stats.skipped.get("REC_DONE", 0) + 1
             except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
@@ -288,10 +316,38 @@ class DpcScheme:
         removed the tuples before it before this node existed. At offset 0 ids start at 0."""
         return port.upstream is None and port.last_stable < 0 and (m.offset() or 0) > 0
 
-    def on_input_failure(self, port: InputPort, now: float) -> None:
-        """The port reads another upstream replica now, which sends its own version of what followed."""
+    def _new_tentative(self, port: InputPort, fresh: bool, tid: int, stime: int, bound: int | None, m: Message) -> bool:
+        """Whether a tentative tuple is news to ``port``: not while the followed replica reconciles
+        (new tuples then come from the fresh one), not what the port already has stably, and
+        only past the t_max of the tentative tuples it holds (so none is received twice after a
+        switch); counts the rest as skipped."""
+        tm = tmax_of(m.headers())
+        held = port.tmax
+        if (
+            (port.fresh is not None and not fresh)
+            or (bound is not None and stime < bound)
+            or (not fresh and tid <= port.last_stable)  # a replica behind this port: it has that stably
+            or (tm is not None and held is not None and tm <= held)
+        ):
+            stats = self.node.stats.skipped
+            stats[STALE] = stats.get(STALE, 0) + 1
+            return False
+        port.tmax = max(tm if tm is not None else NO_TIME, held if held is not None else NO_TIME)
+        return True
+
+    def _replace_tentative(self, port: InputPort) -> None:
+        """The port's stable stream replaces the tentative tuples it holds (rule 2)."""
         self.sunion.undo(port.index)
-        self.node.stats.switches += 1
+        port.tmax = None
+
+    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
+        """The port changed what it reads (``services.node.ports.Move``). Moving to a stable replica
+        replaces its tentative tuples; moving to one in a failure keeps them (rule 3), as does
+        reading a fresh replica besides a reconciling one (rule 4) until that one is done."""
+        if move in (Move.STABLE, Move.GAP, Move.END_FRESH):
+            self._replace_tentative(port)
+        if move is not Move.END_FRESH:
+            self.node.stats.switches += 1
 
     # -- processing --------------------------------------------------------------------
     def after_batch(self, now: float, idle: bool) -> None:
@@ -321,6 +377,7 @@ class DpcScheme:
                 items.append((t.rec, t.stime))
                 j += 1
             entries[port](items)
+            self.t_in = tuples[j - 1].stime
             self._collect(label)
             i = j
 
@@ -375,7 +432,7 @@ class DpcScheme:
             if stable:
                 so.stable(encoded, queue(s))
             else:
-                so.tentative(encoded, queue(s))
+                so.tentative(encoded, queue(s), self.t_in)
                 node.stats.tentative += len(encoded)
         if pipeline.rejected:
             if stable:

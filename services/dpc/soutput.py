@@ -32,7 +32,8 @@ class RestartMismatch(RestartImageError):
     """A restarted writer regenerated a stable tuple that differs from the one its topic holds."""
 
 
-# (type, id, stime, record or None): one message to write.
+# (type, id, stime, record or None): one message to write. A TENTATIVE tuple's record is
+# (record, t_max): the tuple time of the last input tuple processed before it (the paper's t_max).
 Out = tuple[TupleType, int, int, Any]
 
 
@@ -101,7 +102,8 @@ class SOutput:
                     "(trimmed or rewritten), so the node stops rather than renumber its output"
                 )
 
-    def tentative(self, items: list[tuple[Any, int]], out: list[Out]) -> None:
+    def tentative(self, items: list[tuple[Any, int]], out: list[Out], tmax: int = -1) -> None:
+        """Append ``items`` (record, stime) as tentative tuples carrying ``tmax``."""
         if not items:
             return
         if self.deduplicating:
@@ -112,7 +114,7 @@ class SOutput:
             self.next_tentative = self.next_id
         tid = self.next_tentative
         for rec, stime in items:
-            out.append((TENTATIVE, tid, stime, rec))
+            out.append((TENTATIVE, tid, stime, (rec, tmax)))
             tid += 1
         self.next_tentative = tid
         self.tentative_sent = True

@@ -7,8 +7,9 @@ buckets leave in order, sorted by (stime, input, id), so every replica emits the
 sequence whatever the arrival interleaving.
 
 When an input fails, a bucket cannot become stable. SUnion then holds tuples at most
-``delay_s`` (the node's share alpha*X of the delay bound) after the first one entered a
-bucket, and emits the bucket as TENTATIVE. With the "process" policy, a bucket that can
+``delay_s`` (the node's share of the delay bound) after the first one entered a bucket,
+and emits the bucket as TENTATIVE; under the "delay" policy, which holds every bucket
+again at every node of a path, the wait is ``hold_s``. With the "process" policy, a bucket that can
 only be tentative (the node is already in failure, or the bucket holds tentative input,
 whose upstream has already spent its wait) goes out as soon as every live input has
 passed it; an input is live while its boundary (or, for tentative input, its tuple
@@ -95,13 +96,21 @@ class SUnion:
     wait once, not once per node."""
 
     def __init__(
-        self, inputs: int, bucket_ms: int, delay_s: float, policy: str = Policy.PROCESS, max_kept: int | None = None
+        self,
+        inputs: int,
+        bucket_ms: int,
+        delay_s: float,
+        policy: str = Policy.PROCESS,
+        max_kept: int | None = None,
+        hold_s: float | None = None,
     ) -> None:
         if inputs < 1 or bucket_ms < 1 or delay_s < 0 or (max_kept is not None and max_kept < 0):
             raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1, delay_s >= 0 and max_kept >= 0")
         if policy not in FAILURE_POLICIES:
             raise ValueError(f"SUnion policy must be 'process' or 'delay', got {policy!r}")
         self.inputs, self.bucket_ms, self.delay_s = inputs, bucket_ms, delay_s
+        # Under "delay" every node of a path holds each bucket again, so each gets a smaller share.
+        self.hold_s = delay_s if hold_s is None else hold_s
         self.policy = Policy(policy)
         self.boundaries: list[int | None] = [None] * inputs
         self.pending: dict[int, Bucket] = {}  # bucket index -> tuples not yet emitted
@@ -203,10 +212,14 @@ class SUnion:
                 return False
         return True
 
-    def undo(self, port: int) -> None:
+    def undo(self, port: int, pending: bool = True) -> None:
         """Input ``port`` undid its tentative tuples (UNDO, or a switch to another replica):
-        drop them; stable corrections follow. Stable tuples are never undone."""
-        for buckets in (self.pending, self.kept):
+        drop them; stable corrections follow. Stable tuples are never undone.
+
+        ``pending=False`` drops only those in kept buckets, already processed: an UNDO from a
+        replica read for its corrections while another supplies new tentative tuples (those
+        not processed yet are the other replica's)."""
+        for buckets in (self.pending, self.kept) if pending else (self.kept,):
             for b in buckets.values():
                 b.tuples = [t for t in b.tuples if t.port != port or t.type is STABLE]
         self._count_kept()
@@ -227,8 +240,9 @@ class SUnion:
         keys = sorted(self.pending)
         # The last bucket holding a tuple that has waited its full delay: everything up to
         # it must go now, tentatively if not stable.
-        due = max((k for k in keys if now - self.pending[k].first_arrival >= self.delay_s), default=None)
         process = self.policy is Policy.PROCESS
+        wait = self.delay_s if process else self.hold_s
+        due = max((k for k in keys if now - self.pending[k].first_arrival >= wait), default=None)
         for k in keys:
             b = self.pending[k]
             if not b.tuples:  # emptied by an UNDO or a switch: nothing to emit or to redo

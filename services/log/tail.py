@@ -30,10 +30,12 @@ from services.core.tuples import (
     carries_bound,
     parse_headers,
     peek,
+    tmax_of,
 )
 
-# What a backward scan needs of a message: type, id, epoch, and whether a boundary rides on it.
-Meta = tuple[TupleType | None, int | None, int, bool]
+# What a backward scan needs of a message: type, id, epoch, whether a boundary rides on it, and
+# a tentative tuple's t_max (None for other types).
+Meta = tuple[TupleType | None, int | None, int, bool, int | None]
 V = TypeVar("V")
 
 
@@ -64,7 +66,8 @@ def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> 
 
 def _meta(m: Message) -> Meta:
     headers = m.headers()
-    return (*peek(headers), carries_bound(headers))
+    t, tid, epoch = peek(headers)
+    return t, tid, epoch, carries_bound(headers), tmax_of(headers) if t is TENTATIVE else None
 
 
 def _backward(
@@ -118,10 +121,34 @@ def seek_after_stable(
     duplicate but takes the boundary, which this replica may never repeat (an ended stream).
     """
     if last_stable >= 0:
-        for off, (t, tid, epoch, carries) in _live_backward(bootstrap, topic, partition, chunk):
+        for off, (t, tid, epoch, carries, _) in _live_backward(bootstrap, topic, partition, chunk):
             if t in (STABLE, UNDO) and tid is not None and tid <= last_stable:
                 return (off if carries and tid == last_stable and t is STABLE else off + 1), epoch
     return first_offset(bootstrap, topic, partition), 0
+
+
+@retry_transient
+def seek_after_tentative(
+    bootstrap: str, topic: str, partition: int, last_stable: int, tmax: int, chunk: int = 2000
+) -> tuple[int, int]:
+    """Where a reader holding tentative tuples up to t_max ``tmax`` continues in another replica's topic
+    (the paper's switch to a replica in UPSTREAM_FAILURE), and the writer epoch in force there.
+
+    Right after the newest tentative tuple with a t_max at or below ``tmax``: the reader then
+    gets only tentative tuples beyond those it has. Never past a stable tuple it lacks,
+    though: if the topic holds stable ids above ``last_stable``, from right after
+    ``last_stable`` (``seek_after_stable``). The scan costs the distance from the tail.
+    """
+    for off, (t, tid, epoch, carries, tm) in _live_backward(bootstrap, topic, partition, chunk):
+        if tid is None:
+            continue
+        if t is STABLE and tid > last_stable:
+            break  # stable tuples the reader lacks: from after its last one
+        if t in (STABLE, UNDO) and tid <= last_stable:  # nothing tentative it has: as seek_after_stable
+            return (off if carries and tid == last_stable and t is STABLE else off + 1), epoch
+        if t is TENTATIVE and tm is not None and tm <= tmax:
+            return off + 1, epoch
+    return seek_after_stable(bootstrap, topic, partition, last_stable, chunk)
 
 
 def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:
@@ -138,7 +165,7 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
     tuples (BOUNDARY, UNDO, REC_DONE) the last stable id before them.
     """
     empty = True
-    for _, (t, tid, _, _) in _live_backward(bootstrap, topic, partition, chunk):
+    for _, (t, tid, _, _, _) in _live_backward(bootstrap, topic, partition, chunk):
         if t is EPOCH:
             continue
         empty = False

@@ -120,8 +120,8 @@ class NodeService:
             scheme.after_batch(now, idle=not msgs)
             if now >= next_check:
                 next_check = now + CHECK_INTERVAL_S
-                for port in self.inputs.follow_best(self.monitor, st.bootstrap):
-                    scheme.on_input_failure(port, now)
+                for port, move in self.inputs.follow_best(self.monitor, st.bootstrap):
+                    scheme.on_input_move(port, move, now)
                 for c in self.control.poll():
                     scheme.on_control(c, now)
                 scheme.on_check(now)

@@ -25,11 +25,13 @@ from services.core.tuples import (
     BOUNDARY,
     EPOCH,
     STABLE,
+    TENTATIVE,
     HeaderWriter,
     deadletter_headers,
     header_writer,
     make_headers,
     with_bound,
+    with_tmax,
 )
 from services.dpc.soutput import Out
 from services.operators.base import Item, Reject, reason
@@ -104,8 +106,12 @@ class Outputs:
             topic = self._writers[s][0]
             carrier = _carrier(q)
             for ttype, tid, stime, payload in q:
+                if ttype is TENTATIVE:
+                    payload, tmax = payload
+                    headers = with_tmax(headers_of(ttype, tid, stime), tmax)
+                else:
+                    headers = headers_of(ttype, tid, stime)
                 value, key = payload if payload is not None else (None, None)
-                headers = headers_of(ttype, tid, stime)
                 try:
                     produce(topic, value, key, part, headers=headers, on_delivery=on_delivery)
                 except BufferError:  # queue full: the wrapper waits for room

@@ -1,18 +1,29 @@
 """Input ports: which replica of each upstream stream a node reads, and what it has from it.
 
 DPC lets a downstream node read any replica of an upstream node. A ``ReplicaReader``
-follows one replica's topic of one stream partition at a time and moves (monitoring their
+follows one replica's topic of one stream partition and moves (monitoring their
 heartbeats) to another replica in a better state (``services.control.replicas``): STABLE
 over UPSTREAM_FAILURE over STABILIZATION over RECOVERING, never a FAILED one, and in one
-state away from a replica whose output lags by more than the failure timeout. Stable tuple ids are the same on every replica, so a
-move continues in the new topic right after the last stable tuple the reader has. Node
-input ports and client views (``services.client.view``) both read through it.
+state away from a replica whose output lags by more than the failure timeout. A move is
+one of the paper's switches (``Move``):
+
+1. and 2. to a STABLE replica: right after the last stable tuple the reader has (stable
+   ids are the same on every replica); the reader's tentative tuples are replaced.
+3. to a replica in UPSTREAM_FAILURE (or recovering): the reader keeps its tentative tuples
+   and reads only tentative tuples beyond them, by their t_max (``ht.tmax``, the tuple time
+   of the last input tuple processed before each), so none is received twice.
+4. away from a replica in STABILIZATION: the reader keeps reading it in the background for
+   its corrections (UNDO, stable tuples, REC_DONE) while new tentative tuples come from a
+   replica in UPSTREAM_FAILURE (``fresh``), until the corrected stream's REC_DONE.
+
+Node input ports and client views (``services.client.view``) both read through it.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
@@ -24,11 +35,22 @@ from services.core.errors import InputGapError
 from services.core.kafka import BatchConsumer, retry_transient
 from services.core.tuples import EpochGate
 from services.dpc.states import NodeState
-from services.log.tail import seek_after_stable
+from services.log.tail import seek_after_stable, seek_after_tentative
 from services.node.ingress import RawReader
 from services.spec.plan import InputPlan
 
 log = logging.getLogger(__name__)
+
+
+class Move(Enum):
+    """What a reader does about its upstream replicas (the paper's switching rules)."""
+
+    STABLE = "stable"  # rules 1-2: to a stable replica, after the last stable tuple; tentative input replaced
+    TENTATIVE = "tentative"  # rule 3: to a replica in a failure, keeping tentative input, after its t_max
+    FRESH = "fresh"  # rule 4: new tuples from another replica while the followed one reconciles
+    PROMOTE = "promote"  # rule 3: the followed replica failed while reconciling: follow the fresh one
+    END_FRESH = "end fresh"  # the followed replica has reconciled (or the fresh one is no use): read it alone
+    GAP = "gap"  # stable ids are missing: read them again elsewhere
 
 
 @dataclass
@@ -45,6 +67,13 @@ class ReplicaReader:
     gap_tried: set[int] = field(default_factory=set)  # replicas read again for that gap
     gaps: int = 0  # gaps seen
     gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the topic read now
+    tmax: int | None = None  # highest t_max of the tentative tuples the reader holds (None: holds none)
+    fresh: int | None = None  # rule 4: the replica new tentative tuples come from while ``replica`` reconciles
+    fresh_gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the fresh replica's topic
+
+    @property
+    def fresh_topic(self) -> str | None:
+        return None if self.fresh is None else self.topics[self.fresh]
 
     @property
     def topic(self) -> str:
@@ -57,16 +86,35 @@ class ReplicaReader:
         return monitor.states(self.upstream, self.partition, len(self.topics))
 
     def better_replica(self, monitor: ReplicaMonitor | None) -> int | None:
-        """The replica to move to now, or None to stay."""
+        """The replica to follow now, or None to stay."""
+        step = self.next_move(monitor)
+        return None if step is None or step[0] in (Move.FRESH, Move.END_FRESH, Move.GAP) else step[1]
+
+    def next_move(self, monitor: ReplicaMonitor | None) -> tuple[Move, int] | None:
+        """What to do now about the upstream replicas (``Move`` and a replica), or None to go on as is."""
+        if self.gap is not None:
+            return Move.GAP, self.gap_replica(monitor)
         if self.upstream is None or len(self.topics) < 2:
             return None
         states = self.states(monitor)
         if all(s is NodeState.FAILED for s in states):
             return None  # no news (monitor starting, or all down): keep waiting where we are
+        cur, fresh = self.replica, self.fresh
+        if fresh is not None:
+            if states[cur] is NodeState.STABILIZATION and states[fresh] is NodeState.UPSTREAM_FAILURE:
+                if NodeState.STABLE not in states:
+                    return None
+            elif states[cur] is NodeState.FAILED and states[fresh] is not NodeState.FAILED:
+                return Move.PROMOTE, fresh
+            return Move.END_FRESH, fresh
         bounds = monitor.boundaries(self.upstream, self.partition, len(self.topics)) if monitor is not None else None
         behind_ms = int(monitor.timeout_s * 1000) if monitor is not None else 0
-        r = choose_replica(states, self.replica, bounds, behind_ms)
-        return r if r != self.replica else None
+        r = choose_replica(states, cur, bounds, behind_ms)
+        if r == cur:
+            return None
+        if states[cur] is NodeState.STABILIZATION and states[r] is NodeState.UPSTREAM_FAILURE:
+            return Move.FRESH, r
+        return (Move.STABLE if states[r] is NodeState.STABLE else Move.TENTATIVE), r
 
     def report_gap(self, got: int) -> None:
         """Stable tuple ``got`` came where ``last_stable + 1`` was due: read that id again elsewhere."""
@@ -94,13 +142,19 @@ class ReplicaReader:
             )
         return min(untried, key=lambda r: (RANK[states[r]], r))
 
-    def move(self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None) -> int:
+    def move(
+        self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None, keep: bool = False
+    ) -> int:
         """Read ``replica`` from now on, right after the last stable tuple (or at ``offset``); returns the offset.
+        ``keep``: the reader keeps its tentative tuples (rule 3), so it starts after their t_max there.
 
         The reader then drops what writers older than the epoch in force there write (``gate``)."""
+        self.end_fresh(consumer)
         epoch = 0
         if offset is None:
-            offset, epoch = seek_after_stable(bootstrap, self.topics[replica], self.partition, self.last_stable)
+            offset, epoch = self._seek(bootstrap, replica, keep)
+        if not keep:
+            self.tmax = None
         self.gate = EpochGate(epoch)
         consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
@@ -109,6 +163,33 @@ class ReplicaReader:
         self.replica = replica
         self.gap = None
         return offset
+
+    def _seek(self, bootstrap: str, replica: int, keep: bool) -> tuple[int, int]:
+        topic = self.topics[replica]
+        if keep and self.tmax is not None:
+            return seek_after_tentative(bootstrap, topic, self.partition, self.last_stable, self.tmax)
+        return seek_after_stable(bootstrap, topic, self.partition, self.last_stable)
+
+    def start_fresh(self, consumer: Consumer, bootstrap: str, replica: int) -> int:
+        """Rule 4: read ``replica``'s new tentative tuples too (after the t_max the reader has) while the
+        followed replica reconciles; returns the offset."""
+        offset, epoch = self._seek(bootstrap, replica, keep=True)
+        self.fresh, self.fresh_gate = replica, EpochGate(epoch)
+        consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
+        self.switches += 1
+        return offset
+
+    def end_fresh(self, consumer: Consumer) -> None:
+        """Stop reading the fresh replica (the followed one reconciled, or the fresh one is no use)."""
+        if self.fresh is not None:
+            consumer.incremental_unassign([TopicPartition(self.topics[self.fresh], self.partition)])
+            self.fresh = None
+
+    def promote_fresh(self, consumer: Consumer) -> None:
+        """The followed replica failed while reconciling: follow the fresh one, where it is read now."""
+        assert self.fresh is not None
+        consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
+        self.replica, self.gate, self.fresh = self.fresh, self.fresh_gate, None
 
 
 @dataclass
@@ -120,11 +201,13 @@ class InputPort(ReplicaReader):
     decode: Callable[[bytes | None], Any] = field(kw_only=True)  # the stream's Avro decoder
     raw: RawReader | None = field(default=None, kw_only=True)  # an ingress's raw topic: ids are offsets
 
-    def move(self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None) -> int:
+    def move(
+        self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None, keep: bool = False
+    ) -> int:
         """As ``ReplicaReader.move``; a raw topic's tuple ids are offsets, so it goes on right after."""
         if self.raw is not None and offset is None:
             offset = self.last_stable + 1 if self.last_stable >= 0 else OFFSET_BEGINNING
-        return super().move(consumer, bootstrap, replica, offset)
+        return super().move(consumer, bootstrap, replica, offset, keep)
 
 
 class Inputs:
@@ -147,6 +230,7 @@ class Inputs:
         ]
         self.partition = partition
         self.by_topic = {p.topic: p for p in self.ports}
+        self.fresh_by_topic: dict[str, InputPort] = {}  # rule 4: the topics read for new tuples only
         self.consumer: BatchConsumer | None = None
         # Where each topic was assigned from: its position until a message is read from it.
         self.assigned: dict[str, int] = {}
@@ -188,6 +272,7 @@ class Inputs:
         for p in self.ports:
             p.last_stable = last_stable[p.stream]
             self.assigned[p.topic] = p.move(self.consumer.raw, bootstrap, p.replica)
+        self._index()
 
     def lags(self) -> dict[str, int]:
         """Input messages in the logs not read yet, per input stream, from the end offsets the last
@@ -199,20 +284,51 @@ class Inputs:
             out[p.stream] = max(0, end - max(pos[p.topic], first)) if end >= 0 else 0
         return out
 
-    def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[InputPort]:
-        """Move each port whose upstream replica is no longer the best, or that must read a gap
-        again; returns the ports that moved."""
+    def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[tuple[InputPort, Move]]:
+        """Apply the switching rules to every port (``ReplicaReader.next_move``); returns the ports
+        that changed what they read, and how."""
         assert self.consumer is not None
         moved = []
         for p in self.ports:
-            r = p.gap_replica(monitor) if p.gap is not None else p.better_replica(monitor)
-            if r is None:
+            step = p.next_move(monitor)
+            if step is None:
                 continue
-            old = p.topic
-            off = p.move(self.consumer.raw, bootstrap, r)
-            self.assigned.pop(old, None)
-            self.assigned[p.topic] = off
-            self.by_topic = {q.topic: q for q in self.ports}
-            moved.append(p)
-            log.info("input %s p%d now reads %s from offset %d (was %s)", p.stream, self.partition, p.topic, off, old)
+            kind, r = step
+            old, fresh = p.topic, p.fresh_topic
+            off = -1
+            if kind is Move.FRESH:
+                off = self.assigned[p.topics[r]] = p.start_fresh(self.consumer.raw, bootstrap, r)
+            elif kind is Move.END_FRESH:
+                p.end_fresh(self.consumer.raw)
+            elif kind is Move.PROMOTE:
+                p.promote_fresh(self.consumer.raw)
+            else:
+                off = self.assigned[p.topics[r]] = p.move(self.consumer.raw, bootstrap, r, keep=kind is Move.TENTATIVE)
+            for t in (old, fresh):
+                if t is not None and t not in (p.topic, p.fresh_topic):
+                    self.assigned.pop(t, None)
+            self._index()
+            moved.append((p, kind))
+            log.info(
+                "input %s p%d: %s, replica %d (offset %d; was reading %s)",
+                p.stream,
+                self.partition,
+                kind.value,
+                r,
+                off,
+                old,
+            )
         return moved
+
+    def end_fresh(self, port: InputPort) -> None:
+        """The followed replica's REC_DONE came: its stable stream continues, the fresh one is not needed."""
+        assert self.consumer is not None
+        fresh = port.fresh_topic
+        if fresh is not None:
+            port.end_fresh(self.consumer.raw)
+            self.assigned.pop(fresh, None)
+            self._index()
+
+    def _index(self) -> None:
+        self.by_topic = {q.topic: q for q in self.ports}
+        self.fresh_by_topic = {t: q for q in self.ports if (t := q.fresh_topic) is not None}

@@ -3,7 +3,7 @@ algorithms, CEC and Flux) acts, and what of the node it may use.
 
 The loop calls, in this order: ``on_restart`` once, then per iteration ``before_batch``
 (the messages just polled, possibly none) and ``after_batch``; every ``CHECK_INTERVAL_S``
-``on_input_failure`` for each input port that moved to another upstream replica,
+``on_input_move`` for each input port that changed the upstream replica(s) it reads,
 ``on_control`` for each control message, ``on_check`` and ``progress`` (what heartbeats
 report); ``on_stop`` on a clean stop. The loop flushes the outputs after every iteration. A scheme never polls or produces by
 itself: it works on the node's inputs, operators and output queues.
@@ -23,7 +23,7 @@ from services.core.kafka import DataProducer
 from services.dpc.states import NodeState
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
-from services.node.ports import InputPort, Inputs
+from services.node.ports import InputPort, Inputs, Move
 from services.node.restart import RestartImage
 from services.operators.base import Item
 from services.spec.plan import NodePlan
@@ -109,8 +109,9 @@ class RecoveryScheme(Protocol):
     def after_batch(self, now: float, idle: bool) -> None:
         """Run the operators on what is ready and queue the results on the outputs."""
 
-    def on_input_failure(self, port: InputPort, now: float) -> None:
-        """``port``'s upstream replica failed or fell behind; the port now reads another replica."""
+    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
+        """``port`` changed what it reads (its upstream replica failed, fell behind, reconciles or
+        recovered; ``services.node.ports.Move`` says which switching rule applied)."""
 
     def on_control(self, msg: ControlMessage, now: float) -> None: ...
 

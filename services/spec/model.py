@@ -257,11 +257,23 @@ class Spec:
         return sorted(out)
 
     def node_delay_s(self, node: str) -> float:
-        """The delay SUnion of ``node`` may add before processing tentatively: alpha * X / k.
+        """How long SUnion of ``node`` waits before it processes tentatively.
 
-        Each output's X is split evenly across the k nodes of its longest path, as in the
-        paper, and a node serving several outputs takes the smallest share.
+        Under the "process" failure policy a node does not hold tentative input again, so of
+        the nodes on a path only the first to miss an input waits: each node may spend the
+        whole alpha * X (the paper's Process & Process delay is alpha * X plus processing).
+        Under "delay" every node on the path holds again, so each waits its ``node_hold_s``.
+        A node serving several outputs takes the smallest X.
         """
+        if self.dpc.failure_policy == "delay":
+            return self.node_hold_s(node)
+        xs = [self.streams[s].delay or self.dpc.delay for s in self.downstream_sinks(node)]
+        return self.dpc.alpha * min(xs, default=self.dpc.delay) / 1000.0
+
+    def node_hold_s(self, node: str) -> float:
+        """How long ``node`` holds a bucket when it delays new tuples (the "delay" policies), which
+        every node on a path does in turn: alpha * X / k, X split evenly over the k nodes of the
+        longest path to each output, as in the paper."""
         shares = [(self.streams[s].delay or self.dpc.delay) / self.path_nodes(s) for s in self.downstream_sinks(node)]
         return self.dpc.alpha * min(shares, default=self.dpc.delay) / 1000.0
 

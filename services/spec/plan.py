@@ -56,7 +56,8 @@ class NodePlan:
     outputs: tuple[OutputPlan, ...]
     operators: tuple[OperatorDef, ...]  # each after the operators feeding it
     fields: dict[str, list[str]]  # stream -> field names, for every stream the operators touch
-    delay_s: float  # SUnion's wait before going tentative: alpha * X / k
+    delay_s: float  # SUnion's wait before going tentative (``Spec.node_delay_s``)
+    hold_s: float  # SUnion's wait when it delays new tuples in a failure: alpha * X / k
     dpc: DpcConfig
     heartbeat_topic: str
     control_topic: str
@@ -111,6 +112,7 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         ops,
         {s: list(schema_fields(spec.streams[s].schema)) for s in sorted(touched)},
         _delay_s(spec, node, inputs),
+        spec.node_hold_s(node) + _lateness_s(inputs),
         spec.dpc,
         spec.heartbeat_topic,
         spec.control_topic,
@@ -124,5 +126,8 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
 def _delay_s(spec: Spec, node: str, inputs: list[InputPlan]) -> float:
     """SUnion's wait: the node's share of X, plus an ingress's lateness, which its input takes by
     design to reach a bucket's end (records may come that late); X counts from there on."""
-    lateness = max((i.ingress.lateness for i in inputs if i.ingress is not None), default=0)
-    return spec.node_delay_s(node) + lateness / 1000
+    return spec.node_delay_s(node) + _lateness_s(inputs)
+
+
+def _lateness_s(inputs: list[InputPlan]) -> float:
+    return max((i.ingress.lateness for i in inputs if i.ingress is not None), default=0) / 1000

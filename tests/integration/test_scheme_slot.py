@@ -18,7 +18,7 @@ from services.control.messages import ControlMessage
 from services.core.config import Settings
 from services.core.tuples import STABLE
 from services.node.loop import NodeService
-from services.node.ports import InputPort
+from services.node.ports import InputPort, Move
 from services.node.scheme import NodeRuntime
 from tests.integration.helpers import create_topics, read_stream, unique_spec
 
@@ -66,8 +66,8 @@ class RecordingScheme:
         if not idle:
             self.calls.append("after_batch")
 
-    def on_input_failure(self, port: InputPort, now: float) -> None:
-        self.calls.append("on_input_failure")
+    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
+        self.calls.append("on_input_move")
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         self.calls.append("on_control")
@@ -102,7 +102,7 @@ def test_loop_calls_the_scheme_at_its_fixed_points(kafka: Any, tmp_path: Path) -
     batches = [i for i, c in enumerate(calls) if c == "before_batch"]
     assert batches and all(calls[i + 1] == "after_batch" for i in batches), "each batch is taken in, then processed"
     assert "on_check" in calls[batches[-1] :], "periodic checks go on while the node runs"
-    assert "on_input_failure" not in calls, "a source stream has one topic: its port never moves"
+    assert "on_input_move" not in calls, "a source stream has one topic: its port never moves"
     assert scheme.seen == 50
     out = read_stream(spec, spec.sinks()[0], kafka.bootstrap, expect=50)
     assert [t.meta.id for t in out] == list(range(50)), "what the scheme queued was written, in order"

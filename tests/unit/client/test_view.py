@@ -34,7 +34,7 @@ def replay(events: list[ViewEvent]) -> tuple[list[Any], list[Any]]:
         elif e.kind == "tentative":
             tent.append(e)
         elif e.kind == "undo":
-            tent = [t for t in tent if t.id <= e.id]
+            tent = [t for t in tent if t.replica != e.replica or t.id <= e.id]
     return st_, [t.record for t in tent]
 
 
@@ -101,7 +101,7 @@ def test_duplicates_and_stale_control_tuples_after_a_switch_are_dropped() -> Non
     run(view, [stable(i) for i in range(5)] + [(T, 5, 50, "t5")])
     out: list[ViewEvent] = []
     view.switch(1, out)  # the held tentative will be corrected in the other replica
-    assert [(e.kind, e.id, e.replica) for e in out] == [("undo", 4, 1)]
+    assert [(e.kind, e.id, e.replica) for e in out] == [("undo", 4, 0)], "replica 0's tentative tuples are void"
     assert view.tentative == [] and view.replica == 1
     # The new replica's log right after stable 3: its own old reconciliation and duplicates.
     events = run(view, [(U, 2, 20, None), stable(3), stable(4), (R, 3, 30, None), (T, 4, 40, "old"), stable(5)])

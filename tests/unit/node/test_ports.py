@@ -9,7 +9,7 @@ from confluent_kafka import TopicPartition
 
 from services.core.errors import InputGapError
 from services.dpc.states import NodeState
-from services.node.ports import Inputs
+from services.node.ports import Inputs, Move
 from services.spec.plan import plan_node
 from tests.unit.dpc.fake_node import CHAIN, FakeMonitor
 
@@ -57,9 +57,9 @@ def test_after_a_switch_the_new_topic_is_where_it_was_assigned_until_read() -> N
     inputs.open(consumer, {port.topic: 10})  # type: ignore[arg-type]
 
     monitor = FakeMonitor({("n1", 0, 0): NodeState.FAILED})
-    port.move = lambda consumer, bootstrap, replica, offset=None: _move(port, replica, 77)  # type: ignore[method-assign]
+    port.move = lambda consumer, bootstrap, replica, offset=None, keep=False: _move(port, replica, 77)  # type: ignore[method-assign]
     moved = inputs.follow_best(monitor, "unused")  # type: ignore[arg-type]
-    assert moved == [port] and port.replica == 1
+    assert moved == [(port, Move.STABLE)] and port.replica == 1
     assert inputs.positions() == {port.topic: 77}
 
 

@@ -142,16 +142,23 @@ def test_not_yaml_and_missing_file() -> None:
 
 def test_delay_bound_is_split_across_the_longest_path_and_per_output() -> None:
     spec = parse_spec(BASE.replace("name: t", "name: t\ndpc: {delay: 4000, alpha: 0.5}"))
-    # w is reached through n1 then n2: each node gets half of X, SUnion waits alpha of that.
-    assert spec.node_delay_s("n1") == pytest.approx(0.5 * 4000 / 2 / 1000)
-    assert spec.node_delay_s("n2") == pytest.approx(1.0)
+    # Under "process" only the first node of a path to miss an input waits: each may spend alpha * X.
+    assert spec.node_delay_s("n1") == pytest.approx(0.5 * 4000 / 1000)
+    assert spec.node_delay_s("n2") == pytest.approx(2.0)
+    # A node that delays new tuples holds them in turn with every node of the path: w is reached
+    # through n1 then n2, so each holds alpha of half of X.
+    assert spec.node_hold_s("n1") == pytest.approx(0.5 * 4000 / 2 / 1000)
+    assert spec.node_hold_s("n2") == pytest.approx(1.0)
+    delay = parse_spec(BASE.replace("name: t", "name: t\ndpc: {delay: 4000, alpha: 0.5, failure_policy: delay}"))
+    assert delay.node_delay_s("n1") == pytest.approx(1.0), "under 'delay' every node of the path waits in turn"
     tight = parse_spec(
         BASE.replace(
             "w: {schema: window_stat, key: key, partitions: 2}",
             "w: {schema: window_stat, key: key, partitions: 2, delay: 1000}",
         )
     )
-    assert tight.node_delay_s("n1") == pytest.approx(0.9 * 1000 / 2 / 1000), "the output's own X wins"
+    assert tight.node_delay_s("n1") == pytest.approx(0.9 * 1000 / 1000), "the output's own X wins"
+    assert tight.node_hold_s("n1") == pytest.approx(0.9 * 1000 / 2 / 1000)
 
 
 def test_dpc_settings_are_checked_with_their_location() -> None:
