@@ -112,6 +112,7 @@ class PartitionView:
         self.gate = EpochGate()  # the writer epochs of the log read now
         self.fenced = 0  # messages of replaced writers dropped
         self.tmax: int | None = None  # highest t_max of the tentative tuples held
+        self.skip_upto: int | None = None  # after a switch keeping them: tentative tuples up to this t_max are held
         self.repeats = 0  # tentative tuples dropped because one with the same or a later t_max was held
         self.fresh: int | None = None  # the replica new tentative tuples come from while ``replica`` reconciles
         self.fresh_gate = EpochGate()
@@ -142,7 +143,7 @@ class PartitionView:
             first = min(e.id for e in gone if e.replica == r)
             self._void_after(min(first - 1, last) if last is not None else first - 1, out, r, stime)
         if only is None:
-            self.tmax = None
+            self.tmax = self.skip_upto = None
 
     def take(
         self,
@@ -242,7 +243,7 @@ class PartitionView:
             return  # not wanted, or from a reconciling replica while a fresh one supplies new tuples
         if not fresh and tid <= self.last_stable:
             return  # already replaced by stable tuples
-        if tmax is not None and self.tmax is not None and tmax <= self.tmax:
+        if tmax is not None and self.skip_upto is not None and tmax <= self.skip_upto:
             self.repeats += 1  # held already, from the replica read before a switch
             return
         mine = [e for e in self.tentative if e.replica == r]
@@ -251,7 +252,7 @@ class PartitionView:
         ok, rec = self._decode(payload)
         if not ok:
             return
-        if tmax is not None:
+        if tmax is not None and (self.tmax is None or tmax > self.tmax):
             self.tmax = tmax
         ev = ViewEvent("tentative", self.partition, tid, stime, rec, r, offset)
         self.tentative.append(ev)
@@ -262,12 +263,14 @@ class PartitionView:
         they are void; ``keep``: it is in a failure, and only its tentative tuples past them come."""
         if not keep:
             self._void(out)
+        self.skip_upto = self.tmax
         self.replica, self.fresh = replica, None
         self.gap = None
 
     def start_fresh(self, replica: int, gate: EpochGate) -> None:
         """``replica`` supplies new tentative tuples while the followed one reconciles (rule 4)."""
         self.fresh, self.fresh_gate = replica, gate
+        self.skip_upto = self.tmax
 
     def promote_fresh(self) -> None:
         """The reconciling replica failed: the fresh one is followed now, tentative tuples kept."""
@@ -279,7 +282,7 @@ class PartitionView:
         fresh, self.fresh = self.fresh, None
         if fresh is not None:
             self._void(out, only=fresh)
-        self.tmax = None
+        self.tmax = self.skip_upto = None
 
 
 class StreamView:

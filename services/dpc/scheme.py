@@ -215,7 +215,7 @@ class DpcScheme:
                     if t is STABLE and port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
                         # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
                         su.undo(i)
-                        port.tmax = None
+                        port.tmax = port.skip_upto = None
                     if tid <= port.last_stable:
                         if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
                             raise ContractError(
@@ -248,7 +248,7 @@ class DpcScheme:
                     # yet are its own: the UNDO voids those processed (kept), which it corrects.
                     su.undo(i, pending=port.fresh is None)
                     if port.fresh is None:
-                        port.tmax = None
+                        port.tmax = port.skip_upto = None
                     stats.undos_received += 1
                 elif t is REC_DONE and port.fresh is not None:
                     node.inputs.end_fresh(port)  # corrected: the followed replica's stable stream goes on
@@ -322,23 +322,24 @@ class DpcScheme:
         only past the t_max of the tentative tuples it holds (so none is received twice after a
         switch); counts the rest as skipped."""
         tm = tmax_of(m.headers())
-        held = port.tmax
+        skip = port.skip_upto
         if (
             (port.fresh is not None and not fresh)
             or (bound is not None and stime < bound)
             or (not fresh and tid <= port.last_stable)  # a replica behind this port: it has that stably
-            or (tm is not None and held is not None and tm <= held)
+            or (tm is not None and skip is not None and tm <= skip)
         ):
             stats = self.node.stats.skipped
             stats[STALE] = stats.get(STALE, 0) + 1
             return False
+        held = port.tmax
         port.tmax = max(tm if tm is not None else NO_TIME, held if held is not None else NO_TIME)
         return True
 
     def _replace_tentative(self, port: InputPort) -> None:
         """The port's stable stream replaces the tentative tuples it holds (rule 2)."""
         self.sunion.undo(port.index)
-        port.tmax = None
+        port.tmax = port.skip_upto = None
 
     def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
         """The port changed what it reads (``services.node.ports.Move``). Moving to a stable replica

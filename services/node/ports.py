@@ -68,6 +68,8 @@ class ReplicaReader:
     gaps: int = 0  # gaps seen
     gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the topic read now
     tmax: int | None = None  # highest t_max of the tentative tuples the reader holds (None: holds none)
+    # After a switch that kept them: the new replica's tentative tuples up to this t_max are held already.
+    skip_upto: int | None = None
     fresh: int | None = None  # rule 4: the replica new tentative tuples come from while ``replica`` reconciles
     fresh_gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the fresh replica's topic
 
@@ -153,8 +155,8 @@ class ReplicaReader:
         epoch = 0
         if offset is None:
             offset, epoch = self._seek(bootstrap, replica, keep)
-        if not keep:
-            self.tmax = None
+        self.tmax = self.tmax if keep else None
+        self.skip_upto = self.tmax
         self.gate = EpochGate(epoch)
         consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
@@ -175,6 +177,7 @@ class ReplicaReader:
         followed replica reconciles; returns the offset."""
         offset, epoch = self._seek(bootstrap, replica, keep=True)
         self.fresh, self.fresh_gate = replica, EpochGate(epoch)
+        self.skip_upto = self.tmax
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
         self.switches += 1
         return offset

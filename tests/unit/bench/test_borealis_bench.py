@@ -64,6 +64,9 @@ def test_chain_spec_splits_x_per_node_and_sets_the_policies(tmp_path) -> None:
     assert spec.dpc.delay == 9000 and spec.dpc.failure_policy == "delay" and spec.dpc.stabilization_policy == "delay"
     assert all(math.isclose(spec.node_delay_s(n), 2.7) for n in spec.nodes)
     assert all(spec.nodes[n].replicas == 2 for n in spec.nodes)
+    process = parse_spec(chain_spec(RunConfig(k=3, x_ms=3000, alpha=0.9), "abc"), "spec.yaml", tmp_path / "spec.yaml")
+    assert process.dpc.delay == 3000, "under process only the first node of a path waits: X end to end is one X"
+    assert all(math.isclose(process.node_delay_s(n), 2.7) for n in process.nodes), "every node waits the paper's αX"
 
 
 def test_progress_counts_planned_and_done_steps() -> None:
