@@ -344,9 +344,12 @@ class DpcScheme:
     def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
         """The port changed what it reads (``services.node.ports.Move``). Moving to a stable replica
         replaces its tentative tuples; moving to one in a failure keeps them (rule 3), as does
-        reading a fresh replica besides a reconciling one (rule 4) until that one is done."""
+        reading a fresh replica besides a reconciling one (rule 4) until that one is done, except
+        those not processed yet: the fresh replica sends them, or they are lost (never doubled)."""
         if move in (Move.STABLE, Move.GAP, Move.END_FRESH):
             self._replace_tentative(port)
+        elif move is Move.FRESH:  # the reconciling replica's tuples not processed yet are void
+            self.sunion.undo(port.index, kept=False)
         if move is not Move.END_FRESH:
             self.node.stats.switches += 1
 

@@ -212,14 +212,15 @@ class SUnion:
                 return False
         return True
 
-    def undo(self, port: int, pending: bool = True) -> None:
+    def undo(self, port: int, pending: bool = True, kept: bool = True) -> None:
         """Input ``port`` undid its tentative tuples (UNDO, or a switch to another replica):
         drop them; stable corrections follow. Stable tuples are never undone.
 
-        ``pending=False`` drops only those in kept buckets, already processed: an UNDO from a
-        replica read for its corrections while another supplies new tentative tuples (those
-        not processed yet are the other replica's)."""
-        for buckets in (self.pending, self.kept) if pending else (self.kept,):
+        A replica read for its corrections while another supplies new tentative tuples
+        undoes in two steps: those not processed yet go when the other replica takes over
+        (``kept=False``), those processed (kept) with its UNDO (``pending=False``), when the
+        ones not processed yet are the other replica's."""
+        for buckets in (self.pending,) * pending + (self.kept,) * kept:
             for b in buckets.values():
                 b.tuples = [t for t in b.tuples if t.port != port or t.type is STABLE]
         self._count_kept()

@@ -198,3 +198,47 @@ def test_a_view_ignores_what_a_replaced_writer_writes_after_its_successor_appear
     assert view.stable == [{"i": i} for i in range(6)]
     assert view.tentative == [] and view.fenced == 3
     assert [e.kind for e in out] == ["stable"] * 3 + ["tentative", "undo"] + ["stable"] * 3
+
+
+def tentative(view: PartitionView, replica: int, ids: range, first: int, fresh: bool = False) -> list[ViewEvent]:
+    """Tentative tuples of ``replica`` with t_max (and stime) ``first``, ``first + 1``, ..."""
+    out: list[ViewEvent] = []
+    for k, i in enumerate(ids):
+        view.apply(T, i, first + k, f"r{replica}@{first + k}", out, replica, -1, first + k, fresh)
+    return out
+
+
+def test_a_switch_to_a_replica_in_failure_keeps_the_tentative_tuples_and_takes_only_newer_ones() -> None:
+    view = PartitionView(0)
+    run(view, [stable(i) for i in range(3)])
+    tentative(view, 0, range(3, 6), 100)
+    out: list[ViewEvent] = []
+    view.switch(1, out, keep=True)  # rule 3: replica 1 is in UPSTREAM_FAILURE too
+    assert out == [] and len(view.tentative) == 3
+    got = tentative(view, 1, range(3, 8), 100)  # it processed the same input: 100..102 are held already
+    assert [e.record for e in got] == ["r1@103", "r1@104"]
+    assert view.repeats == 3
+    assert [e.record for e in view.tentative] == ["r0@100", "r0@101", "r0@102", "r1@103", "r1@104"]
+    # Its reconciliation voids all of them, whichever replica they came from.
+    events = run(view, [(U, 2, 0, None), stable(3)])
+    assert replay(got + events)[1] == [] and view.tentative == []
+
+
+def test_corrections_from_a_reconciling_replica_and_new_tuples_from_a_fresh_one() -> None:
+    view = PartitionView(0)
+    events = run(view, [stable(i) for i in range(3)])
+    events += tentative(view, 0, range(3, 6), 100)
+    view.start_fresh(1, view.gate)  # rule 4: replica 0 reconciles, replica 1 still in UPSTREAM_FAILURE
+    out: list[ViewEvent] = []
+    view.apply(U, 2, 0, None, out, 0)  # replica 0's UNDO voids its own tentative tuples only
+    events += out
+    events += tentative(view, 1, range(3, 9), 100, fresh=True)  # new: 103..105
+    events += tentative(view, 0, range(3, 4), 200)  # the reconciling replica's are not taken meanwhile
+    events += run(view, [stable(3), stable(4)])  # its corrections
+    assert [e.record for e in view.tentative] == ["r1@103", "r1@104", "r1@105"]
+    assert replay(events) == ([{"i": i} for i in range(5)], ["r1@103", "r1@104", "r1@105"])
+    out = []
+    view.apply(R, 4, 0, None, out, 0)  # corrected: replica 0's stable stream replaces the fresh ones
+    events += out
+    assert view.fresh is None and view.tentative == []
+    assert replay(events) == ([{"i": i} for i in range(5)], [])

@@ -15,7 +15,7 @@ from typing import Any
 from services.control.messages import ControlMessage
 from services.core.codec import codec_for
 from services.core.config import Settings
-from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, make_headers, read_headers
+from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, make_headers, read_headers, with_tmax
 from services.dpc.policies import Reconciliation
 from services.dpc.scheme import DpcScheme
 from services.dpc.states import NodeState
@@ -146,6 +146,12 @@ class FakeConsumer:
 
         return [TopicPartition(t, 0, off) for t, off in self.read.items()]
 
+    def incremental_assign(self, tps: list) -> None:
+        pass
+
+    def incremental_unassign(self, tps: list) -> None:
+        pass
+
 
 class FakeMonitor:
     """Replica states (STABLE unless set; the coordinator FAILED) and output boundaries the test sets."""
@@ -216,14 +222,26 @@ class FakeNode:
         self.outputs.deadletter_tuple(self.plan.deadletter_topic, where, item, reason, "fake")
 
     # -- driving it --------------------------------------------------------------------
-    def message(self, stream: str, ttype: TupleType, tid: int, stime: int, rec: dict | None = None) -> FakeMessage:
-        """One message on the topic the input port of ``stream`` reads now."""
+    def message(
+        self,
+        stream: str,
+        ttype: TupleType,
+        tid: int,
+        stime: int,
+        rec: dict | None = None,
+        replica: int | None = None,
+        tmax: int | None = None,
+    ) -> FakeMessage:
+        """One message on the topic the input port of ``stream`` reads now (or on upstream replica
+        ``replica``'s topic), a tentative one carrying ``tmax``."""
         port = next(p for p in self.inputs.ports if p.stream == stream)
+        topic = port.topic if replica is None else port.topics[replica]
         value = codec_for(self.spec.streams[stream].schema).encode(rec) if rec is not None else None
-        off = self.offsets[port.topic]
-        self.offsets[port.topic] += 1
-        msg = FakeMessage(port.topic, value, make_headers(ttype, tid, stime), off, self.partition)
-        self.log[port.topic].append(msg)
+        off = self.offsets[topic]
+        self.offsets[topic] += 1
+        headers = make_headers(ttype, tid, stime)
+        msg = FakeMessage(topic, value, headers if tmax is None else with_tmax(headers, tmax), off, self.partition)
+        self.log[topic].append(msg)
         return msg
 
     def raw(self, stream: str, value: bytes | None, headers: list | None = None, timestamp: int = 0) -> FakeMessage:

@@ -98,3 +98,26 @@ def test_a_recovering_replica_ranks_below_one_producing_tentative_results() -> N
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     monitor = FakeMonitor({("n1", 0, 0): NodeState.RECOVERING, ("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
     assert port.better_replica(monitor) == 1  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("now", "fresh", "states", "want"),
+    [
+        (0, None, ("STABLE", "STABLE"), None),
+        (0, None, ("FAILED", "STABLE"), (Move.STABLE, 1)),  # rules 1 and 2
+        (0, None, ("FAILED", "UPSTREAM_FAILURE"), (Move.TENTATIVE, 1)),  # rule 3
+        (0, None, ("UPSTREAM_FAILURE", "STABLE"), (Move.STABLE, 1)),
+        (0, None, ("STABILIZATION", "UPSTREAM_FAILURE"), (Move.FRESH, 1)),  # rule 4
+        (0, None, ("STABILIZATION", "STABLE"), (Move.STABLE, 1)),
+        (0, 1, ("STABILIZATION", "UPSTREAM_FAILURE"), None),  # corrections from 0, new tuples from 1
+        (0, 1, ("FAILED", "UPSTREAM_FAILURE"), (Move.PROMOTE, 1)),
+        (0, 1, ("STABLE", "UPSTREAM_FAILURE"), (Move.END_FRESH, 1)),  # reconciled
+        (0, 1, ("STABILIZATION", "STABLE"), (Move.END_FRESH, 1)),  # then rule 2 to the stable one
+        (0, 1, ("STABILIZATION", "STABILIZATION"), (Move.END_FRESH, 1)),
+    ],
+)
+def test_the_switching_rules(now: int, fresh: int | None, states: tuple[str, str], want: tuple | None) -> None:
+    port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
+    port.replica, port.fresh = now, fresh
+    monitor = FakeMonitor({("n1", 0, r): NodeState[s] for r, s in enumerate(states)})
+    assert port.next_move(monitor) == want  # type: ignore[arg-type]
