@@ -2,9 +2,9 @@
 while a source is down: new results still within X, tentative then corrected, and every replica
 ends with the failure-free output of the same cluster.
 
-X is the one docs/dpc.md ("The delay budget across a broker failure") gives for a 3-node chain
-that must cover a broker failure: X >= failure_timeout + F + alpha x X / k with F = 4 s, so
-X = 7.5 s. The default X = 3 s covers node and source failures only: runs of this schedule
+X is the one docs/dpc.md ("The delay budget across a broker failure") gives for a chain that
+must cover a broker failure: X >= failure_timeout + F + alpha x X (a node's wait under "process")
+with F = 4 s, so X = 7.5 s with the chain's alpha 0.3. The default X = 3 s covers node and source failures only: runs of this schedule
 with it saw new results 4.5 to 9.5 s late before the fail-over settings (FAILOVER_PROPS), and
 2.8 to 3.3 s late in three runs after them, each ending with the failure-free output; the
 budget does not promise that."""
@@ -30,7 +30,7 @@ def failure_free3(kafka3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.mark.timeout(900)
 def test_broker_killed_during_a_source_failure(kafka3: KafkaCluster, tmp_path: Path, failure_free3: Run) -> None:
-    """s2 down 2..6 s (longer than a node's share, 0.9 x 7.5 / 3 = 2.25 s); at 3 s the broker leading most
+    """s2 down 2..6 s (longer than a node's wait, 0.3 x 7.5 = 2.25 s); at 3 s the broker leading most
     of the chain's partitions is killed (kill -9), and started again at 9 s."""
     schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(kafka3, 3.0, 6.0)
     try:
