@@ -92,7 +92,7 @@ from services.core.config import Settings
 from services.core.errors import HeaderError
 from services.core.kafka import BatchConsumer, BatchProducer, plain_consumer
 from services.core.paths import REPO_ROOT
-from services.core.tuples import RawHeaders, TupleType, read_headers
+from services.core.tuples import NO_TIME, RawHeaders, TupleType, read_headers
 from services.deploy import processes
 from services.deploy.local import topic_specs
 from services.dpc.sunion import STuple, SUnion
@@ -295,8 +295,10 @@ class PassThroughUnion(SUnion):
         super().__init__(inputs, bucket_ms, delay_s)
         self._ready: list[STuple] = []
 
-    def push(self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float) -> None:
-        self._ready.append(STuple(ttype, port, tid, stime, rec))
+    def push(
+        self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float, tmax: int = NO_TIME
+    ) -> None:
+        self._ready.append(STuple(ttype, port, tid, stime, rec, tmax))
 
     def poll(self, now: float) -> list[STuple]:
         out, self._ready = self._ready, []

@@ -374,7 +374,7 @@ class StreamView:
         reader.tmax = v.tmax
         if move is Move.FRESH:
             reader.last_stable = v.last_stable
-            offset = reader.start_fresh(self.consumer, self.bootstrap, replica)
+            offset = reader.start_fresh(self.consumer, self.bootstrap, replica, v.tmax)
             v.start_fresh(replica, reader.fresh_gate)
         elif move is Move.PROMOTE:
             reader.promote_fresh(self.consumer)

@@ -210,12 +210,15 @@ class DpcScheme:
                 i = port.index
                 if t is STABLE or t is TENTATIVE:
                     bound = bounds[i]
-                    if t is TENTATIVE and not self._new_tentative(port, fresh, tid, stime, bound, m):
-                        continue
+                    tm = NO_TIME
+                    if t is TENTATIVE:
+                        news = self._new_tentative(port, fresh, tid, stime, bound, m)
+                        if news is None:
+                            continue
+                        tm = news
                     if t is STABLE and port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
                         # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
-                        su.undo(i)
-                        port.tmax = port.skip_upto = None
+                        self._replace_tentative(port)
                     if tid <= port.last_stable:
                         if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
                             raise ContractError(
@@ -234,7 +237,7 @@ class DpcScheme:
                     if bound is not None and stime < bound:
                         raise ValueError(f"stime {stime} is below the input's boundary {bound}")
                     rec = port.decode(m.value())
-                    su.push(i, t, tid, stime, rec, now)
+                    su.push(i, t, tid, stime, rec, now, tm)
                     if t is STABLE:
                         port.last_stable = tid
                         if carried is not None:  # a BOUNDARY rode on the tuple
@@ -247,6 +250,7 @@ class DpcScheme:
                     # While a fresh replica supplies new tuples, the tentative tuples not processed
                     # yet are its own: the UNDO voids those processed (kept), which it corrects.
                     su.undo(i, pending=port.fresh is None)
+                    port.processed_tmax = None
                     if port.fresh is None:
                         port.tmax = port.skip_upto = None
                     stats.undos_received += 1
@@ -316,11 +320,13 @@ class DpcScheme:
         removed the tuples before it before this node existed. At offset 0 ids start at 0."""
         return port.upstream is None and port.last_stable < 0 and (m.offset() or 0) > 0
 
-    def _new_tentative(self, port: InputPort, fresh: bool, tid: int, stime: int, bound: int | None, m: Message) -> bool:
-        """Whether a tentative tuple is news to ``port``: not while the followed replica reconciles
-        (new tuples then come from the fresh one), not what the port already has stably, and
-        only past the t_max of the tentative tuples it holds (so none is received twice after a
-        switch); counts the rest as skipped."""
+    def _new_tentative(
+        self, port: InputPort, fresh: bool, tid: int, stime: int, bound: int | None, m: Message
+    ) -> int | None:
+        """A tentative tuple's t_max (NO_TIME if it has none) if it is news to ``port``, else None:
+        not while the followed replica reconciles (new tuples then come from the fresh one), not
+        what the port already has stably, and only past the t_max of the tentative tuples it
+        held at a switch (so none is received twice); counts the rest as skipped."""
         tm = tmax_of(m.headers())
         skip = port.skip_upto
         if (
@@ -331,15 +337,15 @@ class DpcScheme:
         ):
             stats = self.node.stats.skipped
             stats[STALE] = stats.get(STALE, 0) + 1
-            return False
-        held = port.tmax
-        port.tmax = max(tm if tm is not None else NO_TIME, held if held is not None else NO_TIME)
-        return True
+            return None
+        tm = NO_TIME if tm is None else tm
+        port.tmax = tm if port.tmax is None else max(port.tmax, tm)
+        return tm
 
     def _replace_tentative(self, port: InputPort) -> None:
         """The port's stable stream replaces the tentative tuples it holds (rule 2)."""
         self.sunion.undo(port.index)
-        port.tmax = port.skip_upto = None
+        port.tmax = port.skip_upto = port.processed_tmax = None
 
     def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
         """The port changed what it reads (``services.node.ports.Move``). Moving to a stable replica
@@ -368,8 +374,10 @@ class DpcScheme:
         comes out before the bucket's tuples whether or not the previous bucket came in the
         same poll: the output order depends on the input alone, on every replica and in redo.
         """
-        if label is TENTATIVE and not self.failed:
-            self._enter_failure()
+        if label is TENTATIVE:
+            if not self.failed:
+                self._enter_failure()
+            self._note_processed(tuples)
         self._advance_operators(k * self.dpc.bucket, label)
         i, n, entries = 0, len(tuples), self.entries
         while i < n:
@@ -384,6 +392,15 @@ class DpcScheme:
             self.t_in = tuples[j - 1].stime
             self._collect(label)
             i = j
+
+    def _note_processed(self, tuples: list[STuple]) -> None:
+        """Each port's highest t_max processed: what a fresh replica need not send again (rule 4)."""
+        ports = self.node.inputs.ports
+        for t in tuples:
+            if t.tmax != NO_TIME:
+                p = ports[t.port]
+                if p.processed_tmax is None or t.tmax > p.processed_tmax:
+                    p.processed_tmax = t.tmax
 
     def _advance_operators(self, t: int, label: TupleType) -> None:
         if self.op_time is None or t > self.op_time:

@@ -41,19 +41,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from services.core.tuples import STABLE, TENTATIVE, TupleType
+from services.core.tuples import NO_TIME, STABLE, TENTATIVE, TupleType
 from services.dpc.policies import FAILURE_POLICIES, Policy
 
 
 @dataclass(slots=True)
 class STuple:
-    """One serialized tuple: its type, which input it came from, its id there, time and record."""
+    """One serialized tuple: its type, which input it came from, its id there, time and record;
+    a tentative one also its t_max (``ht.tmax``)."""
 
     type: TupleType
     port: int
     id: int
     stime: int
     rec: Any
+    tmax: int = NO_TIME
 
     def order(self) -> tuple[int, int, int]:
         return (self.stime, self.port, self.id)
@@ -164,9 +166,11 @@ class SUnion:
             b.tuples = [t for t in b.tuples if t.type is STABLE]
 
     # -- input ----------------------------------------------------------------
-    def push(self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float) -> None:
-        """A data tuple (STABLE or TENTATIVE) from input ``port``."""
-        t = STuple(ttype, port, tid, stime, rec)
+    def push(
+        self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float, tmax: int = NO_TIME
+    ) -> None:
+        """A data tuple (STABLE or TENTATIVE, with its t_max) from input ``port``."""
+        t = STuple(ttype, port, tid, stime, rec, tmax)
         if ttype is TENTATIVE:  # tentative input sends no boundaries: its tuple times are its progress
             self._progressed(port, stime, now)
         promised = self.boundaries[port]
@@ -257,7 +261,7 @@ class SUnion:
             else:
                 break
             b.tuples.sort(key=STuple.order)
-            yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec) for t in b.tuples]
+            yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax) for t in b.tuples]
             del self.pending[k]
             if label is TENTATIVE and self.spilled_from is None:
                 self.kept[k] = b  # the caller got copies, so later corrections only change b
@@ -371,7 +375,10 @@ class SUnion:
         return (
             k,
             label,
-            [STuple(label, t.port, t.id, t.stime, t.rec) for t in sorted(self.kept[k].tuples, key=STuple.order)],
+            [
+                STuple(label, t.port, t.id, t.stime, t.rec, t.tmax)
+                for t in sorted(self.kept[k].tuples, key=STuple.order)
+            ],
         )
 
     def redo(self) -> list[STuple]:

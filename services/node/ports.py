@@ -172,12 +172,12 @@ class ReplicaReader:
             return seek_after_tentative(bootstrap, topic, self.partition, self.last_stable, self.tmax)
         return seek_after_stable(bootstrap, topic, self.partition, self.last_stable)
 
-    def start_fresh(self, consumer: Consumer, bootstrap: str, replica: int) -> int:
-        """Rule 4: read ``replica``'s new tentative tuples too (after the t_max the reader has) while the
-        followed replica reconciles; returns the offset."""
+    def start_fresh(self, consumer: Consumer, bootstrap: str, replica: int, skip: int | None) -> int:
+        """Rule 4: read ``replica``'s new tentative tuples too, those with a t_max above ``skip`` (what
+        the reader has of them), while the followed replica reconciles; returns the offset."""
+        self.tmax = self.skip_upto = skip
         offset, epoch = self._seek(bootstrap, replica, keep=True)
         self.fresh, self.fresh_gate = replica, EpochGate(epoch)
-        self.skip_upto = self.tmax
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
         self.switches += 1
         return offset
@@ -203,6 +203,9 @@ class InputPort(ReplicaReader):
     index: int = field(kw_only=True)  # its SUnion input number
     decode: Callable[[bytes | None], Any] = field(kw_only=True)  # the stream's Avro decoder
     raw: RawReader | None = field(default=None, kw_only=True)  # an ingress's raw topic: ids are offsets
+    # The highest t_max of its tentative tuples the node has processed (its scheme keeps it): when a
+    # fresh replica takes over (rule 4), the node drops the rest and reads them from the fresh one.
+    processed_tmax: int | None = field(default=None, kw_only=True)
 
     def move(
         self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None, keep: bool = False
@@ -299,8 +302,8 @@ class Inputs:
             kind, r = step
             old, fresh = p.topic, p.fresh_topic
             off = -1
-            if kind is Move.FRESH:
-                off = self.assigned[p.topics[r]] = p.start_fresh(self.consumer.raw, bootstrap, r)
+            if kind is Move.FRESH:  # what the node has not processed yet of the reconciling replica's, it drops
+                off = self.assigned[p.topics[r]] = p.start_fresh(self.consumer.raw, bootstrap, r, p.processed_tmax)
             elif kind is Move.END_FRESH:
                 p.end_fresh(self.consumer.raw)
             elif kind is Move.PROMOTE:
