@@ -246,9 +246,10 @@ class PartitionView:
         if tmax is not None and self.skip_upto is not None and tmax <= self.skip_upto:
             self.repeats += 1  # held already, from the replica read before a switch
             return
-        mine = [e for e in self.tentative if e.replica == r]
-        if tmax is None and mine and tid <= mine[-1].id:
-            self._void_after(tid - 1, out, r, stime)  # the writer restarted its tentative run
+        if tmax is None:  # a writer without t_max that restarted its tentative run: the overlap is void
+            mine = [e for e in self.tentative if e.replica == r]
+            if mine and tid <= mine[-1].id:
+                self._void_after(tid - 1, out, r, stime)
         ok, rec = self._decode(payload)
         if not ok:
             return

@@ -351,7 +351,7 @@ class DpcScheme:
         """The port changed what it reads (``services.node.ports.Move``). Moving to a stable replica
         replaces its tentative tuples; moving to one in a failure keeps them (rule 3), as does
         reading a fresh replica besides a reconciling one (rule 4) until that one is done, except
-        those not processed yet: the fresh replica sends them, or they are lost (never doubled)."""
+        those not processed yet: the fresh replica sends them again."""
         if move in (Move.STABLE, Move.GAP, Move.END_FRESH):
             self._replace_tentative(port)
         elif move is Move.FRESH:  # the reconciling replica's tuples not processed yet are void

@@ -213,6 +213,8 @@ class InputPort(ReplicaReader):
         """As ``ReplicaReader.move``; a raw topic's tuple ids are offsets, so it goes on right after."""
         if self.raw is not None and offset is None:
             offset = self.last_stable + 1 if self.last_stable >= 0 else OFFSET_BEGINNING
+        if not keep:
+            self.processed_tmax = None
         return super().move(consumer, bootstrap, replica, offset, keep)
 
 
