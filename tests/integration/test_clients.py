@@ -242,7 +242,8 @@ def test_view_switches_to_the_other_replica_after_the_last_stable_id(kafka, spec
             assert view.stable(p) == [rec(p, i) for i in range(n)]  # no gap, no duplicate
             assert view.tentative(p) == [] and view.views[p].gaps == 0
             mine = [e for e in events if e.partition == p]
-            assert [(e.kind, e.id, e.replica) for e in mine if e.kind == "undo"] == [("undo", k - 1, 1)]
+            # r1 is stable: r0's tentative tuples are void (the undo names the replica they came from).
+            assert [(e.kind, e.id, e.replica) for e in mine if e.kind == "undo"] == [("undo", k - 1, 0)]
             assert [e.replica for e in mine if e.kind == "stable"] == [0] * k + [1] * (n - k)
         assert sorted((p, old, new) for p, old, new, _ in view.switches) == [(0, 0, 1), (1, 0, 1)]
         assert all(off == k for *_, off in view.switches)  # right after stable k-1 in r1's log
