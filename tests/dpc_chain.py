@@ -131,7 +131,8 @@ DEFAULT = Shape()
 TWO_PARTITIONS = Shape(partitions=2, sensors=8)
 # A Spark node adds its flush interval and a Spark job (~0.2 s idle, seconds on this 2-core host running
 # two Spark replicas, ten services and the broker) to every result: X covers it.
-SPARK = Shape(spark=True, delay=6000)
+# Its node wait is alpha x X = 1.35 s; the rest of X covers a Spark node's flush and jobs along the path.
+SPARK = Shape(spark=True, delay=6000, alpha=0.225)
 
 
 def chain_text(shape: Shape, reconciliation: str) -> str:

@@ -434,11 +434,14 @@ class DpcScheme:
         if not node.pipeline.holders:
             return  # every operator emits at once
         node.pipeline.flush(node.tick)
-        self._collect(TENTATIVE if self.failed else STABLE)
+        # When a result is flushed depends on the replica's timing, so its t_max is its own tuple
+        # time (a window's end), which every replica gives it, not the input read by then.
+        self._collect(TENTATIVE if self.failed else STABLE, own_tmax=True)
         self._boundary()
 
-    def _collect(self, label: TupleType) -> None:
+    def _collect(self, label: TupleType, own_tmax: bool = False) -> None:
         """Number the operators' results and queue them; dead-letter the tuples they rejected.
+        Tentative results carry the t_max of the input processed so far (``own_tmax``: their own time).
 
         Only stable processing rejects for good (the same tuples on every replica); a
         tentative rejection is redone, and rejected again if need be, on the stable input.
@@ -453,7 +456,11 @@ class DpcScheme:
             if stable:
                 so.stable(encoded, queue(s))
             else:
-                so.tentative(encoded, queue(s), self.t_in)
+                if own_tmax:
+                    for one in encoded:
+                        so.tentative([one], queue(s), one[1])
+                else:
+                    so.tentative(encoded, queue(s), self.t_in)
                 node.stats.tentative += len(encoded)
         if pipeline.rejected:
             if stable:
