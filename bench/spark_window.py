@@ -50,6 +50,7 @@ from bench.throughput import (
     console,
     out,
     progress_bars,
+    window_spec,
 )
 from services.client.source import SourceWriter, pump, readings
 from services.core.admin import TopicSpec
@@ -63,26 +64,9 @@ PLOT = REPO_ROOT / "docs" / "spark_window.png"
 ENGINES = ("python", "spark")
 
 
-def window_spec(name: str, source: str, engine: str, size: int, slide: int) -> str:
+def spark_bench_spec(name: str, source: str, engine: str, size: int, slide: int) -> str:
     # A large X: a slow engine working through the pre-loaded backlog must not time out into tentative output.
-    return f"""
-name: {name}
-dpc: {{delay: 600000}}
-streams:
-  {source}: {{schema: reading, key: sensor, partitions: 1, topic: {source}}}
-  {name}_out: {{schema: window_stat, key: key, partitions: 1}}
-operators:
-  per_sensor:
-    type: window
-    input: {source}
-    output: {name}_out
-    key: sensor
-    size: {size}
-    slide: {slide}
-    aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
-nodes:
-  stats: {{operators: [per_sensor], engine: {engine}}}
-"""
+    return window_spec(name, source, "dpc: {delay: 600000}\n", size, slide, engine)
 
 
 class SparkBench:
@@ -93,7 +77,7 @@ class SparkBench:
 
     def _job(self, engine: str, tag: str, source: str, stop_after: int) -> tuple[Job, Spec]:
         a = self.args
-        text = window_spec(tag, source, engine, a.size, a.slide)
+        text = spark_bench_spec(tag, source, engine, a.size, a.slide)
         spec = parse_spec(text, source=f"<bench {tag}>")
         job = Job("node", self.bootstrap, source, spec.topic(f"{tag}_out", 0), "", stop_after, 30, text, "stats")
         self.base._provision(topic_specs(spec, 1, TOPIC_CONFIG))

@@ -148,9 +148,18 @@ nodes:
 
 
 def _window_spec(name: str, source: str, bucket_ms: int | None = None) -> str:
+    return window_spec(name, source, _dpc_section(bucket_ms))
+
+
+def window_spec(
+    name: str, source: str, dpc: str = "", size: int = WINDOW_SIZE_MS, slide: int = WINDOW_SLIDE_MS, engine: str = ""
+) -> str:
+    """The benches' sliding window per sensor over one pre-loaded input; ``dpc``: the spec's dpc
+    section (a line), ``engine``: the node's, if not the default."""
+    node = f"{{operators: [per_sensor], engine: {engine}}}" if engine else "{operators: [per_sensor]}"
     return f"""
 name: {name}
-{_dpc_section(bucket_ms)}streams:
+{dpc}streams:
   {source}: {{schema: reading, key: sensor, partitions: 1, topic: {source}}}  # the one pre-loaded input
   {name}_out: {{schema: window_stat, key: key, partitions: 1}}
 operators:
@@ -159,11 +168,11 @@ operators:
     input: {source}
     output: {name}_out
     key: sensor
-    size: {WINDOW_SIZE_MS}
-    slide: {WINDOW_SLIDE_MS}
+    size: {size}
+    slide: {slide}
     aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
 nodes:
-  stats: {{operators: [per_sensor]}}
+  stats: {node}
 """
 
 

@@ -196,9 +196,8 @@ class PartitionView:
             ok, rec = self._decode(payload)
             if not ok:
                 return
-            if (
-                self.tentative and self.fresh is None
-            ):  # a stable tuple without an UNDO first: the tentative suffix is stale
+            # A stable tuple without an UNDO first: the tentative suffix is stale.
+            if self.tentative and self.fresh is None:
                 self._void(out, stime, last=self.last_stable)
             self.last_stable, self.started = tid, True
             if self.keep_stable:

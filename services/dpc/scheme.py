@@ -247,12 +247,11 @@ class DpcScheme:
                 elif fresh:
                     continue  # from the fresh replica only its new tuples count
                 elif t is UNDO:
-                    # While a fresh replica supplies new tuples, the tentative tuples not processed
-                    # yet are its own: the UNDO voids those processed (kept), which it corrects.
-                    su.undo(i, pending=port.fresh is None)
-                    port.processed_tmax = None
                     if port.fresh is None:
-                        port.tmax = port.skip_upto = None
+                        self._replace_tentative(port)
+                    else:  # the tuples not processed yet are the fresh replica's: it voids those processed
+                        su.undo(i, pending=False)
+                        port.processed_tmax = None
                     stats.undos_received += 1
                 elif t is REC_DONE and port.fresh is not None:
                     node.inputs.end_fresh(port)  # corrected: the followed replica's stable stream goes on

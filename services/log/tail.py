@@ -136,19 +136,22 @@ def seek_after_tentative(
 
     Right after the newest tentative tuple with a t_max at or below ``tmax``: the reader then
     gets only tentative tuples beyond those it has. Never past a stable tuple it lacks,
-    though: if the topic holds stable ids above ``last_stable``, from right after
-    ``last_stable`` (``seek_after_stable``). The scan costs the distance from the tail.
+    though: if the topic holds stable ids above ``last_stable``, where ``seek_after_stable``
+    goes, found in the same scan. The scan costs the distance from the tail.
     """
+    lacking = False  # a stable tuple the reader lacks comes later in the topic
     for off, (t, tid, epoch, carries, tm) in _live_backward(bootstrap, topic, partition, chunk):
         if tid is None:
             continue
-        if t is STABLE and tid > last_stable:
-            break  # stable tuples the reader lacks: from after its last one
-        if t in (STABLE, UNDO) and tid <= last_stable:  # nothing tentative it has: as seek_after_stable
+        if t in (STABLE, UNDO) and tid <= last_stable:
             return (off if carries and tid == last_stable and t is STABLE else off + 1), epoch
-        if t is TENTATIVE and tm is not None and tm <= tmax:
+        if t is STABLE:
+            if last_stable < 0:
+                break  # everything from the start
+            lacking = True
+        elif t is TENTATIVE and not lacking and tm is not None and tm <= tmax:
             return off + 1, epoch
-    return seek_after_stable(bootstrap, topic, partition, last_stable, chunk)
+    return first_offset(bootstrap, topic, partition), 0
 
 
 def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:

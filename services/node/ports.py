@@ -87,11 +87,6 @@ class ReplicaReader:
             return [NodeState.STABLE] * len(self.topics)
         return monitor.states(self.upstream, self.partition, len(self.topics))
 
-    def better_replica(self, monitor: ReplicaMonitor | None) -> int | None:
-        """The replica to follow now, or None to stay."""
-        step = self.next_move(monitor)
-        return None if step is None or step[0] in (Move.FRESH, Move.END_FRESH, Move.GAP) else step[1]
-
     def next_move(self, monitor: ReplicaMonitor | None) -> tuple[Move, int] | None:
         """What to do now about the upstream replicas (``Move`` and a replica), or None to go on as is."""
         if self.gap is not None:

@@ -87,17 +87,17 @@ def test_a_port_leaves_a_replica_whose_output_lags_its_partners_by_more_than_the
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     monitor = FakeMonitor()
     monitor.bounds = {("n1", 0, 0): 10_000, ("n1", 0, 1): 10_900}
-    assert port.better_replica(monitor) is None, "a partner a little ahead is no reason to move"  # type: ignore[arg-type]
+    assert port.next_move(monitor) is None, "a partner a little ahead is no reason to move"  # type: ignore[arg-type]
     monitor.bounds[("n1", 0, 1)] = 11_100  # replica 0 is now 1.1 s of stream time behind, over the 1 s timeout
-    assert port.better_replica(monitor) == 1  # type: ignore[arg-type]
+    assert port.next_move(monitor) == (Move.STABLE, 1)  # type: ignore[arg-type]
     monitor.known[("n1", 0, 1)] = NodeState.UPSTREAM_FAILURE
-    assert port.better_replica(monitor) is None, "the state ranks first: a stable replica beats a faster tentative one"  # type: ignore[arg-type]
+    assert port.next_move(monitor) is None, "the state ranks first: a stable replica beats a faster tentative one"  # type: ignore[arg-type]
 
 
 def test_a_recovering_replica_ranks_below_one_producing_tentative_results() -> None:
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     monitor = FakeMonitor({("n1", 0, 0): NodeState.RECOVERING, ("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
-    assert port.better_replica(monitor) == 1  # type: ignore[arg-type]
+    assert port.next_move(monitor) == (Move.TENTATIVE, 1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
