@@ -136,22 +136,26 @@ def seek_after_tentative(
 
     Right after the newest tentative tuple with a t_max at or below ``tmax``: the reader then
     gets only tentative tuples beyond those it has. Never past a stable tuple it lacks,
-    though: if the topic holds stable ids above ``last_stable``, where ``seek_after_stable``
-    goes, found in the same scan. The scan costs the distance from the tail.
+    though: if the topic holds stable ids above ``last_stable`` (older than that tentative
+    tuple, since tentative ids follow the stable ones), where ``seek_after_stable`` goes. The
+    newest STABLE or UNDO tuple decides, so the scan reads the topic's tentative suffix.
     """
-    lacking = False  # a stable tuple the reader lacks comes later in the topic
+    found: tuple[int, int] | None = None  # right after the newest tentative tuple the reader has
+    lacking = False  # the topic holds stable tuples the reader lacks
     for off, (t, tid, epoch, carries, tm) in _live_backward(bootstrap, topic, partition, chunk):
         if tid is None:
             continue
-        if t in (STABLE, UNDO) and tid <= last_stable:
-            return (off if carries and tid == last_stable and t is STABLE else off + 1), epoch
-        if t is STABLE:
+        if t is STABLE or t is UNDO:
+            if tid <= last_stable:
+                if found is not None:
+                    return found
+                return (off if carries and tid == last_stable and t is STABLE else off + 1), epoch
+            found, lacking = None, True  # from after the reader's last stable tuple
             if last_stable < 0:
-                break  # everything from the start
-            lacking = True
-        elif t is TENTATIVE and not lacking and tm is not None and tm <= tmax:
-            return off + 1, epoch
-    return first_offset(bootstrap, topic, partition), 0
+                break  # that is the start
+        elif t is TENTATIVE and not lacking and found is None and tm is not None and tm <= tmax:
+            found = off + 1, epoch
+    return found if found is not None else (first_offset(bootstrap, topic, partition), 0)
 
 
 def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:

@@ -157,3 +157,28 @@ def test_a_reader_goes_on_from_the_last_stable_tuple_itself_when_a_boundary_ride
     assert tail.offset_after_stable("b", "t.r0", 0, 0) == 1, "an older tuple's: right after it"
     monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(apart))
     assert tail.offset_after_stable("b", "t.r0", 0, 1) == 2
+
+
+def test_a_reader_keeping_tentative_tuples_goes_on_after_their_t_max_in_one_scan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rule 3: after the newest tentative tuple whose t_max the reader has; from after its last
+    stable id if the topic holds stable tuples it lacks; a single backward scan either way."""
+    from services.core.tuples import with_tmax
+
+    def tent(tid: int, tmax: int) -> Any:
+        return with_tmax(make_headers(TENTATIVE, tid, tmax), tmax)
+
+    log = [make_headers(STABLE, 0, 10), make_headers(STABLE, 1, 20), tent(2, 30), tent(3, 40), tent(4, 50)]
+    made: list[LogConsumer] = []
+
+    def consumer(*_: Any, **__: Any) -> LogConsumer:
+        made.append(LogConsumer(log))
+        return made[-1]
+
+    monkeypatch.setattr(tail, "plain_consumer", consumer)
+    assert tail.seek_after_tentative("b", "t.r1", 0, last_stable=1, tmax=40) == (4, 0)
+    assert tail.seek_after_tentative("b", "t.r1", 0, last_stable=1, tmax=5) == (2, 0), "holds none: after stable 1"
+    assert tail.seek_after_tentative("b", "t.r1", 0, last_stable=0, tmax=40) == (1, 0), "stable 1 is lacking"
+    assert len(made) == 3, "one scan per seek"
+    assert tail.seek_after_tentative("b", "t.r1", 0, last_stable=-1, tmax=40) == (0, 0)
