@@ -48,7 +48,15 @@ def closed_windows(
         return []
     df = spark.read.schema(shape.ddl).parquet(*paths)
     rows = _aggregate(_assign(df, shape, after, upto), shape).collect()
+    # Sorted here, not by Spark: a global sort is one more stage and a sampling job, for a few rows.
+    rows.sort(key=_order)
     return [(r["e"], r["k"], _accumulator(r, shape)) for r in rows]
+
+
+def _order(row: Any) -> tuple[int, bool, Any]:
+    """Spark's (end, key) order: nulls first, strings by code point (UTF-8 byte order)."""
+    k = row["k"]
+    return (row["e"], k is not None, k)
 
 
 def _assign(df: DataFrame, shape: WindowShape, after: int, upto: int) -> DataFrame:
@@ -79,7 +87,7 @@ def _aggregate(df: DataFrame, shape: WindowShape) -> DataFrame:
         grouped = grouped.select(
             "*", *[F.aggregate("ordered", F.lit(0.0), _adder(v)).alias(f"sum{v}") for v in vs]
         ).drop("ordered")
-    return grouped.orderBy("e", "k")
+    return grouped
 
 
 def _adder(v: str) -> Callable[[Column, Column], Column]:

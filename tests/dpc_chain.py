@@ -129,8 +129,8 @@ class Shape:
 
 DEFAULT = Shape()
 TWO_PARTITIONS = Shape(partitions=2, sensors=8)
-# A Spark node adds its flush interval and a Spark job (~0.2 s idle, seconds on this 2-core host running
-# two Spark replicas, ten services and the broker) to every result: X covers it.
+# A Spark node adds its flush interval and a Spark job (~0.3 s idle, up to ~1.2 s on this 2-core host
+# running two Spark replicas, eight other services and the broker) to every result: X covers it.
 # Its node wait is alpha x X = 1.35 s; the rest of X covers a Spark node's flush and jobs along the path.
 SPARK = Shape(spark=True, delay=6000, alpha=0.225)
 
