@@ -37,7 +37,7 @@ logger.nativecode.level = error
 # A node's Spark jobs are small and latency-bound, and its JVM shares the host with the broker and
 # other replicas. The client compiler alone (no C2 compile threads) and a serial collector make
 # them about twice as fast on a busy 2-core host, and cost less CPU and memory on large windows
-# too (bench.spark_window --quick: 561 vs 841 CPU us per tuple, JVM 520 vs 660 MB, p50 2.1 vs 2.9 s).
+# too (bench.spark_window: 311 vs 411 CPU us per tuple, JVM 755 vs 1,357 MB, p99 2.6 vs 8.4 s).
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
 
 
