@@ -36,7 +36,7 @@ from services.control.monitor import ReplicaMonitor
 from services.control.replicas import choose_replica
 from services.core.codec import codec_for
 from services.core.errors import HeaderError
-from services.core.kafka import plain_consumer
+from services.core.kafka import know_topics, plain_consumer
 from services.core.tuples import (
     BOUNDARY,
     REC_DONE,
@@ -116,6 +116,8 @@ class PartitionView:
         self.repeats = 0  # tentative tuples dropped because one with the same or a later t_max was held
         self.fresh: int | None = None  # the replica new tentative tuples come from while ``replica`` reconciles
         self.fresh_gate = EpochGate()
+        # The t_max of the tentative tuples the followed replica's UNDO voided: its corrections cover them.
+        self.corrected_tmax: int | None = None
 
     def _decode(self, payload: Any) -> tuple[bool, Any]:
         if self.decode is None:
@@ -210,6 +212,8 @@ class PartitionView:
         elif ttype is UNDO:
             if self.tentative:
                 # While a fresh replica supplies new tuples, only the reconciling replica's are void.
+                if self.fresh is None:
+                    self.corrected_tmax = self.tmax
                 self._void(out, stime, self.replica if self.fresh is not None else None, tid)
                 return
             if self.started and tid < self.last_stable:
@@ -217,6 +221,7 @@ class PartitionView:
             if self.track_tentative:
                 out.append(ViewEvent("undo", self.partition, tid, stime, None, r, offset))
         elif ttype is REC_DONE:
+            self.corrected_tmax = None
             if self.fresh is not None:
                 self.end_fresh(out)  # corrected: the followed replica's stable stream goes on
             if self.started and tid < self.last_stable:
@@ -263,14 +268,21 @@ class PartitionView:
         they are void; ``keep``: it is in a failure, and only its tentative tuples past them come."""
         if not keep:
             self._void(out)
-        self.skip_upto = self.tmax
+        self.skip_upto, self.corrected_tmax = self.tmax, None
         self.replica, self.fresh = replica, None
         self.gap = None
+
+    @property
+    def fresh_skip(self) -> int | None:
+        """The t_max up to which a fresh replica's tentative tuples are not wanted (rule 4): those held,
+        and those the reconciling replica's UNDO voided if it came first, since its corrections cover them."""
+        held = [t for t in (self.tmax, self.corrected_tmax) if t is not None]
+        return max(held) if held else None
 
     def start_fresh(self, replica: int, gate: EpochGate) -> None:
         """``replica`` supplies new tentative tuples while the followed one reconciles (rule 4)."""
         self.fresh, self.fresh_gate = replica, gate
-        self.skip_upto = self.tmax
+        self.skip_upto = self.fresh_skip
 
     def promote_fresh(self) -> None:
         """The reconciling replica failed: the fresh one is followed now, tentative tuples kept."""
@@ -341,6 +353,7 @@ class StreamView:
         self.consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self.consumer.assign([TopicPartition(r.topic, r.partition, start) for r in self.readers])
+        know_topics(self.consumer, set(topics) - {r.topic for r in self.readers})
 
     @property
     def current(self) -> list[int]:
@@ -361,20 +374,20 @@ class StreamView:
         """Apply the switching rules to every partition (called by ``poll``)."""
         if len(self.topics) == 1 or self.monitor is None:
             return
-        for r in self.readers:
+        for r, v in zip(self.readers, self.views, strict=True):
             if r.gap is not None:
                 continue  # ``poll`` reads the missing ids again
-            step = r.next_move(self.monitor)
+            r.last_stable, r.tmax = v.last_stable, v.tmax
+            step = r.plan(self.monitor, self.bootstrap, v.fresh_skip)
             if step is not None:
                 self._follow(r.partition, *step)
 
-    def _follow(self, partition: int, move: Move, replica: int) -> None:
+    def _follow(self, partition: int, move: Move, replica: int, seek: tuple[int, int] | None = None) -> None:
         v, reader = self.views[partition], self.readers[partition]
         old = reader.replica
-        reader.tmax = v.tmax
+        reader.last_stable, reader.tmax = v.last_stable, v.tmax
         if move is Move.FRESH:
-            reader.last_stable = v.last_stable
-            offset = reader.start_fresh(self.consumer, self.bootstrap, replica, v.tmax)
+            offset = reader.start_fresh(self.consumer, self.bootstrap, replica, v.fresh_skip, seek)
             v.start_fresh(replica, reader.fresh_gate)
         elif move is Move.PROMOTE:
             reader.promote_fresh(self.consumer)
@@ -385,21 +398,21 @@ class StreamView:
             v.end_fresh(self._pending)
             return
         else:
-            self.switch(partition, replica, keep=move is Move.TENTATIVE)
+            self.switch(partition, replica, keep=move is Move.TENTATIVE, seek=seek)
             return
         self.switches.append((partition, old, replica, offset))
         log.info("%s p%d: %s, replica %d at offset %d", self.stream, partition, move.value, replica, offset)
 
-    def switch(self, partition: int, replica: int, keep: bool = False) -> int:
+    def switch(self, partition: int, replica: int, keep: bool = False, seek: tuple[int, int] | None = None) -> int:
         """Read ``partition`` from ``replica`` from now on, right after the last stable tuple (``keep``:
-        keeping the tentative tuples held, after their t_max there); returns the offset."""
+        keeping the tentative tuples held, after their t_max there; ``seek``: that place and the
+        writer epoch there, if known already); returns the offset."""
         v, reader = self.views[partition], self.readers[partition]
         old = reader.replica
         reader.last_stable, reader.tmax = v.last_stable, v.tmax
         # Nothing read yet and only new tuples wanted: start at the end.
-        offset = reader.move(
-            self.consumer, self.bootstrap, replica, None if v.started or self.from_beginning else OFFSET_END, keep
-        )
+        at = None if v.started or self.from_beginning else OFFSET_END
+        offset = reader.move(self.consumer, self.bootstrap, replica, at, keep, None if at is not None else seek)
         v.switch(replica, self._pending, keep)
         v.gate = reader.gate
         self.switches.append((partition, old, replica, offset))

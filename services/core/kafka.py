@@ -617,3 +617,14 @@ def plain_consumer(bootstrap: str, role: str, unique: bool = False, **overrides:
     }
     conf.update(overrides)
     return Consumer(observed(conf))
+
+
+def know_topics(consumer: Consumer, topics: Iterable[str]) -> None:
+    """Have ``consumer`` fetch the metadata of topics it may be assigned later (the other replicas of
+    its inputs): a first assignment of a topic it knows nothing of waits about 0.15 s for it,
+    part of a replica switch's delay."""
+    for topic in topics:
+        try:
+            consumer.list_topics(topic, timeout=5)
+        except KafkaException as e:
+            log.debug("no metadata for %s yet: %s", topic, e)

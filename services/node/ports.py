@@ -16,12 +16,17 @@ one of the paper's switches (``Move``):
    its corrections (UNDO, stable tuples, REC_DONE) while new tentative tuples come from a
    replica in UPSTREAM_FAILURE (``fresh``), until the corrected stream's REC_DONE.
 
+The seek that finds where a move starts in the new topic (a scan back from its tail) runs
+on a helper thread (``plan``): meanwhile the reader goes on reading the replica it follows, so
+its corrections and new results keep coming; the move applies when the offset is known.
+
 Node input ports and client views (``services.client.view``) both read through it.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
@@ -32,7 +37,7 @@ from services.control.monitor import ReplicaMonitor
 from services.control.replicas import RANK, choose_replica
 from services.core.codec import codec_for
 from services.core.errors import InputGapError
-from services.core.kafka import BatchConsumer, retry_transient
+from services.core.kafka import BatchConsumer, know_topics, retry_transient
 from services.core.tuples import EpochGate
 from services.dpc.states import NodeState
 from services.log.tail import seek_after_stable, seek_after_tentative
@@ -40,6 +45,9 @@ from services.node.ingress import RawReader
 from services.spec.plan import InputPlan
 
 log = logging.getLogger(__name__)
+
+# Where the seeks of moves run (a scan of the new topic's tail with a consumer of its own).
+SEEKS: Executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="replica-seek")
 
 
 class Move(Enum):
@@ -51,6 +59,18 @@ class Move(Enum):
     PROMOTE = "promote"  # rule 3: the followed replica failed while reconciling: follow the fresh one
     END_FRESH = "end fresh"  # the followed replica has reconciled (or the fresh one is no use): read it alone
     GAP = "gap"  # stable ids are missing: read them again elsewhere
+
+
+SEEKING = (Move.STABLE, Move.TENTATIVE, Move.FRESH)  # the moves that start somewhere in another topic
+
+
+@dataclass
+class Pending:
+    """A move waiting for its seek: where it starts in the new topic, and the writer epoch there."""
+
+    move: Move
+    replica: int
+    seek: Future[tuple[int, int]]
 
 
 @dataclass
@@ -72,6 +92,7 @@ class ReplicaReader:
     skip_upto: int | None = None
     fresh: int | None = None  # rule 4: the replica new tentative tuples come from while ``replica`` reconciles
     fresh_gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the fresh replica's topic
+    pending: Pending | None = None  # a move whose seek runs
 
     @property
     def fresh_topic(self) -> str | None:
@@ -113,6 +134,37 @@ class ReplicaReader:
             return Move.FRESH, r
         return (Move.STABLE if states[r] is NodeState.STABLE else Move.TENTATIVE), r
 
+    def plan(
+        self, monitor: ReplicaMonitor | None, bootstrap: str, fresh_skip: int | None
+    ) -> tuple[Move, int, tuple[int, int] | None] | None:
+        """The move to make now with its seek's result (None: the move seeks itself), or None.
+
+        A move that starts somewhere in another topic is returned once its seek, started on a
+        helper thread, is done and the move is still the one to make; until then the reader goes
+        on as is. ``fresh_skip``: the t_max a fresh replica's tuples must pass (rule 4)."""
+        step = self.next_move(monitor)
+        p = self.pending
+        if p is not None and (step is None or step != (p.move, p.replica)):
+            self.pending = p = None  # the states changed while it sought: decide again
+        if step is None:
+            return None
+        move, r = step
+        if move not in SEEKING or not self.seeks():
+            return move, r, None
+        if p is None:
+            keep = move is not Move.STABLE
+            tmax = fresh_skip if move is Move.FRESH else self.tmax
+            seek = SEEKS.submit(self._seek, bootstrap, self.topics[r], self.last_stable, tmax if keep else None)
+            self.pending = p = Pending(move, r, seek)
+        if not p.seek.done():
+            return None
+        self.pending = None
+        return move, r, p.seek.result()
+
+    def seeks(self) -> bool:
+        """Whether a move must look for its start in the new topic."""
+        return True
+
     def report_gap(self, got: int) -> None:
         """Stable tuple ``got`` came where ``last_stable + 1`` was due: read that id again elsewhere."""
         missing = self.last_stable + 1
@@ -140,16 +192,26 @@ class ReplicaReader:
         return min(untried, key=lambda r: (RANK[states[r]], r))
 
     def move(
-        self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None, keep: bool = False
+        self,
+        consumer: Consumer,
+        bootstrap: str,
+        replica: int,
+        offset: int | None = None,
+        keep: bool = False,
+        seek: tuple[int, int] | None = None,
     ) -> int:
         """Read ``replica`` from now on, right after the last stable tuple (or at ``offset``); returns the offset.
         ``keep``: the reader keeps its tentative tuples (rule 3), so it starts after their t_max there.
+        ``seek``: where that is and the epoch there, if ``plan`` sought it already.
 
         The reader then drops what writers older than the epoch in force there write (``gate``)."""
         self.end_fresh(consumer)
+        self.pending = None
         epoch = 0
-        if offset is None:
-            offset, epoch = self._seek(bootstrap, replica, keep)
+        if seek is not None:
+            offset, epoch = seek
+        elif offset is None:
+            offset, epoch = self._seek(bootstrap, self.topics[replica], self.last_stable, self.tmax if keep else None)
         self.tmax = self.tmax if keep else None
         self.skip_upto = self.tmax
         self.gate = EpochGate(epoch)
@@ -161,17 +223,24 @@ class ReplicaReader:
         self.gap = None
         return offset
 
-    def _seek(self, bootstrap: str, replica: int, keep: bool) -> tuple[int, int]:
-        topic = self.topics[replica]
-        if keep and self.tmax is not None:
-            return seek_after_tentative(bootstrap, topic, self.partition, self.last_stable, self.tmax)
-        return seek_after_stable(bootstrap, topic, self.partition, self.last_stable)
+    def _seek(self, bootstrap: str, topic: str, last_stable: int, tmax: int | None) -> tuple[int, int]:
+        """Where to start in ``topic``: after the tentative tuples up to ``tmax`` held (rule 3), else
+        after stable tuple ``last_stable``; and the writer epoch there."""
+        if tmax is not None:
+            return seek_after_tentative(bootstrap, topic, self.partition, last_stable, tmax)
+        return seek_after_stable(bootstrap, topic, self.partition, last_stable)
 
-    def start_fresh(self, consumer: Consumer, bootstrap: str, replica: int, skip: int | None) -> int:
+    def start_fresh(
+        self, consumer: Consumer, bootstrap: str, replica: int, skip: int | None, seek: tuple[int, int] | None = None
+    ) -> int:
         """Rule 4: read ``replica``'s new tentative tuples too, those with a t_max above ``skip`` (what
-        the reader has of them), while the followed replica reconciles; returns the offset."""
+        the reader has of them), while the followed replica reconciles; returns the offset.
+        ``seek``: where that starts and the epoch there, if ``plan`` sought it already."""
         self.tmax = self.skip_upto = skip
-        offset, epoch = self._seek(bootstrap, replica, keep=True)
+        self.pending = None
+        offset, epoch = (
+            seek if seek is not None else self._seek(bootstrap, self.topics[replica], self.last_stable, skip)
+        )
         self.fresh, self.fresh_gate = replica, EpochGate(epoch)
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
         self.switches += 1
@@ -203,14 +272,23 @@ class InputPort(ReplicaReader):
     processed_tmax: int | None = field(default=None, kw_only=True)
 
     def move(
-        self, consumer: Consumer, bootstrap: str, replica: int, offset: int | None = None, keep: bool = False
+        self,
+        consumer: Consumer,
+        bootstrap: str,
+        replica: int,
+        offset: int | None = None,
+        keep: bool = False,
+        seek: tuple[int, int] | None = None,
     ) -> int:
         """As ``ReplicaReader.move``; a raw topic's tuple ids are offsets, so it goes on right after."""
         if self.raw is not None and offset is None:
             offset = self.last_stable + 1 if self.last_stable >= 0 else OFFSET_BEGINNING
         if not keep:
             self.processed_tmax = None
-        return super().move(consumer, bootstrap, replica, offset, keep)
+        return super().move(consumer, bootstrap, replica, offset, keep, seek)
+
+    def seeks(self) -> bool:
+        return self.raw is None  # a raw topic's ids are its offsets
 
 
 class Inputs:
@@ -244,6 +322,7 @@ class Inputs:
         self.by_topic = {p.topic: p for p in self.ports}
         self.assigned = {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.ports}
         consumer.assign_offsets([TopicPartition(t, self.partition, off) for t, off in self.assigned.items()])
+        know_topics(consumer.raw, {t for p in self.ports for t in p.topics} - set(self.assigned))
 
     def poll(self, max_messages: int, timeout_s: float) -> list[Message]:
         assert self.consumer is not None
@@ -293,20 +372,24 @@ class Inputs:
         assert self.consumer is not None
         moved = []
         for p in self.ports:
-            step = p.next_move(monitor)
+            step = p.plan(monitor, bootstrap, p.processed_tmax)
             if step is None:
                 continue
-            kind, r = step
+            kind, r, seek = step
             old, fresh = p.topic, p.fresh_topic
             off = -1
             if kind is Move.FRESH:  # what the node has not processed yet of the reconciling replica's, it drops
-                off = self.assigned[p.topics[r]] = p.start_fresh(self.consumer.raw, bootstrap, r, p.processed_tmax)
+                off = self.assigned[p.topics[r]] = p.start_fresh(
+                    self.consumer.raw, bootstrap, r, p.processed_tmax, seek
+                )
             elif kind is Move.END_FRESH:
                 p.end_fresh(self.consumer.raw)
             elif kind is Move.PROMOTE:
                 p.promote_fresh(self.consumer.raw)
             else:
-                off = self.assigned[p.topics[r]] = p.move(self.consumer.raw, bootstrap, r, keep=kind is Move.TENTATIVE)
+                off = self.assigned[p.topics[r]] = p.move(
+                    self.consumer.raw, bootstrap, r, keep=kind is Move.TENTATIVE, seek=seek
+                )
             for t in (old, fresh):
                 if t is not None and t not in (p.topic, p.fresh_topic):
                     self.assigned.pop(t, None)

@@ -242,3 +242,19 @@ def test_corrections_from_a_reconciling_replica_and_new_tuples_from_a_fresh_one(
     events += out
     assert view.fresh is None and view.tentative == []
     assert replay(events) == ([{"i": i} for i in range(5)], [])
+
+
+def test_a_fresh_replica_started_after_the_undo_gives_only_tuples_past_those_corrected() -> None:
+    view = PartitionView(0)
+    events = run(view, [stable(i) for i in range(3)])
+    events += tentative(view, 0, range(3, 6), 100)
+    out: list[ViewEvent] = []
+    view.apply(U, 2, 0, None, out, 0)  # replica 0's UNDO arrives before its STABILIZATION heartbeat
+    events += out
+    view.start_fresh(1, view.gate)  # rule 4 then: replica 1 still in UPSTREAM_FAILURE
+    got = tentative(view, 1, range(3, 9), 100, fresh=True)  # 100..102 are in replica 0's corrections
+    assert [e.record for e in got] == ["r1@103", "r1@104", "r1@105"]
+    events += got + run(view, [stable(3), stable(4)])
+    out = []
+    view.apply(R, 4, 0, None, out, 0)
+    assert replay(events + out) == ([{"i": i} for i in range(5)], [])

@@ -138,6 +138,9 @@ class FakeConsumer:
     def raw(self) -> FakeConsumer:
         return self
 
+    def list_topics(self, topic: str, timeout: float = -1) -> None:
+        pass
+
     def get_watermark_offsets(self, tp: Any, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
         return 0, self.ends.get(tp.topic, 0)
 

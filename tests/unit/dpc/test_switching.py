@@ -138,3 +138,14 @@ def test_rule_4_is_left_when_a_stable_replica_appears() -> None:
     assert switch(node, {1: NodeState.STABLE}) == [Move.END_FRESH]
     assert switch(node, {}) == [Move.STABLE]
     assert node.inputs.ports[0].replica == 1
+
+
+def test_rule_4_after_the_undo_came_first_the_fresh_replica_gives_only_what_the_corrections_do_not() -> None:
+    node = FakeNode(CHAIN, "n2")
+    in_failure(node)
+    # n1.r0's UNDO reaches n2 before its STABILIZATION heartbeat does.
+    node.step([node.message("b", UNDO, 4, 0, None, 0)], LATER)
+    assert switch(node, {0: NodeState.STABILIZATION, 1: NodeState.UPSTREAM_FAILURE}) == [Move.FRESH]
+    node.step(tentative(node, 1, range(5, 12), 2000), LATER)  # before n1.r0's corrections
+    node.step([], 2 * LATER)
+    assert tentative_times(node) == [2000, 2100, 2200, 2300, 2400, 2500, 2600], "each tentative result once"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from confluent_kafka import TopicPartition
 
 from services.core.errors import InputGapError
 from services.dpc.states import NodeState
+from services.node import ports
 from services.node.ports import Inputs, Move
 from services.spec.plan import plan_node
 from tests.unit.dpc.fake_node import CHAIN, FakeMonitor
@@ -36,6 +38,9 @@ class FakeConsumer:
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
         pass
 
+    def list_topics(self, topic: str, timeout: float = -1) -> None:
+        pass
+
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
         pass
 
@@ -50,22 +55,17 @@ def test_an_input_nothing_was_read_from_yet_keeps_the_offset_it_was_assigned() -
     assert inputs.positions() == {topic: 1300}
 
 
-def test_after_a_switch_the_new_topic_is_where_it_was_assigned_until_read() -> None:
+def test_after_a_switch_the_new_topic_is_where_it_was_assigned_until_read(monkeypatch: Any) -> None:
     inputs = Inputs(plan_node(SPEC, "n2").inputs, 0, 0)
     consumer = FakeConsumer()
     port = inputs.ports[0]
     inputs.open(consumer, {port.topic: 10})  # type: ignore[arg-type]
 
     monitor = FakeMonitor({("n1", 0, 0): NodeState.FAILED})
-    port.move = lambda consumer, bootstrap, replica, offset=None, keep=False: _move(port, replica, 77)  # type: ignore[method-assign]
+    monkeypatch.setattr(ports, "seek_after_stable", lambda *a: (77, 0))  # where the seek finds the last stable id
     moved = inputs.follow_best(monitor, "unused")  # type: ignore[arg-type]
     assert moved == [(port, Move.STABLE)] and port.replica == 1
     assert inputs.positions() == {port.topic: 77}
-
-
-def _move(port: Any, replica: int, offset: int) -> int:
-    port.replica = replica
-    return offset
 
 
 def test_a_gap_is_read_again_from_each_live_replica_then_reported_as_lost() -> None:
@@ -121,3 +121,42 @@ def test_the_switching_rules(now: int, fresh: int | None, states: tuple[str, str
     port.replica, port.fresh = now, fresh
     monitor = FakeMonitor({("n1", 0, r): NodeState[s] for r, s in enumerate(states)})
     assert port.next_move(monitor) == want  # type: ignore[arg-type]
+
+
+class HeldSeeks:
+    """An executor whose seeks finish when the test says so."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.futures: list[Future[Any]] = []
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        self.calls.append(args)
+        self.futures.append(Future())
+        return self.futures[-1]
+
+
+def test_a_move_waits_for_its_seek_while_the_reader_goes_on_and_is_dropped_if_the_states_change(
+    monkeypatch: Any,
+) -> None:
+    seeks = HeldSeeks()
+    monkeypatch.setattr(ports, "SEEKS", seeks)
+    port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
+    port.last_stable = 41
+    monitor = FakeMonitor({("n1", 0, 0): NodeState.UPSTREAM_FAILURE})
+    assert port.plan(monitor, "b", None) is None  # type: ignore[arg-type]
+    assert port.plan(monitor, "b", None) is None, "still seeking: the reader goes on where it is"  # type: ignore[arg-type]
+    assert len(seeks.calls) == 1 and seeks.calls[0][1:] == (port.topics[1], 41, None)
+    seeks.futures[0].set_result((500, 3))
+    assert port.plan(monitor, "b", None) == (Move.STABLE, 1, (500, 3))  # type: ignore[arg-type]
+    assert port.pending is None
+
+    # The replica sought fails before its seek ends: the move is decided again.
+    port.replica = 1
+    monitor.known[("n1", 0, 0)] = NodeState.STABLE
+    monitor.known[("n1", 0, 1)] = NodeState.FAILED
+    assert port.plan(monitor, "b", None) is None  # type: ignore[arg-type]
+    monitor.known[("n1", 0, 0)] = NodeState.FAILED
+    monitor.known[("n1", 0, 1)] = NodeState.STABLE
+    seeks.futures[-1].set_result((9, 0))
+    assert port.plan(monitor, "b", None) is None and port.pending is None  # type: ignore[arg-type]
