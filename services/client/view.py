@@ -446,6 +446,8 @@ class StreamView:
             except HeaderError:
                 self.bad += 1
                 continue
+            if got is not None and not fresh and (got[0] is REC_DONE or got[0] is UNDO):
+                reader.control(got[0])
             if v.fresh is None and reader.fresh is not None:  # the followed replica's REC_DONE
                 reader.end_fresh(self.consumer)
             if got is not None and v.gap is not None and reader.gap is None:

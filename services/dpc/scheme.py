@@ -31,7 +31,6 @@ from services.control.messages import COORDINATOR, ControlKind, ControlMessage, 
 from services.core.errors import ContractError, DecodeError, HeaderError, RestartImageError
 from services.core.tuples import (
     BOUNDARY,
-    EPOCH,
     NO_TIME,
     REC_DONE,
     STABLE,
@@ -247,6 +246,7 @@ class DpcScheme:
                 elif fresh:
                     continue  # from the fresh replica only its new tuples count
                 elif t is UNDO:
+                    port.control(t)
                     if port.fresh is None:
                         self._replace_tentative(port)
                     else:  # the tuples not processed yet are the fresh replica's: it voids those processed
@@ -254,9 +254,11 @@ class DpcScheme:
                         port.processed_tmax = None
                     stats.undos_received += 1
                 elif t is REC_DONE and port.fresh is not None:
+                    port.control(t)
                     node.inputs.end_fresh(port)  # corrected: the followed replica's stable stream goes on
                     self._replace_tentative(port)
-                elif t is not EPOCH:
+                elif t is REC_DONE:
+                    port.control(t)  # its stream is stable again: no switch away from it is due
                     stats.skipped["REC_DONE"] = stats.skipped.get("REC_DONE", 0) + 1
             except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
                 reason = _reason(e)

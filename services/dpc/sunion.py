@@ -33,7 +33,8 @@ inputs again from there, so memory stays bounded however long the failure lasts.
 A bucket leaves SUnion only once the caller has processed it (``buckets`` hands them out
 one at a time), and kept buckets only once their redo is done: a node that dies halfway
 has lost nothing its restart needs. A bucket emptied by an UNDO or a switch is dropped,
-not emitted: only tuples make a node tentative.
+not emitted: only tuples make a node tentative. Its corrections, the same data, wait only
+what was left of its wait, since the delay bound counts from when the data first came.
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ class SUnion:
         self.progress: list[int | None] = [None] * inputs  # boundary, or newest tentative stime
         self.progressed_at: list[float | None] = [None] * inputs  # when progress last moved
         self._settled: tuple[int | None, float] = (None, 0.0)  # the last settled kept bucket, and since when
+        # When the tuples of buckets an UNDO emptied first came: their corrections are the same data,
+        # so they wait only what is left of the wait (the delay bound counts from the first arrival).
+        self.emptied: dict[int, float] = {}
 
     # -- restart image ----------------------------------------------------------
     def state(self) -> SUnionState:
@@ -146,7 +150,7 @@ class SUnion:
         self.pending = {k: Bucket(now, list(ts)) for k, ts in st.pending.items()}
         self.kept = {k: Bucket(now, list(ts)) for k, ts in st.kept.items()}
         self.progressed_at = [None if p is None else now for p in self.progress]
-        self.rejected = []
+        self.rejected, self.emptied = [], {}
         self.spilled_from, self._settled = None, (None, 0.0)
         self._count_kept()
 
@@ -191,7 +195,7 @@ class SUnion:
             return
         b = self.pending.get(k)
         if b is None:
-            b = self.pending[k] = Bucket(now)
+            b = self.pending[k] = Bucket(self.emptied.pop(k, now))
         b.tuples.append(t)
 
     def boundary(self, port: int, stime: int, now: float | None = None) -> None:
@@ -251,6 +255,7 @@ class SUnion:
         for k in keys:
             b = self.pending[k]
             if not b.tuples:  # emptied by an UNDO or a switch: nothing to emit or to redo
+                self.emptied[k] = min(b.first_arrival, self.emptied.get(k, b.first_arrival))
                 del self.pending[k]
                 continue
             failed = self.in_failure()
@@ -267,6 +272,8 @@ class SUnion:
                 self.kept[k] = b  # the caller got copies, so later corrections only change b
                 self._kept_more(len(b.tuples))
             self.emitted_below = k + 1 if self.emitted_below is None else max(self.emitted_below, k + 1)
+        if self.emptied and self.emitted_below is not None:
+            self.emptied = {e: at for e, at in self.emptied.items() if e >= self.emitted_below}
 
     def poll(self, now: float) -> list[STuple]:
         """Every ready tuple at once (``buckets``, flattened)."""

@@ -38,7 +38,7 @@ from services.control.replicas import RANK, choose_replica
 from services.core.codec import codec_for
 from services.core.errors import InputGapError
 from services.core.kafka import BatchConsumer, know_topics, retry_transient
-from services.core.tuples import EpochGate
+from services.core.tuples import REC_DONE, UNDO, EpochGate, TupleType
 from services.dpc.states import NodeState
 from services.log.tail import seek_after_stable, seek_after_tentative
 from services.node.ingress import RawReader
@@ -93,6 +93,9 @@ class ReplicaReader:
     fresh: int | None = None  # rule 4: the replica new tentative tuples come from while ``replica`` reconciles
     fresh_gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the fresh replica's topic
     pending: Pending | None = None  # a move whose seek runs
+    # The followed replica's REC_DONE was read and no UNDO since: its stream is stable again before
+    # its heartbeat says so (a switch away from its STABILIZATION would only read it again elsewhere).
+    corrected: bool = False
 
     @property
     def fresh_topic(self) -> str | None:
@@ -106,7 +109,20 @@ class ReplicaReader:
         """Each upstream replica's state (all STABLE when nothing tells otherwise)."""
         if monitor is None or self.upstream is None:
             return [NodeState.STABLE] * len(self.topics)
-        return monitor.states(self.upstream, self.partition, len(self.topics))
+        states = monitor.states(self.upstream, self.partition, len(self.topics))
+        if self.corrected:
+            if states[self.replica] is NodeState.STABILIZATION:
+                states = [NodeState.STABLE if r == self.replica else s for r, s in enumerate(states)]
+            elif states[self.replica] in (NodeState.STABLE, NodeState.FAILED):
+                self.corrected = False  # the heartbeats caught up
+        return states
+
+    def control(self, ttype: TupleType) -> None:
+        """The followed replica's UNDO or REC_DONE was read: whether its stream is corrected now."""
+        if ttype is REC_DONE:
+            self.corrected, self.pending = True, None
+        elif ttype is UNDO:
+            self.corrected = False
 
     def next_move(self, monitor: ReplicaMonitor | None) -> tuple[Move, int] | None:
         """What to do now about the upstream replicas (``Move`` and a replica), or None to go on as is."""
@@ -206,7 +222,7 @@ class ReplicaReader:
 
         The reader then drops what writers older than the epoch in force there write (``gate``)."""
         self.end_fresh(consumer)
-        self.pending = None
+        self.pending, self.corrected = None, False
         epoch = 0
         if seek is not None:
             offset, epoch = seek
@@ -256,7 +272,7 @@ class ReplicaReader:
         """The followed replica failed while reconciling: follow the fresh one, where it is read now."""
         assert self.fresh is not None
         consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
-        self.replica, self.gate, self.fresh = self.fresh, self.fresh_gate, None
+        self.replica, self.gate, self.fresh, self.corrected = self.fresh, self.fresh_gate, None, False
 
 
 @dataclass

@@ -338,3 +338,18 @@ def test_rewind_returns_to_the_failure_start_with_kept_buckets_pending_and_tenta
         (TupleType.STABLE, "b0"),
         (TupleType.STABLE, "a1"),
     ]
+
+
+def test_a_bucket_refilled_by_corrections_after_an_undo_keeps_the_wait_it_had_served() -> None:
+    su = SUnion(2, BUCKET, delay_s=1.0, policy="delay")
+    su.push(0, TupleType.STABLE, 0, 1, "first", 0.0)
+    su.boundary(0, 10)
+    assert [t.type for t in su.poll(1.0)] == [TupleType.TENTATIVE]  # input 1 is down: in failure
+    su.push(1, TupleType.TENTATIVE, 0, 25, "tentative", 2.0)
+    assert su.poll(2.5) == []  # held: due 1 s after 2.0
+    su.undo(1)  # input 1's upstream reconciles: its tentative tuple goes, the bucket is empty
+    assert su.poll(2.6) == []
+    su.push(1, TupleType.STABLE, 0, 25, "corrected", 2.9)  # the correction of that same data
+    assert [(t.type, t.rec) for t in su.poll(3.05)] == [(TupleType.TENTATIVE, "corrected")], (
+        "the data has waited here since 2.0: due at 3.0, not 1 s after its correction came"
+    )

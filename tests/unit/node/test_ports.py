@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from services.core.errors import InputGapError
+from services.core.tuples import REC_DONE, UNDO
 from services.dpc.states import NodeState
 from services.node import ports
 from services.node.ports import Inputs, Move
@@ -160,3 +161,16 @@ def test_a_move_waits_for_its_seek_while_the_reader_goes_on_and_is_dropped_if_th
     monitor.known[("n1", 0, 1)] = NodeState.STABLE
     seeks.futures[-1].set_result((9, 0))
     assert port.plan(monitor, "b", None) is None and port.pending is None  # type: ignore[arg-type]
+
+
+def test_a_replica_whose_rec_done_was_read_is_not_left_for_its_stabilization_heartbeat() -> None:
+    port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
+    monitor = FakeMonitor({("n1", 0, 0): NodeState.STABILIZATION})
+    assert port.next_move(monitor) == (Move.STABLE, 1)  # type: ignore[arg-type]
+    port.control(REC_DONE)  # its corrections are all read: its stream goes on stably
+    assert port.next_move(monitor) is None  # type: ignore[arg-type]
+    port.control(UNDO)  # it reconciles again
+    assert port.next_move(monitor) == (Move.STABLE, 1)  # type: ignore[arg-type]
+    port.control(REC_DONE)
+    monitor.known[("n1", 0, 0)] = NodeState.STABLE  # the heartbeats caught up
+    assert port.next_move(monitor) is None and not port.corrected  # type: ignore[arg-type]
