@@ -19,10 +19,10 @@ metrics (``metrics.py``) and check eventual consistency against the expected out
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -129,36 +129,91 @@ def workload(cfg: RunConfig, names: list[str]) -> dict[str, list[dict[str, Any]]
     return tick_workload(names, cfg.rate, int(cfg.seconds * cfg.rate))
 
 
-class Client(threading.Thread):
-    """The application: follows the best replica of the chain's output and notes when each tuple first arrived."""
+class Client:
+    """The application: follows the best replica of the chain's output and notes when each tuple first
+    arrived. It runs in a process of its own, as an application does: in the bench's process the
+    recorder decodes every replica's output and the sources pace the input, and their share of the
+    interpreter held the client back by tenths of a second when a reconciliation's corrections came.
+    """
 
     def __init__(self, spec: Spec, stream: str, bootstrap: str) -> None:
-        super().__init__(daemon=True)
-        self.view = StreamView(spec, stream, bootstrap, startup_wait=3.0)
+        ctx = multiprocessing.get_context("spawn")
+        self._stable_n, self._current = ctx.Value("i", 0), ctx.Value("i", 0)
+        self._ready, self._stop = ctx.Event(), ctx.Event()
+        self._results, child = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(
+            target=_follow,
+            args=(spec, stream, bootstrap, self._stable_n, self._current, self._ready, self._stop, child),
+            daemon=True,
+        )
         self.first_seen: dict[metrics.Key, float] = {}
         self.kinds: Counter[str] = Counter()
         self.tentative_keys: set[metrics.Key] = set()  # a switch can deliver a tentative tuple twice
-        self.stop_event = threading.Event()
+        self.switches = 0
+        self._stable: list[dict[str, Any]] = []
+        self._finished = False
 
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            events = self.view.poll(timeout=0.02)
-            now = time.monotonic()
-            for e in events:
-                self.kinds[e.kind] += 1
-                if e.record is not None:
-                    key = (e.record["sensor"], e.record["seq"])
-                    self.first_seen.setdefault(key, now)
-                    if e.kind == "tentative":
-                        self.tentative_keys.add(key)
+    def start(self) -> None:
+        """Start it and wait until it follows the stream (its view has had the monitor's start-up wait)."""
+        self._proc.start()
+        if not self._ready.wait(90):
+            raise RuntimeError("the client process did not start following the stream within 90 s")
+
+    @property
+    def current(self) -> int:
+        """The replica it reads now."""
+        return int(self._current.value)
+
+    def stable_count(self) -> int:
+        return int(self._stable_n.value)
 
     def stable(self) -> list[dict[str, Any]]:
-        return self.view.stable(0)
+        """Its stable records, once ``finish`` has collected them."""
+        return self._stable
+
+    def finish(self) -> None:
+        """Stop following and collect what it saw."""
+        if self._finished or self._proc.pid is None:
+            return
+        self._finished = True
+        self._stop.set()
+        try:
+            if self._results.poll(60):
+                first_seen, kinds, keys, switches, stable = self._results.recv()
+                self.first_seen, self.kinds, self.tentative_keys = first_seen, Counter(kinds), keys
+                self.switches, self._stable = switches, stable
+        except EOFError:
+            pass  # it died: nothing seen, and the run's checks say so
+        self._proc.join(10)
 
     def close(self) -> None:
-        self.stop_event.set()
-        self.join(5)
-        self.view.close()
+        self.finish()
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+def _follow(
+    spec: Spec, stream: str, bootstrap: str, stable_n: Any, current: Any, ready: Any, stop: Any, out: Any
+) -> None:
+    """The client process: a ``StreamView`` polled until told to stop; then what it saw goes back."""
+    view = StreamView(spec, stream, bootstrap, startup_wait=3.0)
+    first_seen: dict[metrics.Key, float] = {}
+    kinds: Counter[str] = Counter()
+    keys: set[metrics.Key] = set()
+    ready.set()
+    while not stop.is_set():
+        events = view.poll(timeout=0.02)
+        now = time.monotonic()
+        for e in events:
+            kinds[e.kind] += 1
+            if e.record is not None:
+                key = (e.record["sensor"], e.record["seq"])
+                first_seen.setdefault(key, now)
+                if e.kind == "tentative":
+                    keys.add(key)
+        stable_n.value, current.value = len(view.views[0].stable), view.current[0]
+    out.send((first_seen, dict(kinds), keys, len(view.switches), view.stable(0)))
+    view.close()
 
 
 def _wait_ready(spec: Spec, mon: ReplicaMonitor, timeout: float = 90) -> None:
@@ -226,7 +281,7 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
             # The source thread may stamp a tuple just before the cut and send it just after: one tick of slack.
             outage = metrics.Outage(f"in{FAILED_INPUT}", t_fault - 2 / cfg.rate, t_fault + cfg.fault_s)
         elif cfg.fault == "kill":
-            killed = victim(cfg, client.view.current[0], services.log_dir, suffix)
+            killed = victim(cfg, client.current, services.log_dir, suffix)
             services.kill(killed)
             time.sleep(max(0.0, t0 + cfg.fault_at + cfg.fault_s - time.monotonic()))
             services.start(killed)
@@ -235,13 +290,14 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
         total = INPUTS * int(cfg.seconds * cfg.rate)
 
         def complete() -> bool:
-            return len(client.stable()) >= total and all(
+            return client.stable_count() >= total and all(
                 len(recorder.replica(s, r).final_stable()) >= total for s in outputs for r in range(2)
             )
 
         settled = recorder.wait_for(complete, 120)
         settle_s = time.monotonic() - t_sent
         time.sleep(1.0)  # late tentative or duplicate messages would show up now
+        client.finish()
         r = _result(cfg, spec, sources, recorder, client, outputs, outage, t0, settled, startup_s, settle_s)
         if killed:
             r["killed"] = killed
@@ -307,7 +363,7 @@ def _result(
         "n_tentative": client.kinds["tentative"],
         "tentative_unique": len(client.tentative_keys),
         "client_events": dict(client.kinds),
-        "client_switches": len(client.view.switches),
+        "client_switches": client.switches,
         "missing": metrics.missing(client.first_seen, generated),
         "sink_tentative_per_replica": [o.count(TupleType.TENTATIVE) for o in sink],
         "sink_undo_per_replica": [o.count(TupleType.UNDO) for o in sink],

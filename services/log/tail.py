@@ -40,6 +40,7 @@ V = TypeVar("V")
 
 
 _RANGE_READ: dict[str, Any] = {"fetch.wait.max.ms": 10}
+_MAX_CHUNK = 100_000  # messages per chunk of a backward scan, at most
 
 
 def _range_consumer(bootstrap: str, role: str) -> Consumer:
@@ -83,14 +84,19 @@ def _meta(m: Message) -> Meta:
 def _backward(
     bootstrap: str, topic: str, partition: int, chunk: int, view: Callable[[Message], V]
 ) -> Iterator[list[tuple[int, V]]]:
-    """The partition's messages as (offset, ``view(message)``) in chunks, newest chunk first."""
+    """The partition's messages as (offset, ``view(message)``) in chunks, newest chunk first.
+
+    Each chunk is four times the one before (from ``chunk``): what is sought is mostly near the
+    tail, but a switch after a long failure scans its whole tentative run, and each chunk costs
+    a round of fetches, which a loaded broker answers slowly."""
     c = _range_consumer(bootstrap, "seek")
     try:
         low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        size = chunk
         while end > low:
-            start = max(low, end - chunk)
+            start = max(low, end - size)
             yield [(m.offset() or 0, view(m)) for m in _read_range(c, topic, partition, start, end)]
-            end = start
+            end, size = start, min(size * 4, _MAX_CHUNK)
     finally:
         c.close()
 
