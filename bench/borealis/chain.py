@@ -306,16 +306,18 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
             r["logs"] = str(services.log_dir)
         return r
     finally:
-        if client is not None:
-            client.close()
-        mon.close()
-        services.stop()
-        if recorder is not None:
-            recorder.close()
         try:
-            delete_topics(bootstrap, [t for t, _ in spec.all_topics()])
-        except Exception:  # noqa: BLE001 - cleanup only; a temp broker goes away anyway
-            pass
+            if client is not None:
+                client.close()
+        finally:  # the services stop whatever the client did
+            mon.close()
+            services.stop()
+            if recorder is not None:
+                recorder.close()
+            try:
+                delete_topics(bootstrap, [t for t, _ in spec.all_topics()])
+            except Exception:  # noqa: BLE001 - cleanup only; a temp broker goes away anyway
+                pass
         if log_dir is None and not keep_logs:
             shutil.rmtree(tmp, ignore_errors=True)
 
