@@ -385,7 +385,6 @@ class StreamView:
     def _follow(self, partition: int, move: Move, replica: int, seek: tuple[int, int] | None = None) -> None:
         v, reader = self.views[partition], self.readers[partition]
         old = reader.replica
-        reader.last_stable, reader.tmax = v.last_stable, v.tmax
         if move is Move.FRESH:
             offset = reader.start_fresh(self.consumer, self.bootstrap, replica, v.fresh_skip, seek)
             v.start_fresh(replica, reader.fresh_gate)

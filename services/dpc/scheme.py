@@ -253,13 +253,13 @@ class DpcScheme:
                         su.undo(i, pending=False)
                         port.processed_tmax = None
                     stats.undos_received += 1
-                elif t is REC_DONE and port.fresh is not None:
-                    port.control(t)
-                    node.inputs.end_fresh(port)  # corrected: the followed replica's stable stream goes on
-                    self._replace_tentative(port)
                 elif t is REC_DONE:
                     port.control(t)  # its stream is stable again: no switch away from it is due
-                    stats.skipped["REC_DONE"] = stats.skipped.get("REC_DONE", 0) + 1
+                    if port.fresh is not None:
+                        node.inputs.end_fresh(port)  # corrected: the followed replica's stable stream goes on
+                        self._replace_tentative(port)
+                    else:
+                        stats.skipped["REC_DONE"] = stats.skipped.get("REC_DONE", 0) + 1
             except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
                 reason = _reason(e)
                 node.deadletter(m, reason)

@@ -255,7 +255,7 @@ class SUnion:
         for k in keys:
             b = self.pending[k]
             if not b.tuples:  # emptied by an UNDO or a switch: nothing to emit or to redo
-                self.emptied[k] = min(b.first_arrival, self.emptied.get(k, b.first_arrival))
+                self.emptied[k] = b.first_arrival  # a refilled bucket took it over from ``emptied``
                 del self.pending[k]
                 continue
             failed = self.in_failure()
