@@ -65,13 +65,23 @@ class ServiceProcesses:
 
 @dataclass
 class Received:
+    """One message of a replica's output as the recorder read it; its payload is decoded when asked
+    for, not on arrival: the recorder observes the system and must not take CPU from it then."""
+
     topic: str
     partition: int
     type: TupleType
     id: int
     stime: int
-    value: dict[str, Any] | None
+    payload: bytes | None
     at: float  # monotonic arrival time
+    decode: Callable[[bytes], Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def value(self) -> dict[str, Any] | None:
+        if self.payload is None or self.decode is None:
+            return None
+        return self.decode(self.payload)
 
 
 @dataclass
@@ -81,10 +91,18 @@ class ReplicaOutput:
     messages: list[Received] = field(default_factory=list)
 
     def final_stable(self) -> list[tuple[int, dict[str, Any] | None]]:
-        out: list[tuple[int, dict[str, Any] | None]] = []
+        """The stable stream in id order, each id once (duplicates after a restart or switch dropped)."""
+        return [(m.id, m.value) for m in self._stable()]
+
+    def stable_count(self) -> int:
+        """How long ``final_stable`` is, without decoding it."""
+        return len(self._stable())
+
+    def _stable(self) -> list[Received]:
+        out: list[Received] = []
         for m in self.messages:
             if m.type is TupleType.STABLE and m.id == len(out):
-                out.append((m.id, m.value))
+                out.append(m)
         return out
 
     def undid_stable(self) -> list[str]:
@@ -131,11 +149,9 @@ class Recorder:
                     t, tid, stime, carried = read_headers(m.headers())
                 except HeaderError:
                     continue  # not a tuple: nothing a reader of the stream would see
-                payload = m.value()
-                v = self.decode[topic](payload) if payload is not None else None
                 at = time.monotonic()
                 got = self.outputs.setdefault((topic, partition), ReplicaOutput()).messages
-                got.append(Received(topic, partition, t, tid, stime, v, at))
+                got.append(Received(topic, partition, t, tid, stime, m.value(), at, self.decode[topic]))
                 if carried is not None:  # the boundary that rode on the tuple, as a reader takes it
                     got.append(Received(topic, partition, TupleType.BOUNDARY, tid, carried, None, at))
 

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, Message, TopicPartition
 
 from services.client.reader import follow_polls
 from services.control.monitor import ReplicaMonitor
@@ -284,6 +284,13 @@ class PartitionView:
         self.fresh, self.fresh_gate = replica, gate
         self.skip_upto = self.fresh_skip
 
+    def correct(self, replica: int, gate: EpochGate, fresh_gate: EpochGate) -> None:
+        """``replica`` began to reconcile: it is followed for its corrections, and the replica followed
+        so far supplies new tentative tuples (rule 4) from where it is read."""
+        self.fresh, self.fresh_gate = self.replica, fresh_gate
+        self.replica, self.gate = replica, gate
+        self.skip_upto, self.gap = None, None
+
     def promote_fresh(self) -> None:
         """The reconciling replica failed: the fresh one is followed now, tentative tuples kept."""
         assert self.fresh is not None
@@ -353,7 +360,14 @@ class StreamView:
         self.consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self.consumer.assign([TopicPartition(r.topic, r.partition, start) for r in self.readers])
-        know_topics(self.consumer, set(topics) - {r.topic for r in self.readers})
+        # Rule 4's second replica is read apart: in one queue its new tuples would wait behind corrections.
+        self.fresh_consumer = self.consumer
+        if len(topics) > 1:
+            self.fresh_consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
+        others = set(topics) - {r.topic for r in self.readers}
+        know_topics(self.consumer, others)
+        if self.fresh_consumer is not self.consumer:
+            know_topics(self.fresh_consumer, others)
 
     @property
     def current(self) -> list[int]:
@@ -386,14 +400,16 @@ class StreamView:
         v, reader = self.views[partition], self.readers[partition]
         old = reader.replica
         if move is Move.FRESH:
-            offset = reader.start_fresh(self.consumer, self.bootstrap, replica, v.fresh_skip, seek)
+            offset = reader.start_fresh(self.fresh_consumer, self.bootstrap, replica, v.fresh_skip, seek)
             v.start_fresh(replica, reader.fresh_gate)
+        elif move is Move.CORRECT:
+            offset = reader.correct(self.consumer, self.fresh_consumer, replica, seek or (0, 0))
+            v.correct(replica, reader.gate, reader.fresh_gate)
         elif move is Move.PROMOTE:
-            reader.promote_fresh(self.consumer)
+            offset = reader.promote_fresh(self.consumer)
             v.promote_fresh()
-            offset = -1
         elif move is Move.END_FRESH:
-            reader.end_fresh(self.consumer)
+            reader.end_fresh()
             v.end_fresh(self._pending)
             return
         else:
@@ -427,7 +443,11 @@ class StreamView:
             self.check_replicas()
         out, self._pending = self._pending, []
         readers, views = self.readers, self.views
-        for m in self.consumer.consume(max_messages, timeout):
+        msgs: list[Message] = []
+        if self.fresh_consumer is not self.consumer and any(r.fresh is not None for r in readers):
+            msgs = self.fresh_consumer.consume(max_messages, 0)  # new tuples first, not behind corrections
+        msgs += self.consumer.consume(max_messages, 0 if msgs else timeout)
+        for m in msgs:
             if m.error() is not None:
                 continue
             p = m.partition() or 0
@@ -448,7 +468,7 @@ class StreamView:
             if got is not None and not fresh and (got[0] is REC_DONE or got[0] is UNDO):
                 reader.control(got[0])
             if v.fresh is None and reader.fresh is not None:  # the followed replica's REC_DONE
-                reader.end_fresh(self.consumer)
+                reader.end_fresh()
             if got is not None and v.gap is not None and reader.gap is None:
                 reader.last_stable = v.last_stable
                 reader.report_gap(got[1])
@@ -482,6 +502,8 @@ class StreamView:
 
     def close(self) -> None:
         self.consumer.close()
+        if self.fresh_consumer is not self.consumer:
+            self.fresh_consumer.close()
         if self._own_monitor and self.monitor is not None:
             self.monitor.close()
 

@@ -12,6 +12,8 @@ Scans leave out what a fenced writer wrote (a lower epoch after a higher one, se
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -43,11 +45,16 @@ _RANGE_READ: dict[str, Any] = {"fetch.wait.max.ms": 10}
 _MAX_CHUNK = 100_000  # messages per chunk of a backward scan, at most
 
 
-def _range_consumer(bootstrap: str, role: str) -> Consumer:
-    """A consumer for reading a known range of offsets. A fetch at the log's end returns at once
-    instead of waiting the default 500 ms for more data: with that wait a switch's seek took
-    about 1 s to read three chunks, and new results reached the client after X."""
-    return plain_consumer(bootstrap, role, **_RANGE_READ)
+@contextmanager
+def _range_consumer(bootstrap: str, role: str) -> Iterator[Consumer]:
+    """A consumer for reading a known range of offsets, closed after use. A fetch at the log's end
+    returns at once instead of waiting the default 500 ms for more data: with that wait a switch's
+    seek took about 1 s to read three chunks, and new results reached the client after X."""
+    c = plain_consumer(bootstrap, role, **_RANGE_READ)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -> Iterator[Message]:
@@ -89,16 +96,13 @@ def _backward(
     Each chunk is four times the one before (from ``chunk``): what is sought is mostly near the
     tail, but a switch after a long failure scans its whole tentative run, and each chunk costs
     a round of fetches, which a loaded broker answers slowly."""
-    c = _range_consumer(bootstrap, "seek")
-    try:
+    with _range_consumer(bootstrap, "seek") as c:
         low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         size = chunk
         while end > low:
             start = max(low, end - size)
             yield [(m.offset() or 0, view(m)) for m in _read_range(c, topic, partition, start, end)]
             end, size = start, min(size * 4, _MAX_CHUNK)
-    finally:
-        c.close()
 
 
 def _live_backward(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[tuple[int, Meta]]:
@@ -174,6 +178,54 @@ def seek_after_tentative(
     return found if found is not None else (first_offset(bootstrap, topic, partition), 0)
 
 
+@retry_transient
+def undo_after(
+    bootstrap: str, topic: str, partition: int, start: int, last_stable: int, limit: int = 5000, wait_s: float = 0.0
+) -> tuple[int, int] | None:
+    """The offset of the first UNDO naming an id at or below ``last_stable`` that follows offset
+    ``start`` in a replica's topic, and the writer epoch there; None if other than tentative tuples
+    or more than ``limit`` messages come first, or none is written within ``wait_s``.
+
+    ``start`` is a place in that replica's tentative run known from before it reconciled: a reader
+    switching to it finds the start of its corrections by reading on from there rather than by
+    scanning back across them all (``seek_after_stable``). Its stable tuples continue there
+    without a gap, since the UNDO names an id the reader has.
+    """
+    deadline = time.monotonic() + wait_s
+    with _range_consumer(bootstrap, "seek") as c:
+        pos = start
+        while True:
+            end = min(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1], start + limit)
+            for m in _read_range(c, topic, partition, pos, end):
+                t, tid, epoch = peek(m.headers())
+                if t is UNDO and tid is not None and tid <= last_stable:
+                    return m.offset() or 0, epoch
+                if t is not TENTATIVE and t is not EPOCH:
+                    return None
+            pos = max(pos, end)
+            if pos >= start + limit or time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)  # the replica is about to write it (its heartbeat said it reconciles)
+
+
+@retry_transient
+def seek_fresh(bootstrap: str, topic: str, partition: int, tmax: int, chunk: int = 300) -> tuple[int, int]:
+    """Where a reader starts reading another replica's new tentative tuples only (rule 4: the replica
+    it follows reconciles, and its corrections bring the stable ones), and the writer epoch there.
+
+    Right after the newest tentative tuple with a t_max at or below ``tmax`` (the reader has those),
+    or, if that replica's current tentative run is all newer, right after what precedes the run.
+    Unlike ``seek_after_tentative`` the scan stops there: stable tuples further back do not matter,
+    so it costs the distance from the tail, not the length of a long failure's run.
+    """
+    for off, (t, tid, epoch, _, tm) in _live_backward(bootstrap, topic, partition, chunk):
+        if tid is None or t is EPOCH:
+            continue
+        if t is not TENTATIVE or (tm is not None and tm <= tmax):
+            return off + 1, epoch
+    return first_offset(bootstrap, topic, partition), 0
+
+
 def offset_after_stable(bootstrap: str, topic: str, partition: int, last_stable: int, chunk: int = 2000) -> int:
     """The offset of ``seek_after_stable``."""
     return seek_after_stable(bootstrap, topic, partition, last_stable, chunk)[0]
@@ -200,11 +252,8 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
 @retry_transient
 def first_offset(bootstrap: str, topic: str, partition: int) -> int:
     """The oldest offset still in the log (retention or DeleteRecords removed what was before)."""
-    c = _range_consumer(bootstrap, "seek")
-    try:
+    with _range_consumer(bootstrap, "seek") as c:
         return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0]
-    finally:
-        c.close()
 
 
 @retry_transient
@@ -215,8 +264,7 @@ def stable_after(
 
     A restarted writer regenerates them and checks each against what the log holds.
     """
-    c = _range_consumer(bootstrap, "seek")
-    try:
+    with _range_consumer(bootstrap, "seek") as c:
         end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
         out: dict[int, tuple[int, tuple[bytes | None, bytes | None]]] = {}
         start, epoch = seek_after_stable(bootstrap, topic, partition, last)
@@ -231,8 +279,6 @@ def stable_after(
             if meta.type is STABLE and meta.id > last:
                 out[meta.id] = (meta.stime, (m.value(), m.key()))
         return out
-    finally:
-        c.close()
 
 
 @retry_transient
@@ -243,8 +289,7 @@ def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10
     has messages but does not deliver the newest in time raises (a retriable timeout),
     rather than look empty and restart the sequence at 0.
     """
-    c = _range_consumer(bootstrap, "peek")
-    try:
+    with _range_consumer(bootstrap, "peek") as c:
         low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
         if high <= low:
             return None
@@ -258,18 +303,13 @@ def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10
         raise KafkaException(
             KafkaError(KafkaError._TIMED_OUT, f"newest message of {topic}[{partition}] not read in {timeout}s")
         )
-    finally:
-        c.close()
 
 
 @retry_transient
 def messages_between(bootstrap: str, topic: str, partition: int, start: int, end: int) -> list[Message]:
     """Every message of one partition from offset ``start`` up to ``end`` (excluded), in order."""
-    c = _range_consumer(bootstrap, "peek")
-    try:
+    with _range_consumer(bootstrap, "peek") as c:
         return list(_read_range(c, topic, partition, start, end))
-    finally:
-        c.close()
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class NodeService:
 
     def _start(self) -> None:
         self._take_epoch()
-        self.inputs.open(self.consumer, self.scheme.on_restart())
+        self.inputs.open(self.consumer, self.scheme.on_restart(), self.fresh_consumer)
         self.outputs.flush()
         self.running = True
         self._install_signals()
@@ -156,6 +156,9 @@ class NodeService:
     def _connect(self) -> None:
         st, plan = self.settings, self.plan
         self.consumer = BatchConsumer(st.bootstrap, group_id(self.name))
+        # Rule 4 reads a second replica of an input through a consumer of its own (services.node.ports).
+        replicated = any(len(p.topics) > 1 for p in plan.inputs)
+        self.fresh_consumer = BatchConsumer(st.bootstrap, group_id(self.name) + ".fresh") if replicated else None
         self.producer = BatchProducer(st.bootstrap, linger_ms=st.linger_ms)
         self.images = restart.ImageWriter(
             st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written
@@ -190,6 +193,8 @@ class NodeService:
             self.monitor.close()
             self.control.close()
             self.consumer.close()
+            if self.fresh_consumer is not None:
+                self.fresh_consumer.close()
 
     def _image_written(self) -> None:
         self.stats.restart_images += 1

@@ -14,7 +14,14 @@ one of the paper's switches (``Move``):
    of the last input tuple processed before each), so none is received twice.
 4. away from a replica in STABILIZATION: the reader keeps reading it in the background for
    its corrections (UNDO, stable tuples, REC_DONE) while new tentative tuples come from a
-   replica in UPSTREAM_FAILURE (``fresh``), until the corrected stream's REC_DONE.
+   replica in UPSTREAM_FAILURE (``fresh``), until the corrected stream's REC_DONE, even once
+   its heartbeat says it is STABLE: its new stable tuples come after its corrections. The same
+   pair forms from the other side (``Move.CORRECT``): a reader following a replica in
+   UPSTREAM_FAILURE whose partner begins to reconcile follows the partner from its UNDO, and
+   the replica it followed goes on as the fresh one.
+
+A fresh replica is read through a consumer of its own: in one consumer's queue its few new
+tuples would wait behind the thousands of corrections fetched before them.
 
 The seek that finds where a move starts in the new topic (a scan back from its tail) runs
 on a helper thread (``plan``): meanwhile the reader goes on reading the replica it follows, so
@@ -26,12 +33,13 @@ Node input ports and client views (``services.client.view``) both read through i
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 
 from services.control.monitor import ReplicaMonitor
 from services.control.replicas import RANK, choose_replica
@@ -40,7 +48,7 @@ from services.core.errors import InputGapError
 from services.core.kafka import BatchConsumer, know_topics, retry_transient
 from services.core.tuples import REC_DONE, UNDO, EpochGate, TupleType
 from services.dpc.states import NodeState
-from services.log.tail import seek_after_stable, seek_after_tentative
+from services.log.tail import seek_after_stable, seek_after_tentative, seek_fresh, undo_after
 from services.node.ingress import RawReader
 from services.spec.plan import InputPlan
 
@@ -58,10 +66,14 @@ class Move(Enum):
     FRESH = "fresh"  # rule 4: new tuples from another replica while the followed one reconciles
     PROMOTE = "promote"  # rule 3: the followed replica failed while reconciling: follow the fresh one
     END_FRESH = "end fresh"  # the followed replica has reconciled (or the fresh one is no use): read it alone
+    # Rule 4 from the other side: a partner began to reconcile; follow it for its corrections, at its
+    # UNDO, while the replica followed so far goes on as the fresh one, where it is read now.
+    CORRECT = "correct"
     GAP = "gap"  # stable ids are missing: read them again elsewhere
 
 
-SEEKING = (Move.STABLE, Move.TENTATIVE, Move.FRESH)  # the moves that start somewhere in another topic
+SEEKING = (Move.STABLE, Move.TENTATIVE, Move.FRESH, Move.CORRECT)  # the moves that start somewhere in another topic
+STANDBY_S = 1.0  # how often rule 4's start in a partner is sought ahead, while the followed replica is in a failure
 
 
 @dataclass
@@ -70,7 +82,23 @@ class Pending:
 
     move: Move
     replica: int
-    seek: Future[tuple[int, int]]
+    seek: Future[tuple[int, int] | None]  # None: the move cannot be made after all
+
+
+@dataclass
+class Standby:
+    """Rule 4's start in a partner replica, sought ahead of need (``ReplicaReader.prepare_fresh``)."""
+
+    replica: int
+    at: float  # when the newest seek began
+    seek: Future[tuple[int, int]]  # the newest seek
+    ready: tuple[int, int] | None = None  # the result of the one before it
+
+    def known(self) -> tuple[int, int] | None:
+        """The newest start found so far."""
+        if self.seek.done() and self.seek.exception() is None:
+            return self.seek.result()
+        return self.ready
 
 
 @dataclass
@@ -92,7 +120,10 @@ class ReplicaReader:
     skip_upto: int | None = None
     fresh: int | None = None  # rule 4: the replica new tentative tuples come from while ``replica`` reconciles
     fresh_gate: EpochGate = field(default_factory=EpochGate)  # the writer epochs of the fresh replica's topic
+    fresh_consumer: Consumer | None = field(default=None, repr=False)  # where the fresh replica is read
+    fresh_from: int = 0  # the offset the fresh read started at
     pending: Pending | None = None  # a move whose seek runs
+    standby: Standby | None = None  # rule 4's start, sought ahead while the followed replica is in a failure
     # The followed replica's REC_DONE was read and no UNDO since: its stream is stable again before
     # its heartbeat says so (a switch away from its STABILIZATION would only read it again elsewhere).
     corrected: bool = False
@@ -135,12 +166,20 @@ class ReplicaReader:
             return None  # no news (monitor starting, or all down): keep waiting where we are
         cur, fresh = self.replica, self.fresh
         if fresh is not None:
-            if states[cur] is NodeState.STABILIZATION and states[fresh] is NodeState.UPSTREAM_FAILURE:
-                if NodeState.STABLE not in states:
-                    return None
-            elif states[cur] is NodeState.FAILED and states[fresh] is not NodeState.FAILED:
+            if states[cur] is NodeState.FAILED and states[fresh] is not NodeState.FAILED:
                 return Move.PROMOTE, fresh
+            if states[fresh] is NodeState.UPSTREAM_FAILURE and (
+                # Reconciled, but its REC_DONE is still ahead in the log: its new stable tuples come only
+                # after the corrections, and the fresh replica's come meanwhile (the REC_DONE ends it).
+                states[cur] is NodeState.STABLE
+                or (states[cur] is NodeState.STABILIZATION and NodeState.STABLE not in states)
+            ):
+                return None
             return Move.END_FRESH, fresh
+        correcting = self._correcting()
+        if correcting is not None and states[cur] is NodeState.UPSTREAM_FAILURE and NodeState.STABLE not in states:
+            if states[correcting] is NodeState.STABILIZATION:
+                return Move.CORRECT, correcting
         bounds = monitor.boundaries(self.upstream, self.partition, len(self.topics)) if monitor is not None else None
         behind_ms = int(monitor.timeout_s * 1000) if monitor is not None else 0
         r = choose_replica(states, cur, bounds, behind_ms)
@@ -149,6 +188,14 @@ class ReplicaReader:
         if states[cur] is NodeState.STABILIZATION and states[r] is NodeState.UPSTREAM_FAILURE:
             return Move.FRESH, r
         return (Move.STABLE if states[r] is NodeState.STABLE else Move.TENTATIVE), r
+
+    def _correcting(self) -> int | None:
+        """The partner whose corrections ``Move.CORRECT`` would read: one whose tentative run the
+        standby found (its UNDO follows there), or the one that move seeks in already."""
+        sb, p = self.standby, self.pending
+        if sb is not None and sb.known() is not None:
+            return sb.replica
+        return p.replica if p is not None and p.move is Move.CORRECT else None
 
     def plan(
         self, monitor: ReplicaMonitor | None, bootstrap: str, fresh_skip: int | None
@@ -163,19 +210,40 @@ class ReplicaReader:
         if p is not None and (step is None or step != (p.move, p.replica)):
             self.pending = p = None  # the states changed while it sought: decide again
         if step is None:
+            self.prepare_fresh(monitor, bootstrap, fresh_skip)
             return None
         move, r = step
         if move not in SEEKING or not self.seeks():
             return move, r, None
         if p is None:
-            keep = move is not Move.STABLE
-            tmax = fresh_skip if move is Move.FRESH else self.tmax
-            seek = SEEKS.submit(self._seek, bootstrap, self.topics[r], self.last_stable, tmax if keep else None)
-            self.pending = p = Pending(move, r, seek)
+            self.pending = p = Pending(move, r, self._seek_for(move, r, bootstrap, fresh_skip))
         if not p.seek.done():
             return None
         self.pending = None
-        return move, r, p.seek.result()
+        found = p.seek.result()
+        return None if found is None else (move, r, found)
+
+    def prepare_fresh(self, monitor: ReplicaMonitor | None, bootstrap: str, skip: int | None) -> None:
+        """While the followed replica and a partner are both in a failure, seek rule 4's start in the
+        partner ahead, every ``STANDBY_S``: when the followed one begins to reconcile, the results due
+        meanwhile come from the partner at once, not after a seek. A start sought earlier is as right,
+        since the reader drops the tentative tuples it has by their t_max; it only reads a few more."""
+        if skip is None or self.fresh is not None or self.upstream is None or not self.seeks():
+            self.standby = None
+            return
+        states = self.states(monitor)
+        partners = [r for r, s in enumerate(states) if r != self.replica and s is NodeState.UPSTREAM_FAILURE]
+        if states[self.replica] is not NodeState.UPSTREAM_FAILURE or not partners:
+            self.standby = None
+            return
+        sb, now = self.standby, time.monotonic()
+        if sb is None or sb.replica != partners[0]:
+            seek = SEEKS.submit(self._seek_fresh, bootstrap, self.topics[partners[0]], skip)
+            self.standby = Standby(partners[0], now, seek)
+        elif sb.seek.done() and now - sb.at >= STANDBY_S:
+            ready = sb.seek.result() if sb.seek.exception() is None else sb.ready
+            sb.at, sb.ready = now, ready
+            sb.seek = SEEKS.submit(self._seek_fresh, bootstrap, self.topics[sb.replica], skip)
 
     def seeks(self) -> bool:
         """Whether a move must look for its start in the new topic."""
@@ -221,7 +289,7 @@ class ReplicaReader:
         ``seek``: where that is and the epoch there, if ``plan`` sought it already.
 
         The reader then drops what writers older than the epoch in force there write (``gate``)."""
-        self.end_fresh(consumer)
+        self.end_fresh()
         self.pending, self.corrected = None, False
         epoch = 0
         if seek is not None:
@@ -246,33 +314,101 @@ class ReplicaReader:
             return seek_after_tentative(bootstrap, topic, self.partition, last_stable, tmax)
         return seek_after_stable(bootstrap, topic, self.partition, last_stable)
 
+    def _seek_for(self, move: Move, r: int, bootstrap: str, fresh_skip: int | None) -> Future[tuple[int, int] | None]:
+        """Start the seek of ``move`` to replica ``r`` on a helper thread, from what the standby found
+        in ``r`` if it did (``prepare_fresh``)."""
+        topic, sb = self.topics[r], self.standby
+        self.standby = None
+        known = sb.known() if sb is not None and sb.replica == r else None
+        if move is Move.FRESH and known is not None:
+            done: Future[tuple[int, int] | None] = Future()
+            done.set_result(known)
+            return done
+        if move is Move.FRESH:
+            return SEEKS.submit(self._seek_fresh, bootstrap, topic, fresh_skip)
+        if move is Move.CORRECT:  # it reconciles: its UNDO follows what the standby found, or is about to
+            start = known[0] if known is not None else 0
+            return SEEKS.submit(undo_after, bootstrap, topic, self.partition, start, self.last_stable, 5000, 1.0)
+        if move is Move.STABLE and known is not None:  # it has reconciled since: its UNDO follows
+            return SEEKS.submit(self._seek_stable_from, bootstrap, topic, self.last_stable, known[0])
+        tmax = self.tmax if move is Move.TENTATIVE else None
+        return SEEKS.submit(self._seek, bootstrap, topic, self.last_stable, tmax)
+
+    def _seek_stable_from(self, bootstrap: str, topic: str, last_stable: int, start: int) -> tuple[int, int]:
+        """``_seek`` for a replica that reconciled after the reader last knew its tentative run at
+        ``start``: right after its UNDO there, else (something else came first) by the usual scan."""
+        found = undo_after(bootstrap, topic, self.partition, start, last_stable)
+        if found is None:
+            return seek_after_stable(bootstrap, topic, self.partition, last_stable)
+        return found[0] + 1, found[1]
+
+    def _seek_fresh(self, bootstrap: str, topic: str, skip: int | None) -> tuple[int, int]:
+        """Where rule 4's read of ``topic`` starts: after the tentative tuples up to t_max ``skip``
+        (the reader has them; its stable tuples come from the followed replica), and the epoch there."""
+        if skip is None:  # it holds none: the replica's whole tentative run is news
+            return seek_after_stable(bootstrap, topic, self.partition, self.last_stable)
+        return seek_fresh(bootstrap, topic, self.partition, skip)
+
     def start_fresh(
         self, consumer: Consumer, bootstrap: str, replica: int, skip: int | None, seek: tuple[int, int] | None = None
     ) -> int:
         """Rule 4: read ``replica``'s new tentative tuples too, those with a t_max above ``skip`` (what
-        the reader has of them), while the followed replica reconciles; returns the offset.
-        ``seek``: where that starts and the epoch there, if ``plan`` sought it already."""
+        the reader has of them), through ``consumer``, while the followed replica reconciles; returns
+        the offset. ``seek``: where that starts and the epoch there, if ``plan`` sought it already."""
         self.tmax = self.skip_upto = skip
         self.pending = None
-        offset, epoch = (
-            seek if seek is not None else self._seek(bootstrap, self.topics[replica], self.last_stable, skip)
-        )
+        offset, epoch = seek if seek is not None else self._seek_fresh(bootstrap, self.topics[replica], skip)
         self.fresh, self.fresh_gate = replica, EpochGate(epoch)
+        self.fresh_consumer, self.fresh_from = consumer, offset
         consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
         self.switches += 1
         return offset
 
-    def end_fresh(self, consumer: Consumer) -> None:
-        """Stop reading the fresh replica (the followed one reconciled, or the fresh one is no use)."""
-        if self.fresh is not None:
-            consumer.incremental_unassign([TopicPartition(self.topics[self.fresh], self.partition)])
-            self.fresh = None
+    def correct(
+        self, consumer: Consumer, fresh_consumer: Consumer, replica: int, seek: tuple[int, int], at: int | None = None
+    ) -> int:
+        """``Move.CORRECT``: follow ``replica`` from its UNDO (``seek``: its offset and the epoch there),
+        read by ``consumer``, while the replica followed so far goes on as the fresh one, read by
+        ``fresh_consumer`` from where it is read now (``at`` if nothing was read from it since it
+        was assigned there); returns the UNDO's offset."""
+        offset, epoch = seek
+        old = TopicPartition(self.topic, self.partition)
+        self.skip_upto = None  # the fresh replica continues where it is: nothing of it is held twice
+        if fresh_consumer is not consumer:
+            read = consumer.position([old])[0].offset
+            pos = read if read >= 0 else at
+            if pos is None:  # unknown: from its end, past the tentative tuples held
+                pos, self.skip_upto = OFFSET_END, self.tmax
+            consumer.incremental_unassign([old])
+            fresh_consumer.incremental_assign([TopicPartition(old.topic, self.partition, pos)])
+            self.fresh_from = pos
+        self.fresh, self.fresh_gate, self.fresh_consumer = self.replica, self.gate, fresh_consumer
+        consumer.incremental_assign([TopicPartition(self.topics[replica], self.partition, offset)])
+        self.replica, self.gate, self.corrected, self.pending = replica, EpochGate(epoch), False, None
+        self.switches += 1
+        return offset
 
-    def promote_fresh(self, consumer: Consumer) -> None:
-        """The followed replica failed while reconciling: follow the fresh one, where it is read now."""
-        assert self.fresh is not None
+    def end_fresh(self) -> None:
+        """Stop reading the fresh replica (the followed one reconciled, or the fresh one is no use)."""
+        if self.fresh is not None and self.fresh_consumer is not None:
+            self.fresh_consumer.incremental_unassign([TopicPartition(self.topics[self.fresh], self.partition)])
+        self.fresh = self.fresh_consumer = None
+
+    def promote_fresh(self, consumer: Consumer) -> int:
+        """The followed replica failed while reconciling: follow the fresh one, read by ``consumer``
+        from now on where its fresh read is; returns that offset (-1 if it is read there already)."""
+        assert self.fresh is not None and self.fresh_consumer is not None
         consumer.incremental_unassign([TopicPartition(self.topic, self.partition)])
+        at, source = -1, self.fresh_consumer
+        if source is not consumer:
+            tp = TopicPartition(self.topics[self.fresh], self.partition)
+            read = source.position([tp])[0].offset
+            at = read if read >= 0 else self.fresh_from  # nothing read there yet
+            source.incremental_unassign([tp])
+            consumer.incremental_assign([TopicPartition(tp.topic, self.partition, at)])
         self.replica, self.gate, self.fresh, self.corrected = self.fresh, self.fresh_gate, None, False
+        self.fresh_consumer = None
+        return at
 
 
 @dataclass
@@ -329,19 +465,30 @@ class Inputs:
         self.by_topic = {p.topic: p for p in self.ports}
         self.fresh_by_topic: dict[str, InputPort] = {}  # rule 4: the topics read for new tuples only
         self.consumer: BatchConsumer | None = None
+        self.fresh_consumer: BatchConsumer | None = None  # rule 4's reads (None: ``consumer``'s)
         # Where each topic was assigned from: its position until a message is read from it.
         self.assigned: dict[str, int] = {}
 
-    def open(self, consumer: BatchConsumer, offsets: dict[str, int]) -> None:
-        """Start reading every port's topic at ``offsets`` (by topic), else from the beginning."""
-        self.consumer = consumer
+    def open(self, consumer: BatchConsumer, offsets: dict[str, int], fresh: BatchConsumer | None = None) -> None:
+        """Start reading every port's topic at ``offsets`` (by topic), else from the beginning;
+        ``fresh``: the consumer for rule 4's reads of a second replica."""
+        self.consumer, self.fresh_consumer = consumer, fresh
         self.by_topic = {p.topic: p for p in self.ports}
         self.assigned = {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.ports}
         consumer.assign_offsets([TopicPartition(t, self.partition, off) for t, off in self.assigned.items()])
-        know_topics(consumer.raw, {t for p in self.ports for t in p.topics} - set(self.assigned))
+        others = {t for p in self.ports for t in p.topics} - set(self.assigned)
+        know_topics(consumer.raw, others)
+        if fresh is not None:
+            know_topics(fresh.raw, others)
 
     def poll(self, max_messages: int, timeout_s: float) -> list[Message]:
+        """The next batch; a fresh replica's new tuples first (they do not wait behind corrections)."""
         assert self.consumer is not None
+        fresh = self.fresh_consumer
+        if fresh is not None and self.fresh_by_topic:
+            first = fresh.poll_batch(max_messages, 0)
+            if first:
+                return first + self.consumer.poll_batch(max_messages, 0)
         return self.consumer.poll_batch(max_messages, timeout_s)
 
     def positions(self) -> dict[str, int]:
@@ -395,13 +542,19 @@ class Inputs:
             old, fresh = p.topic, p.fresh_topic
             off = -1
             if kind is Move.FRESH:  # what the node has not processed yet of the reconciling replica's, it drops
-                off = self.assigned[p.topics[r]] = p.start_fresh(
-                    self.consumer.raw, bootstrap, r, p.processed_tmax, seek
+                fresh_reader = self.fresh_consumer or self.consumer
+                off = self.assigned[p.topics[r]] = p.start_fresh(fresh_reader.raw, bootstrap, r, p.processed_tmax, seek)
+            elif kind is Move.CORRECT:
+                fresh_reader = self.fresh_consumer or self.consumer
+                off = self.assigned[p.topics[r]] = p.correct(
+                    self.consumer.raw, fresh_reader.raw, r, seek or (0, 0), self.assigned.get(old)
                 )
             elif kind is Move.END_FRESH:
-                p.end_fresh(self.consumer.raw)
+                p.end_fresh()
             elif kind is Move.PROMOTE:
-                p.promote_fresh(self.consumer.raw)
+                off = p.promote_fresh(self.consumer.raw)
+                if off >= 0:
+                    self.assigned[p.topic] = off
             else:
                 off = self.assigned[p.topics[r]] = p.move(
                     self.consumer.raw, bootstrap, r, keep=kind is Move.TENTATIVE, seek=seek
@@ -427,7 +580,7 @@ class Inputs:
         assert self.consumer is not None
         fresh = port.fresh_topic
         if fresh is not None:
-            port.end_fresh(self.consumer.raw)
+            port.end_fresh()
             self.assigned.pop(fresh, None)
             self._index()
 

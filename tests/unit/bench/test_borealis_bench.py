@@ -202,7 +202,7 @@ def test_overhead_fit_and_page_come_from_the_runs_numbers() -> None:
     assert "within what separates two runs" in overhead.section(result)
 
 
-def test_notes_name_repeated_tentative_tuples_and_runs_over_x_after_a_switch() -> None:
+def test_notes_name_repeated_tentative_tuples_and_every_run_over_x() -> None:
     from bench.borealis.chain import over_x_note, repeat_note
 
     cfg = {"k": 1, "policy": "Delay & Delay", "x_ms": 3000, "fault_at": 4.0, "fault_s": 15.0}
@@ -227,5 +227,9 @@ def test_notes_name_repeated_tentative_tuples_and_runs_over_x_after_a_switch() -
     assert "D=15s Delay & Delay: 9000 received, 5600 distinct" in repeat_note([over, fine])
     assert "D=8s" not in repeat_note([over, fine]) and repeat_note([fine]) == ""
     note = over_x_note([over, fine])
-    assert "generated 2.5 s before the heal" in note and "D=8s Delay & Delay: 2.80 s" in note
+    assert "generated 2.5 s before the heal" in note and "D=8s" not in note
     assert over_x_note([fine]) == ""
+    unswitched = {**over, "label": "D=30s Delay & Delay", "client_switches": 0}
+    assert "D=30s Delay & Delay: 3.30 s" in over_x_note([unswitched]), "over X without a switch is named too"
+    suspend = {**over, "config": {**cfg, "policy": "Process & Suspend"}}
+    assert over_x_note([suspend]) == "", "the paper shows Process & Suspend cannot keep X"

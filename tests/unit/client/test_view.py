@@ -258,3 +258,21 @@ def test_a_fresh_replica_started_after_the_undo_gives_only_tuples_past_those_cor
     out = []
     view.apply(R, 4, 0, None, out, 0)
     assert replay(events + out) == ([{"i": i} for i in range(5)], [])
+
+
+def test_corrections_from_a_partner_that_began_to_reconcile_while_the_followed_replica_goes_on_fresh() -> None:
+    from services.core.tuples import EpochGate
+
+    view = PartitionView(0)
+    events = run(view, [stable(i) for i in range(3)])
+    events += tentative(view, 0, range(3, 6), 100)
+    view.correct(1, EpochGate(), view.gate)  # replica 1 reconciles; replica 0 goes on where it is read
+    events += tentative(view, 0, range(6, 8), 103, fresh=True)  # its next ones, each taken
+    out: list[ViewEvent] = []
+    view.apply(U, 2, 0, None, out, 1)  # replica 1's UNDO: it held none of these
+    events += out + run(view, [stable(3), stable(4)])
+    assert [e.record for e in view.tentative] == ["r0@100", "r0@101", "r0@102", "r0@103", "r0@104"]
+    out = []
+    view.apply(R, 4, 0, None, out, 1)  # corrected: replica 1's stable stream replaces them
+    assert view.fresh is None and view.replica == 1 and view.tentative == []
+    assert replay(events + out) == ([{"i": i} for i in range(5)], [])

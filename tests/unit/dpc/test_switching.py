@@ -25,6 +25,8 @@ def no_kafka_seek(monkeypatch: Any) -> None:
     """Where a move starts in the new topic does not matter here: the test hands the messages over."""
     monkeypatch.setattr(ports, "seek_after_stable", lambda *a, **k: (0, 0))
     monkeypatch.setattr(ports, "seek_after_tentative", lambda *a, **k: (0, 0))
+    monkeypatch.setattr(ports, "seek_fresh", lambda *a, **k: (0, 0))
+    monkeypatch.setattr(ports, "undo_after", lambda *a, **k: (0, 0))
 
 
 STEP = 100  # one tuple per SUnion bucket
@@ -115,6 +117,50 @@ def test_rule_4_corrections_are_read_from_the_reconciling_replica_while_another_
     assert stable_out == [1000, 1100, 1200, 1300, 1400, 2000, 2100, 2200, 2300, 2400, 2500, 2600], (
         "the failure-free output, once"
     )
+    assert not node.scheme.failed
+
+
+def test_rule_4_goes_on_after_the_reconciling_replicas_stable_heartbeat_until_its_rec_done_is_read() -> None:
+    node = FakeNode(CHAIN, "n2")
+    in_failure(node)
+    switch(node, {0: NodeState.STABILIZATION, 1: NodeState.UPSTREAM_FAILURE})
+    port = node.inputs.ports[0]
+    node.step([node.message("b", UNDO, 4, 0, None, 0), *stable(node, 0, range(5, 7), 2000)], LATER)
+    # n1.r0 has reconciled (its heartbeat says so) but n2 has not read all its corrections yet:
+    # its new stable tuples are behind them, so new ones still come from n1.r1.
+    assert switch(node, {0: NodeState.STABLE}) == []
+    assert port.fresh == 1
+    node.step(tentative(node, 1, range(5, 12), 2000), LATER)
+    node.step([], 2 * LATER)
+    assert tentative_times(node) == [2000, 2100, 2200, 2300, 2400, 2500, 2600], "new results go on meanwhile"
+    node.step([*stable(node, 0, range(7, 8), 2200), node.message("b", REC_DONE, 7, 0, None, 0)], LATER)
+    assert port.fresh is None and port.topic == port.topics[0], "its REC_DONE ends the fresh read"
+    node.step(stable(node, 0, range(8, 12), 2300), 2 * LATER)
+    node.step([], 2 * LATER)
+    stable_out = [t[2] for t in node.written("c") if t[0] is STABLE]
+    assert stable_out == [1000, 1100, 1200, 1300, 1400, 2000, 2100, 2200, 2300, 2400, 2500, 2600]
+
+
+def test_a_partner_that_begins_to_reconcile_gives_its_corrections_while_the_followed_replica_goes_on() -> None:
+    node = FakeNode(CHAIN, "n2")
+    in_failure(node)
+    assert switch(node, {0: NodeState.UPSTREAM_FAILURE, 1: NodeState.UPSTREAM_FAILURE}) == []
+    assert switch(node, {1: NodeState.STABILIZATION}) == [Move.CORRECT]
+    port = node.inputs.ports[0]
+    assert port.replica == 1 and port.fresh == 0
+    # n1.r0 goes on in its failure: its new tentative tuples are processed as they come.
+    node.step(tentative(node, 0, range(8, 10), 2300), LATER)
+    node.step([], 2 * LATER)
+    assert tentative_times(node) == [2000, 2100, 2200, 2300, 2400]
+    # n1.r1's UNDO, its corrections and REC_DONE: the stable stream, once.
+    node.step([node.message("b", UNDO, 4, 0, None, 1), *stable(node, 1, range(5, 10), 2000)], LATER)
+    node.step([node.message("b", REC_DONE, 9, 0, None, 1)], LATER)
+    assert port.fresh is None and port.replica == 1
+    node.step(stable(node, 1, range(10, 12), 2500), 2 * LATER)
+    node.step([], 2 * LATER)
+    stable_out = [t[2] for t in node.written("c") if t[0] is STABLE]
+    assert stable_out == [1000, 1100, 1200, 1300, 1400, 2000, 2100, 2200, 2300, 2400, 2500, 2600]
+    assert tentative_times(node) == [2000, 2100, 2200, 2300, 2400], "no tentative result twice"
     assert not node.scheme.failed
 
 

@@ -182,3 +182,44 @@ def test_a_reader_keeping_tentative_tuples_goes_on_after_their_t_max_in_one_scan
     assert tail.seek_after_tentative("b", "t.r1", 0, last_stable=0, tmax=40) == (1, 0), "stable 1 is lacking"
     assert len(made) == 3, "one scan per seek"
     assert tail.seek_after_tentative("b", "t.r1", 0, last_stable=-1, tmax=40) == (0, 0)
+
+
+def test_a_fresh_read_starts_after_the_tentative_tuples_the_reader_has_and_scans_no_further(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rule 4: the followed replica's corrections bring the stable tuples, so the scan of the other
+    replica's long tentative run stops at the newest tentative tuple the reader has."""
+    from services.core.tuples import with_tmax
+
+    def tent(tid: int, tmax: int) -> Any:
+        return with_tmax(make_headers(TENTATIVE, tid, tmax), tmax)
+
+    log = [make_headers(STABLE, 0, 10), make_headers(STABLE, 1, 20)]
+    log += [tent(2 + i, 30 + 10 * i) for i in range(1000)]  # a long failure's run: t_max 30 .. 10020
+    read = [0]
+
+    class Counting(LogConsumer):
+        def consume(self, n: int, timeout: float) -> list[Msg]:
+            out = super().consume(n, timeout)
+            read[0] += len(out)
+            return out
+
+    monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: Counting(log))
+    assert tail.seek_fresh("b", "t.r1", 0, tmax=9990, chunk=10) == (999, 0), "after t_max 9990, at offset 998"
+    assert read[0] <= 50, "it read the tail only"
+    assert tail.seek_fresh("b", "t.r1", 0, tmax=5, chunk=10) == (2, 0), "the whole run is news: after stable 1"
+
+
+def test_a_switch_to_a_replica_that_reconciled_finds_its_undo_reading_on_from_its_tentative_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from services.core.tuples import UNDO
+
+    log = [make_headers(STABLE, 0, 10), make_headers(STABLE, 1, 20)]
+    log += [make_headers(TENTATIVE, 2 + i, 30 + i) for i in range(50)]  # offsets 2..51
+    log += [make_headers(UNDO, 1, 0)] + [make_headers(STABLE, 2 + i, 30 + i) for i in range(50)]  # UNDO at 52
+    monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(log))
+    assert tail.undo_after("b", "t.r1", 0, start=40, last_stable=1) == (52, 0), "its corrections start after it"
+    assert tail.undo_after("b", "t.r1", 0, start=40, last_stable=0) is None, "it names stable 1, which is lacking"
+    assert tail.undo_after("b", "t.r1", 0, start=53, last_stable=1) is None, "stable tuples before any UNDO"
+    assert tail.undo_after("b", "t.r1", 0, start=2, last_stable=1, limit=10) is None, "not within the limit"
