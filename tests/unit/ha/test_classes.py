@@ -168,3 +168,13 @@ def test_hastream_validate_prints_each_nodes_class() -> None:
     lines = res.output.splitlines()
     assert any(line.strip().startswith("n3: convergent-capable, as window 'per_sensor'") for line in lines), lines
     assert any("merge in tuple-time order" in line for line in lines), lines
+
+
+def test_the_logs_ha_schemes_recover_from_keep_every_record_until_trimmed() -> None:
+    from services.deploy.local import topic_specs
+
+    spec = with_ha(parse_spec(BASE), "n2", scheme=Scheme.UPSTREAM_BACKUP)
+    got = {t.name: t.config for t in topic_specs(spec)}
+    for topic in ("t.b.r0", "t.w.r0", "t.w.r1"):  # n2's input and output logs
+        assert got[topic]["retention.ms"] == "-1" and got[topic]["retention.bytes"] == "-1", topic
+    assert "retention.ms" not in got["t.a"]  # read by n1 only, a dpc node
