@@ -33,6 +33,7 @@ from services.cli.kafka_cmd import kafka_app
 from services.cli.source_cmd import source_app
 from services.cli.streams_cmd import produce, schema, tail
 from services.core.errors import HastreamError
+from services.ha.classes import describe
 
 if TYPE_CHECKING:
     from services.deploy.local import Deployment, Process
@@ -74,6 +75,8 @@ def validate(
         f"[green]ok[/] {escape(str(spec))}: {len(s.streams)} streams, {len(s.operators)} operators, "
         f"{len(s.nodes)} nodes; inputs: {', '.join(s.sources())}; outputs: {', '.join(s.sinks())}"
     )
+    for n in s.nodes:
+        out.print(f"  {escape(describe(s, n))}")
 
 
 @app.command()

@@ -27,6 +27,8 @@ from services.core.kafka import Login
 from services.core.logs import rotate
 from services.core.paths import REPO_ROOT, hastream_home
 from services.deploy import access, processes
+from services.ha.logs import TOPIC_CONFIG as HA_LOG_CONFIG
+from services.ha.logs import recovery_logs
 from services.node.restart import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
 from services.spec import Spec
 
@@ -197,12 +199,11 @@ def provision(spec: Spec, bootstrap: str) -> list[str]:
 
 
 def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None = None) -> list[TopicSpec]:
-    """Every topic of a deployment with its settings; restart topics take messages as large as an image."""
-    restart_topics = {t for t, _ in spec.restart_topics()}
-    return [
-        TopicSpec(t, p, replication, {**(config or {}), **(RESTART_TOPIC_CONFIG if t in restart_topics else {})})
-        for t, p in spec.all_topics()
-    ]
+    """Every topic of a deployment with its settings: restart topics take messages as large as an
+    image, and the logs HA schemes recover from keep every record until trimmed."""
+    own = {t: RESTART_TOPIC_CONFIG for t, _ in spec.restart_topics()}
+    own.update({t: HA_LOG_CONFIG for t in recovery_logs(spec)})
+    return [TopicSpec(t, p, replication, {**(config or {}), **own.get(t, {})}) for t, p in spec.all_topics()]
 
 
 def up(

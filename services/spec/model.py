@@ -56,6 +56,48 @@ class Scheme(str, Enum):
     """How a node survives failures; chosen per node with ``ha:`` (docs/spec.md)."""
 
     DPC = "dpc"  # Borealis Delay-Process-Correct
+    AMNESIA = "amnesia"  # the HA algorithms (ICDE 2005): the standby restarts empty at the inputs' end
+    PASSIVE_STANDBY = "passive_standby"  # the primary sends its state to a standby every interval
+    ACTIVE_STANDBY = "active_standby"  # the secondary processes the same inputs into a log nobody reads
+    UPSTREAM_BACKUP = "upstream_backup"  # upstream logs keep what the node needs; it rebuilds from them
+
+
+# The HA schemes whose mechanisms are not built yet: a spec naming one is refused.
+UNAVAILABLE = frozenset({Scheme.AMNESIA, Scheme.PASSIVE_STANDBY, Scheme.ACTIVE_STANDBY, Scheme.UPSTREAM_BACKUP})
+AVAILABLE = tuple(s.value for s in Scheme if s not in UNAVAILABLE)
+
+
+class Recovery(str, Enum):
+    """The guarantee an HA scheme gives after a failure (ICDE 2005, section 3.1)."""
+
+    PRECISE = "precise"
+    ROLLBACK = "rollback"
+    GAP = "gap"
+
+
+class Merge(str, Enum):
+    """How a node of an HA scheme takes tuples from several inputs."""
+
+    ARRIVAL = "arrival"  # as they come: union-like, so the node is arbitrary
+    TIME = "time"  # in tuple-time order (SUnion's serialization): as deterministic as its operators
+
+
+@dataclass(frozen=True)
+class HaDef:
+    """A node's ``ha:``: its scheme and that scheme's settings (docs/spec.md, "ha")."""
+
+    scheme: Scheme = Scheme.DPC
+    recovery: Recovery | None = None  # None: gap for amnesia, rollback for the other HA schemes
+    interval_ms: int = 50  # M: how often checkpoints, acknowledgements or trims go out
+    heartbeat_ms: int = 100  # an HA node's keep-alive interval
+    misses: int = 3  # keep-alives missed before the node is failed (detection: about misses - 0.5 intervals)
+    merge: Merge = Merge.ARRIVAL
+
+    @property
+    def guarantee(self) -> Recovery:
+        if self.recovery is not None:
+            return self.recovery
+        return Recovery.GAP if self.scheme is Scheme.AMNESIA else Recovery.ROLLBACK
 
 
 @dataclass(frozen=True)
@@ -110,7 +152,7 @@ class NodeDef:
     replicas: int = 1
     engine: str = "python"
     reconciliation: Reconciliation | None = None  # None: the spec's dpc.reconciliation
-    ha: Scheme = Scheme.DPC
+    ha: HaDef = HaDef()
     flush_ms: int = 1000  # a spark node's window: how long decided results wait for the next Spark job
 
 

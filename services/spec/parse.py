@@ -19,14 +19,19 @@ from services.core.errors import SchemaNotFound, SpecError
 from services.dpc.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reconciliation
 from services.spec import validate
 from services.spec.model import (
+    AVAILABLE,
     ENGINES,
     INTERNAL_TOPICS,
     RAW_SUFFIX,
     RECORD_TIMESTAMP,
+    UNAVAILABLE,
     DpcConfig,
+    HaDef,
     IngressDef,
+    Merge,
     NodeDef,
     OperatorDef,
+    Recovery,
     Scheme,
     Spec,
     StreamDef,
@@ -242,15 +247,52 @@ def _add_ingresses(
         nodes[name] = NodeDef(name, (name,), raw.ingress.replicas)
 
 
-def _choice(ck: Problems, obj: dict, key: str, path: tuple, allowed: tuple[Any, ...], default: Any) -> Any:
-    """``obj[key]`` as a member of the enum ``allowed`` is from, or ``default`` (with a problem if it is none)."""
+_HA_KEYS = {"scheme", "recovery", "interval_ms", "heartbeat_ms", "misses", "merge"}
+
+
+def _parse_ha(ck: Problems, raw: Any, path: tuple) -> HaDef:
+    """A node's ``ha:``: a scheme's name, or a mapping with ``scheme`` and its settings."""
+    if raw is None:
+        return HaDef()
+    if isinstance(raw, str):
+        raw = {"scheme": raw}
+        at = path[:-1]  # a bare name: problems point at the ``ha`` key itself
+    else:
+        raw = ck.mapping(raw, path, "'ha'")
+        at = path
+    ck.unknown_keys(raw, _HA_KEYS, path)
+    d = HaDef()
+    if at is path and "scheme" not in raw:
+        ck.err(path, f"'ha' needs a 'scheme': one of {', '.join(s.value for s in Scheme)}")
+    scheme = _choice(ck, raw, "scheme", at, tuple(Scheme), d.scheme, key_name="ha" if at is not path else None)
+    if scheme in UNAVAILABLE:
+        ck.err(path, f"scheme '{scheme.value}' is not available yet (available: {', '.join(AVAILABLE)})")
+    recovery = _choice(ck, raw, "recovery", path, tuple(Recovery), None)
+    if scheme is Scheme.DPC and any(k != "scheme" for k in raw):
+        ck.err(path, "the dpc scheme takes its settings from the spec's 'dpc:' section: give 'ha: dpc'")
+    return HaDef(
+        scheme,
+        recovery,
+        ck.pos_int(raw, "interval_ms", path, d.interval_ms),
+        ck.pos_int(raw, "heartbeat_ms", path, d.heartbeat_ms),
+        ck.pos_int(raw, "misses", path, d.misses),
+        _choice(ck, raw, "merge", path, tuple(Merge), d.merge),
+    )
+
+
+def _choice(
+    ck: Problems, obj: dict, key: str, path: tuple, allowed: tuple[Any, ...], default: Any, key_name: str | None = None
+) -> Any:
+    """``obj[key]`` as a member of the enum ``allowed`` is from, or ``default`` (with a problem if it is none).
+    ``key_name`` names the key in the problem when the YAML spells it otherwise."""
     v = obj.get(key)
     if v is None:
         return default
     for a in allowed:
         if v == a.value:
             return a
-    ck.err(path + (key,), f"'{key}' must be one of {', '.join(a.value for a in allowed)}, got {v!r}")
+    name = key_name or key
+    ck.err(path + (name,), f"'{name}' must be one of {', '.join(a.value for a in allowed)}, got {v!r}")
     return default
 
 
@@ -291,7 +333,7 @@ def _parse_nodes(
             )
         if "flush_ms" in ndef and engine != "spark":
             ck.err(path + ("flush_ms",), "'flush_ms' is a setting of spark nodes (engine: spark)")
-        ha = _choice(ck, ndef, "ha", path, tuple(Scheme), Scheme.DPC)
+        ha = _parse_ha(ck, ndef.get("ha"), path + ("ha",))
         repl = ck.pos_int(ndef, "replicas", path, d_repl)
         out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, ck.pos_int(ndef, "flush_ms", path, 1000))
     for o in declared:

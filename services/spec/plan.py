@@ -105,7 +105,7 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         node,
         nd.replicas,
         spec.node_partitions(node),
-        nd.ha,
+        nd.ha.scheme,
         spec.reconciliation_of(node),
         tuple(inputs),
         tuple(outputs),

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from services.core.codec import record_fields, schema_fields
 from services.core.errors import ExprError, SpecError
 from services.spec import expr
-from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Spec, StreamDef
+from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Scheme, Spec, StreamDef
 from services.spec.problems import Problems
 
 OPERATOR_KEYS = {
@@ -241,7 +241,7 @@ _BY_TYPE: dict[str, Callable[[_Op], dict[str, Any]]] = {
 
 
 def graph(ck: Problems, spec: Spec) -> None:
-    """Cross-cutting checks: cycles, co-partitioning, keys of partitioned state."""
+    """Cross-cutting checks: cycles, co-partitioning, keys of partitioned state, HA guarantees."""
     try:
         spec.topo_nodes()
         for n in spec.nodes:
@@ -285,3 +285,17 @@ def graph(ck: Problems, spec: Spec) -> None:
                             ("operators", o, "key"),
                             f"with {p} partitions, stream '{s}' must be keyed by '{k}' so each key's state lives in one partition (its key is {spec.streams[s].key!r})",
                         )
+    guarantees(ck, spec)
+
+
+def guarantees(ck: Problems, spec: Spec) -> None:
+    """Each HA node's requested recovery must be one its scheme gives for its operator class (Table 2)."""
+    from services.ha.classes import node_class, outcome  # services.ha builds on this package's model
+
+    for n, nd in spec.nodes.items():
+        if nd.ha.scheme is Scheme.DPC:
+            continue
+        c = node_class(spec, n)
+        got = outcome(nd.ha.scheme, nd.ha.guarantee, c.cls)
+        if isinstance(got, str):
+            ck.err(("nodes", n, "ha"), f"node '{n}' is {c.cls.label} ({c.why}): {got}")

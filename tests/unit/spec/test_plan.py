@@ -39,14 +39,17 @@ def test_scheme_and_policies_are_enums_read_from_the_spec() -> None:
         BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], replicas: 2, ha: dpc}")
         + "dpc: {reconciliation: undo, failure_policy: delay, stabilization_policy: suspend}\n"
     )
-    assert spec.nodes["n2"].ha is Scheme.DPC
+    assert spec.nodes["n2"].ha.scheme is Scheme.DPC
     assert spec.dpc.failure_policy is Policy.DELAY and spec.dpc.stabilization_policy is Policy.SUSPEND
     assert plan_node(spec, "n2").reconciliation is Reconciliation.UNDO
 
 
 def test_unknown_scheme_is_reported_with_its_location() -> None:
     got = problems(BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], ha: paxos}"))
-    assert got == ["s.yaml:12:30: nodes.n2.ha: 'ha' must be one of dpc, got 'paxos'"], got
+    assert got == [
+        "s.yaml:12:30: nodes.n2.ha: 'ha' must be one of dpc, amnesia, passive_standby, active_standby, "
+        "upstream_backup, got 'paxos'"
+    ], got
 
 
 def test_renamed_restart_image_interval_says_its_new_name() -> None:

@@ -1,0 +1,120 @@
+"""Who is primary: the coordinator's takeover decisions for nodes of the HA schemes, Kafka-free.
+
+ICDE 2005, section 2: each node N has a backup N' that detects N's failure by keep-alives and
+takes over; a failed node that returns becomes the secondary. Here the coordinator does the
+detecting, so that one party decides and a paused primary cannot go on believing it leads:
+
+- a replica is failed once no heartbeat has come for its node's detection time (``misses``
+  keep-alive intervals: 3 at 100 ms gives the paper's 250 ms on average);
+- when the primary fails, the lowest-numbered live secondary becomes primary with the
+  partition's epoch bumped, which fences the old primary's writes;
+- a failed replica that is heard again, a restarted process or a paused one that woke up,
+  rejoins as secondary at the current epoch;
+- with no primary (at start, or after both failed) the lowest-numbered live replica is elected
+  once every replica has been heard or a detection time has passed.
+
+Each decision is an ``Order`` the coordinator sends on the control topic. A replica reports
+its role and epoch in its heartbeats; one that disagrees with the table gets its order again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Role(str, Enum):
+    PRIMARY = "primary"
+    SECONDARY = "secondary"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Order:
+    """Replica ``replica`` of ``node`` partition ``partition`` is now ``role``, at ``epoch``."""
+
+    node: str
+    partition: int
+    replica: int
+    role: Role
+    epoch: int
+
+
+@dataclass
+class _Pair:
+    replicas: int
+    detection_s: float
+    known_since: float
+    epoch: int = 0
+    roles: dict[int, Role] = field(default_factory=dict)
+    seen: dict[int, float] = field(default_factory=dict)
+    sent: dict[int, float] = field(default_factory=dict)  # when each replica was last given its order
+
+    def primary(self) -> int | None:
+        return next((r for r, role in self.roles.items() if role is Role.PRIMARY), None)
+
+    def live(self, now: float) -> list[int]:
+        return sorted(r for r, t in self.seen.items() if now - t <= self.detection_s)
+
+
+class Takeovers:
+    """The role table of every partition of the HA nodes, fed with heartbeats and the clock."""
+
+    def __init__(self, nodes: dict[str, tuple[int, float]]) -> None:
+        """``nodes``: node -> (replicas, detection time in seconds)."""
+        self.nodes = nodes
+        self._pairs: dict[tuple[str, int], _Pair] = {}
+
+    def role(self, node: str, partition: int, replica: int) -> Role | None:
+        p = self._pairs.get((node, partition))
+        return p.roles.get(replica) if p else None
+
+    def epoch(self, node: str, partition: int) -> int:
+        p = self._pairs.get((node, partition))
+        return p.epoch if p else 0
+
+    def heard(
+        self,
+        node: str,
+        partition: int,
+        replica: int,
+        now: float,
+        reported: tuple[Role, int] | None = None,
+    ) -> list[Order]:
+        """A heartbeat came from the replica; ``reported`` is the role and epoch it says it has."""
+        if node not in self.nodes:
+            return []
+        replicas, detection_s = self.nodes[node]
+        p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
+        p.seen[replica] = now
+        role = p.roles.get(replica)
+        if role is Role.FAILED:  # back: a new process, or an old one that woke up
+            return [self._give(p, node, partition, replica, Role.SECONDARY, now)]
+        if role is not None and reported is not None and reported != (role, p.epoch):
+            if now - p.sent.get(replica, float("-inf")) > p.detection_s:  # its order was lost or is late
+                return [self._give(p, node, partition, replica, role, now)]
+        return []
+
+    def check(self, now: float) -> list[Order]:
+        """Fail the replicas that fell silent, hand the primary's role on, elect where there is none."""
+        orders: list[Order] = []
+        for (node, partition), p in sorted(self._pairs.items()):
+            live = p.live(now)
+            for r, role in sorted(p.roles.items()):
+                if role is not Role.FAILED and r not in live:
+                    p.roles[r] = Role.FAILED
+            if p.primary() is None and live and (len(p.seen) == p.replicas or now - p.known_since >= p.detection_s):
+                orders.extend(self._elect(p, node, partition, live, now))
+        return orders
+
+    def _elect(self, p: _Pair, node: str, partition: int, live: list[int], now: float) -> list[Order]:
+        p.epoch += 1  # the new primary's epoch fences every write of an earlier one
+        head = ([r for r in live if p.roles.get(r) is Role.SECONDARY] or live)[0]  # a warm secondary first
+        out = [self._give(p, node, partition, head, Role.PRIMARY, now)]
+        out += [self._give(p, node, partition, r, Role.SECONDARY, now) for r in live if r != head]
+        return out
+
+    def _give(self, p: _Pair, node: str, partition: int, replica: int, role: Role, now: float) -> Order:
+        p.roles[replica] = role
+        p.sent[replica] = now
+        return Order(node, partition, replica, role, p.epoch)

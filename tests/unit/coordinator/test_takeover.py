@@ -1,0 +1,104 @@
+"""The coordinator's takeover decisions for HA-scheme nodes: detection, epoch bump, rejoin as secondary."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.coordinator.takeover import Order, Role, Takeovers
+
+D = 0.25  # detection time
+
+
+def pair() -> Takeovers:
+    return Takeovers({"n": (2, D)})
+
+
+def started(t: Takeovers, now: float = 0.0) -> list[Order]:
+    t.heard("n", 0, 1, now)
+    t.heard("n", 0, 0, now)
+    return t.check(now)
+
+
+def test_replica_0_is_elected_once_both_are_heard_and_the_other_is_secondary() -> None:
+    t = pair()
+    t.heard("n", 0, 1, 0.0)
+    assert t.check(0.05) == []  # replica 0 may still come
+    t.heard("n", 0, 0, 0.06)
+    assert t.check(0.07) == [Order("n", 0, 0, Role.PRIMARY, 1), Order("n", 0, 1, Role.SECONDARY, 1)]
+
+
+def test_a_lone_replica_is_elected_after_a_detection_time() -> None:
+    t = pair()
+    t.heard("n", 0, 1, 0.0)
+    assert t.check(D - 0.01) == []
+    t.heard("n", 0, 1, D - 0.01)
+    assert t.check(D) == [Order("n", 0, 1, Role.PRIMARY, 1)]
+
+
+def test_a_silent_primary_is_replaced_by_the_secondary_with_a_new_epoch() -> None:
+    t = pair()
+    started(t)
+    for now in (0.1, 0.2):
+        t.heard("n", 0, 1, now)  # only the secondary goes on
+        assert t.check(now) == []  # within the detection time: no takeover
+    t.heard("n", 0, 1, 0.3)
+    assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 2)]
+    assert t.role("n", 0, 0) is Role.FAILED and t.epoch("n", 0) == 2
+
+
+def test_a_returning_primary_rejoins_as_secondary_at_the_new_epoch() -> None:
+    t = pair()
+    started(t)
+    t.heard("n", 0, 1, 0.3)
+    t.check(0.3)
+    # A paused primary wakes up, or a restarted one starts: it is now the secondary.
+    assert t.heard("n", 0, 0, 0.5, reported=(Role.PRIMARY, 1)) == [Order("n", 0, 0, Role.SECONDARY, 2)]
+    assert t.role("n", 0, 1) is Role.PRIMARY
+
+
+def test_a_failed_secondary_changes_nothing_for_the_primary() -> None:
+    t = pair()
+    started(t)
+    t.heard("n", 0, 0, 0.3)
+    assert t.check(0.3) == []
+    assert t.role("n", 0, 1) is Role.FAILED and t.role("n", 0, 0) is Role.PRIMARY and t.epoch("n", 0) == 1
+
+
+def test_after_both_failed_the_first_to_return_leads() -> None:
+    t = pair()
+    started(t)
+    assert t.check(0.3) == []  # no one left to take over
+    t.heard("n", 0, 1, 1.0)  # its order: secondary (it was failed) ...
+    assert t.check(1.0) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # ... then elected, since no primary lives
+
+
+def test_a_replica_that_reports_another_role_gets_its_order_again_once_per_detection_time() -> None:
+    t = pair()
+    started(t)
+    assert t.heard("n", 0, 1, 0.1, reported=(Role.SECONDARY, 0)) == []  # its order may still be on its way
+    assert t.heard("n", 0, 1, 0.3, reported=(Role.SECONDARY, 0)) == [Order("n", 0, 1, Role.SECONDARY, 1)]
+    assert t.heard("n", 0, 1, 0.4, reported=(Role.SECONDARY, 0)) == []
+    assert t.heard("n", 0, 1, 0.5, reported=(Role.SECONDARY, 1)) == []
+
+
+def test_nodes_of_other_schemes_are_not_tracked() -> None:
+    t = pair()
+    assert t.heard("dpc_node", 0, 0, 0.0) == []
+    assert t.check(1.0) == [] and t.role("dpc_node", 0, 0) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, None]), st.floats(0.01, 0.4)), min_size=1, max_size=60))
+def test_never_two_primaries_and_the_epoch_only_grows(events: list[tuple[int | None, float]]) -> None:
+    """Random heartbeats and silences: at most one primary per partition, each at a higher epoch than the last."""
+    t, now, epochs = pair(), 0.0, [0]
+    for who, dt in events:
+        now += dt
+        if who is not None:
+            t.heard("n", 0, who, now)
+        for o in t.check(now):
+            if o.role is Role.PRIMARY:
+                assert o.epoch > epochs[-1]
+                epochs.append(o.epoch)
+        assert sum(t.role("n", 0, r) is Role.PRIMARY for r in (0, 1)) <= 1
