@@ -52,6 +52,10 @@ class InputGapError(HastreamError, LookupError):
     """Stable tuples of an input are missing from every replica's log: nothing can fill the gap."""
 
 
+class TrimmedError(HastreamError, LookupError):
+    """A recovery position lies before its log's start: the records it needs were deleted."""
+
+
 class FencedError(HastreamError, RuntimeError):
     """A newer incarnation of this node replica has started: this copy must write no more."""
 

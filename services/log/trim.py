@@ -11,7 +11,8 @@ from __future__ import annotations
 from confluent_kafka import TopicPartition
 
 from services.core.admin import admin_client
-from services.core.kafka import retry_transient
+from services.core.errors import TrimmedError
+from services.core.kafka import plain_consumer, retry_transient
 
 
 @retry_transient
@@ -24,3 +25,21 @@ def trim_before(bootstrap: str, topic: str, partition: int, offset: int, timeout
     tp = TopicPartition(topic, partition, offset)
     deleted = admin.delete_records([tp], operation_timeout=timeout, request_timeout=timeout)[tp].result()
     return int(deleted.low_watermark)
+
+
+@retry_transient
+def check_retained(bootstrap: str, positions: dict[tuple[str, int], int], timeout: float = 10) -> None:
+    """Raise ``TrimmedError`` if a recovery that starts at ``positions`` ((topic, partition) ->
+    offset) would find one of them already trimmed: a consumer reset to the log start would
+    skip the records in between and quietly lose them."""
+    c = plain_consumer(bootstrap, "retained")
+    try:
+        for (topic, partition), offset in sorted(positions.items()):
+            start, _ = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+            if offset < start:
+                raise TrimmedError(
+                    f"recovery needs {topic} partition {partition} from offset {offset}, but the log starts at "
+                    f"{start}: it was trimmed past a position still needed, and records {offset}..{start - 1} are gone"
+                )
+    finally:
+        c.close()

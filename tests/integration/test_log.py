@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from services.core.admin import TopicSpec, ensure_topics
+from services.core.errors import TrimmedError
 from services.core.kafka import BatchProducer
 from services.core.tuples import TupleType, make_headers
 from services.log.tail import NO_WRITER, last_stable_id, offset_after_stable, writer_tail
-from services.log.trim import trim_before
+from services.log.trim import check_retained, trim_before
 
 pytestmark = pytest.mark.integration
 S, T, U, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.BOUNDARY
@@ -46,3 +47,13 @@ def test_trim_moves_the_log_start_forward_only(kafka: Any, topic_name: Callable[
     assert trim_before(kafka.bootstrap, topic, 0, 2) == 4  # never backwards
     assert offset_after_stable(kafka.bootstrap, topic, 0, -1) == 4  # readers start at the new log start
     assert last_stable_id(kafka.bootstrap, topic, 0) == 9  # the tail is untouched
+
+
+def test_a_recovery_position_before_the_log_start_fails_loudly(kafka: Any, topic_name: Callable[..., str]) -> None:
+    topic = topic_name()
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic)])
+    write(kafka.bootstrap, topic, [(S, i) for i in range(10)])
+    trim_before(kafka.bootstrap, topic, 0, 6)
+    check_retained(kafka.bootstrap, {(topic, 0): 6})  # the kept record itself is still there
+    with pytest.raises(TrimmedError, match=f"{topic} partition 0 from offset 5, but the log starts at 6"):
+        check_retained(kafka.bootstrap, {(topic, 0): 5})
