@@ -272,6 +272,14 @@ class PartitionView:
         self.replica, self.fresh = replica, None
         self.gap = None
 
+    def moved(self, replica: int, move: Move, out: list[ViewEvent]) -> None:
+        """Now reading ``replica`` after a switch (``move``: STABLE, TENTATIVE or GAP). The tentative
+        tuples held stay until tuples of the new replica replace them: its stable tuples void them
+        (rule 2), and of its tentative tuples only those past their t_max count (rule 3). So a
+        stable replica that turns tentative before its stable tuples come (its delay ran out just
+        after the followed one's) gives no result twice. A GAP move reads the stream again: void."""
+        self.switch(replica, out, keep=move is not Move.GAP)
+
     @property
     def fresh_skip(self) -> int | None:
         """The t_max up to which a fresh replica's tentative tuples are not wanted (rule 4): those held,
@@ -413,22 +421,30 @@ class StreamView:
             v.end_fresh(self._pending)
             return
         else:
-            self.switch(partition, replica, keep=move is Move.TENTATIVE, seek=seek)
+            self.switch(partition, replica, keep=move is Move.TENTATIVE, seek=seek, move=move)
             return
         self.switches.append((partition, old, replica, offset))
         log.info("%s p%d: %s, replica %d at offset %d", self.stream, partition, move.value, replica, offset)
 
-    def switch(self, partition: int, replica: int, keep: bool = False, seek: tuple[int, int] | None = None) -> int:
+    def switch(
+        self,
+        partition: int,
+        replica: int,
+        keep: bool = False,
+        seek: tuple[int, int] | None = None,
+        move: Move = Move.GAP,
+    ) -> int:
         """Read ``partition`` from ``replica`` from now on, right after the last stable tuple (``keep``:
-        keeping the tentative tuples held, after their t_max there; ``seek``: that place and the
-        writer epoch there, if known already); returns the offset."""
+        after the t_max of the tentative tuples held there; ``seek``: that place and the writer epoch
+        there, if known already; ``move``: the rule that applied, which says what the view keeps
+        (``PartitionView.moved``)); returns the offset."""
         v, reader = self.views[partition], self.readers[partition]
         old = reader.replica
         reader.last_stable, reader.tmax = v.last_stable, v.tmax
         # Nothing read yet and only new tuples wanted: start at the end.
         at = None if v.started or self.from_beginning else OFFSET_END
         offset = reader.move(self.consumer, self.bootstrap, replica, at, keep, None if at is not None else seek)
-        v.switch(replica, self._pending, keep)
+        v.moved(replica, move, self._pending)
         v.gate = reader.gate
         self.switches.append((partition, old, replica, offset))
         log.info("%s p%d: switched from replica %d to %d at offset %d", self.stream, partition, old, replica, offset)

@@ -276,3 +276,33 @@ def test_corrections_from_a_partner_that_began_to_reconcile_while_the_followed_r
     view.apply(R, 4, 0, None, out, 1)  # corrected: replica 1's stable stream replaces them
     assert view.fresh is None and view.replica == 1 and view.tentative == []
     assert replay(events + out) == ([{"i": i} for i in range(5)], [])
+
+
+def test_a_switch_to_a_stable_replica_that_turns_tentative_first_gives_no_tentative_result_twice() -> None:
+    """The followed replica's delay ran out just before its partner's: the view moves to the partner
+    while it is STABLE, and the partner's first tuples are tentative results the view holds already."""
+    from services.node.ports import Move
+
+    view = PartitionView(0)
+    events = run(view, [stable(i) for i in range(3)])
+    events += tentative(view, 0, range(3, 6), 100)
+    out: list[ViewEvent] = []
+    view.moved(1, Move.STABLE, out)
+    assert out == [] and len(view.tentative) == 3  # held until replica 1's tuples replace them
+    got = tentative(view, 1, range(3, 8), 100)
+    assert [e.record for e in got] == ["r1@103", "r1@104"] and view.repeats == 3
+    events += got + run(view, [(U, 2, 0, None), stable(3), stable(4)])  # replica 1 reconciles
+    assert replay(events) == ([{"i": i} for i in range(5)], [])
+    # Its stable tuples replace what is held without an UNDO, as before.
+    view = PartitionView(0)
+    events = run(view, [stable(i) for i in range(3)]) + tentative(view, 0, range(3, 6), 100)
+    view.moved(1, Move.STABLE, events)
+    events += run(view, [stable(3)])
+    assert replay(events) == ([{"i": i} for i in range(4)], []) and view.tentative == []
+    # A GAP move reads the stream again: nothing is held.
+    view = PartitionView(0)
+    run(view, [stable(i) for i in range(3)])
+    tentative(view, 0, range(3, 6), 100)
+    out = []
+    view.moved(1, Move.GAP, out)
+    assert [e.kind for e in out] == ["undo"] and view.tentative == []
