@@ -62,7 +62,9 @@ class PacedSources:
     may be an endless iterable: then the sources run until ``stop()``. ``hold(stream,
     seconds)`` models a disconnected input: its tuples are generated on time but delivered
     when it heals. At the end every source sends the final boundary (``END_OF_TIME``).
-    ``sent_at`` maps each record's event time to the wall time (monotonic) it was generated.
+    ``sent_at`` maps each record's event time to the wall time (monotonic) it was generated;
+    ``first_held`` each held stream to when its first held record was generated, which may be
+    before ``hold`` was called if the source thread stood still between stamping and sending.
     """
 
     def __init__(self, spec: Spec, bootstrap: str, workload: Mapping[str, Iterable[Record]], rate: float) -> None:
@@ -72,6 +74,7 @@ class PacedSources:
         sized = [len(w) for w in workload.values() if isinstance(w, Sized)]
         self._total = max(sized) if len(sized) == len(workload) else None  # None: until stop() or exhausted
         self.held_until: dict[str, float] = {}
+        self.first_held: dict[str, float] = {}
         self.sent_at: dict[int, float] = {}  # event time -> wall time it was generated
         self.done = threading.Event()
         self._stop = threading.Event()
@@ -86,8 +89,8 @@ class PacedSources:
         self._stop.set()
 
     def hold(self, stream: str, seconds: float) -> None:
+        self.held_until[stream] = time.monotonic() + seconds  # first: a record held is always seen as held
         self.writers[stream].hold()
-        self.held_until[stream] = time.monotonic() + seconds
 
     def _run(self) -> None:
         n = self._total
@@ -107,6 +110,8 @@ class PacedSources:
                 recs = list(itertools.islice(self._records[s], due - k))
                 if len(recs) < due - k:
                     exhausted.add(s)
+                if recs and s in self.held_until:
+                    self.first_held.setdefault(s, now)
                 for rec in recs:
                     w.send(rec)
                     self.sent_at.setdefault(rec["ts"], now)
