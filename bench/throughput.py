@@ -329,7 +329,9 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
         _sample_after_flush(op, seen)
     open_inputs, before_batch, flush = svc.inputs.open, scheme.before_batch, svc.outputs.flush
 
-    def metered_open(consumer: BatchConsumer, offsets: dict[str, int], fresh: BatchConsumer | None = None) -> None:
+    def metered_open(
+        consumer: BatchConsumer, offsets: dict[str, int] | None, fresh: BatchConsumer | None = None
+    ) -> None:
         open_inputs(consumer, offsets, fresh)  # clients are up, input assigned: the node is about to poll
         _report("ready")
 

@@ -163,6 +163,8 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
                     "pid": st.pid if st else 0,
                     "stable": st.stable if st else 0,
                     "lag": st.lag if st else 0,
+                    "role": st.role if st else "",
+                    "ha_epoch": st.epoch if st else 0,
                     "seen": st is not None,
                     "reconciliation": None,
                 }
@@ -187,12 +189,16 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
         mon.close()
 
 
-def replica_table(title: str, rows: list[dict[str, Any]]) -> Table:
+def replica_table(title: str, rows: list[dict[str, Any]], schemes: dict[str, str] | None = None) -> Table:
+    """``schemes``: node -> its recovery scheme, for the scheme column (the HA schemes add role and epoch)."""
     t = Table(title=title)
+    schemes = schemes or {}
     for c in (
         "node",
         "partition",
         "replica",
+        "scheme",
+        "role",
         "DPC state",
         "last heartbeat",
         "stable out",
@@ -211,6 +217,8 @@ def replica_table(title: str, rows: list[dict[str, Any]]) -> Table:
             r["node"],
             str(r["partition"]),
             str(r["replica"]),
+            schemes.get(r["node"], ""),
+            f"{r['role']} (epoch {r.get('ha_epoch', 0)})" if r.get("role") else "-",
             shown,
             age,
             str(r.get("stable", "")) if r.get("seen") else "",
@@ -231,4 +239,7 @@ def print_replica_states(dep: Any) -> None:
     if not rows:
         out.print("[dim]no node heartbeats yet[/]")
         return
-    out.print(replica_table(f"{dep.name}: node replicas (from {source})", rows))
+    from services.spec import load_spec
+
+    schemes = {n: nd.ha.scheme.value for n, nd in load_spec(Path(dep.spec_path)).nodes.items()}
+    out.print(replica_table(f"{dep.name}: node replicas (from {source})", rows, schemes))

@@ -62,6 +62,7 @@ class HeartbeatSender:
         self.interval_s, self.stall_s = interval_s, stall_s
         self.state = state
         self.epoch = 0
+        self.role = ""  # an HA scheme's replica: its role (``services.coordinator.takeover.Role``)
         self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
         self.ticked = time.monotonic()
         self.sent_at: float | None = None  # monotonic time of the last heartbeat handed to the producer
@@ -99,6 +100,7 @@ class HeartbeatSender:
             stable=self.stable,
             boundary_ms=self.boundary_ms,
             lag=self.lag,
+            role=self.role,
         )
         self._producer.send(self.topic, hb.encode(), self.node.encode(), 0)
         self._producer.poll(0)

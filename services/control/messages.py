@@ -42,6 +42,7 @@ class ControlKind(str, Enum):
     REQUEST = "REQUEST"  # a replica may reconcile and asks for its turn
     GRANT = "GRANT"  # the coordinator gives it the turn
     DONE = "DONE"  # the replica finished reconciling
+    ROLE = "ROLE"  # the coordinator's takeover order to a replica of an HA scheme (``services.coordinator.takeover``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,8 @@ class ControlMessage:
     stagger: bool = True
     sent_ms: int = 0
     round_ms: int = 0  # which reconciliation round of the replica it belongs to (a GRANT echoes the REQUEST's)
+    role: str = ""  # ROLE: "primary" or "secondary"
+    epoch: int = 0  # ROLE: the partition's epoch from now on
 
     def encode(self) -> bytes:
         return _CONTROL.encode(
@@ -66,6 +69,8 @@ class ControlMessage:
                 "stagger": self.stagger,
                 "sent_ms": self.sent_ms or now_ms(),
                 "round_ms": self.round_ms,
+                "role": self.role,
+                "epoch": self.epoch,
             }
         )
 
@@ -74,7 +79,15 @@ class ControlMessage:
         """Raises DecodeError (bad Avro) or ValueError (unknown kind)."""
         c = _CONTROL.decode(payload)
         return cls(
-            ControlKind(c["kind"]), c["node"], c["partition"], c["replica"], c["stagger"], c["sent_ms"], c["round_ms"]
+            ControlKind(c["kind"]),
+            c["node"],
+            c["partition"],
+            c["replica"],
+            c["stagger"],
+            c["sent_ms"],
+            c["round_ms"],
+            c.get("role", ""),
+            c.get("epoch", 0),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -86,6 +99,8 @@ class ControlMessage:
             "stagger": self.stagger,
             "sent_ms": self.sent_ms,
             "round_ms": self.round_ms,
+            "role": self.role,
+            "epoch": self.epoch,
         }
 
     def is_for(self, node: str, partition: int, replica: int) -> bool:
@@ -106,6 +121,7 @@ class Heartbeat:
     stable: int = 0  # stable tuples written, over every output
     boundary_ms: int = -1  # the last BOUNDARY it sent: how far its stable output has come
     lag: int = 0  # input messages not yet processed
+    role: str = ""  # an HA scheme's replica: "primary", "secondary", or "candidate" until told
 
     def encode(self) -> bytes:
         return _HEARTBEAT.encode(
@@ -120,6 +136,7 @@ class Heartbeat:
                 "stable": self.stable,
                 "boundary_ms": self.boundary_ms,
                 "lag": self.lag,
+                "role": self.role,
             }
         )
 
@@ -138,6 +155,7 @@ class Heartbeat:
             hb.get("stable", 0),
             hb.get("boundary_ms", -1),
             hb.get("lag", 0),
+            hb.get("role", ""),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -152,4 +170,5 @@ class Heartbeat:
             "stable": self.stable,
             "boundary_ms": self.boundary_ms,
             "lag": self.lag,
+            "role": self.role,
         }

@@ -31,6 +31,8 @@ class ReplicaStatus:
     stable: int = 0  # stable tuples written
     boundary_ms: int = -1  # how far its stable output has come
     lag: int = 0  # input messages it has not processed yet
+    role: str = ""  # an HA scheme's replica: primary, secondary or candidate
+    epoch: int = 0  # the epoch it reports
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:
         if self.seen is None:
@@ -103,7 +105,18 @@ class ReplicaMonitor:
                 return  # older than what this process already said
             seen = now if fresh else (cur.seen if cur is not None else None)
             self.status[key] = ReplicaStatus(
-                hb.node, hb.partition, hb.replica, hb.state, hb.sent_ms, seen, hb.pid, hb.stable, hb.boundary_ms, hb.lag
+                hb.node,
+                hb.partition,
+                hb.replica,
+                hb.state,
+                hb.sent_ms,
+                seen,
+                hb.pid,
+                hb.stable,
+                hb.boundary_ms,
+                hb.lag,
+                hb.role,
+                hb.epoch,
             )
 
     def get(self, node: str, partition: int, replica: int) -> ReplicaStatus | None:

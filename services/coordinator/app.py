@@ -42,6 +42,7 @@ from services.control.monitor import ReplicaMonitor
 from services.coordinator.metrics import CoordinatorMetrics, replica_counts
 from services.coordinator.names import TABLES, app_id
 from services.coordinator.page import STATUS_HTML
+from services.coordinator.takeover import Order, Role, Takeovers
 from services.core import metrics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.errors import DecodeError, HastreamError
@@ -49,7 +50,9 @@ from services.core.kafka import SASL_MECHANISM, Login, env_login
 from services.core.logs import setup_logging
 from services.dpc.consistency import LEASE_MS, Coordination, Grant
 from services.dpc.states import NodeState
+from services.node.fence import claim_epoch
 from services.spec import Spec
+from services.spec.model import Scheme
 
 log = logging.getLogger("hastream.coordinator")
 
@@ -146,6 +149,21 @@ def port_file(data_dir: Path) -> Path:
     return Path(data_dir) / "coordinator.json"
 
 
+ROLES = frozenset(r.value for r in Role)
+
+
+def takeovers_of(spec: Spec, bootstrap: str) -> Takeovers:
+    """The role table of the spec's HA-scheme nodes; new primaries' epochs are claimed on the heartbeat topic."""
+    nodes = {
+        n: (nd.replicas, nd.ha.detection_ms / 1000) for n, nd in spec.nodes.items() if nd.ha.scheme is not Scheme.DPC
+    }
+
+    def claim(node: str, partition: int, replica: int) -> int:
+        return claim_epoch(bootstrap, spec.heartbeat_topic, node, partition, replica)
+
+    return Takeovers(nodes, claim)
+
+
 def expected_replicas(spec: Spec) -> list[tuple[str, int, int]]:
     """(node, partition, replica) of every node process the spec deploys."""
     return [
@@ -223,6 +241,8 @@ class Coordinator:
         self.replicas = app.Table(replicas, help="node/pX/rY -> DPC state of one node replica partition", **table_kw)
         self.recon = app.Table(recon, help="node/pX/rY -> reconciliation request / grant", **table_kw)
         self.logic = Coordination(self.replicas, self.recon, spec.dpc.failure_timeout, lease_ms)
+        self.takeovers = takeovers_of(spec, bootstrap)
+        self.orders_sent = 0
         self._wire()
 
     # -- faust wiring ---------------------------------------------------------------------
@@ -237,6 +257,10 @@ class Coordinator:
                 except (DecodeError, ValueError) as e:
                     log.warning("skipping a heartbeat that cannot be read: %s", e)
                     continue
+                if beat.node in self.takeovers.nodes and self.caught_up:
+                    reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
+                    heard = self.takeovers.heard(beat.node, beat.partition, beat.replica, time.monotonic(), reported)
+                    await self._send_orders(heard)
                 if beat.node == COORDINATOR:
                     if not self.caught_up and beat.pid == os.getpid() and beat.epoch == self.started_ms:
                         # Our own first heartbeat came back: everything queued before it is read.
@@ -258,8 +282,8 @@ class Coordinator:
                 except (DecodeError, ValueError) as e:
                     log.warning("skipping a control message that cannot be read: %s", e)
                     continue
-                if msg.kind is ControlKind.GRANT:
-                    continue
+                if msg.kind in (ControlKind.GRANT, ControlKind.ROLE):
+                    continue  # our own
                 grants = self.logic.on_control(msg.as_dict(), now_ms())
                 log.info(
                     "%s from %s/p%d/r%d (stagger=%s) -> %s",
@@ -294,6 +318,14 @@ class Coordinator:
                 log.warning("grant of %s released: lease of %d ms expired", key, self.logic.lease_ms)
             await self._send_grants(self.logic.decide_all(now))
 
+        if self.takeovers.nodes:
+            every = min(d.ha.heartbeat_ms for d in self.spec.nodes.values() if d.ha.scheme is not Scheme.DPC)
+
+            @app.timer(interval=every / 4000, name="takeovers")
+            async def takeovers() -> None:
+                if self.ready() and self.caught_up:
+                    await self._send_orders(self.takeovers.check(time.monotonic()))
+
         coordinator = self
 
         @app.page("/status")
@@ -326,6 +358,13 @@ class Coordinator:
             grant = ControlMessage(ControlKind.GRANT, g.node, g.partition, g.replica, g.stagger, round_ms=g.round_ms)
             await self.control.send(key=g.node.encode(), value=grant.encode())
 
+    async def _send_orders(self, orders: list[Order]) -> None:
+        for o in orders:
+            log.info("%s/p%d/r%d is %s at epoch %d", o.node, o.partition, o.replica, o.role.value, o.epoch)
+            self.orders_sent += 1
+            msg = ControlMessage(ControlKind.ROLE, o.node, o.partition, o.replica, role=o.role.value, epoch=o.epoch)
+            await self.control.send(key=o.node.encode(), value=msg.encode())
+
     async def _beat(self, now: int) -> None:
         beat = Heartbeat(COORDINATOR, 0, 0, NodeState.STABLE, now, self.started_ms, os.getpid())
         await self.heartbeats.send(key=COORDINATOR.encode(), value=beat.encode())
@@ -338,6 +377,9 @@ class Coordinator:
                 "spec": self.spec.name,
                 "ready": self.ready_since is not None and self.caught_up,
                 "grants_sent": self.grants_sent,
+                "orders_sent": self.orders_sent,
+                "takeovers": self.takeovers.table(),
+                "schemes": {n: nd.ha.scheme.value for n, nd in self.spec.nodes.items()},
                 "replicas_by_state": replica_counts(body["replicas"]),
                 "pid": os.getpid(),
                 "started_ms": self.started_ms,

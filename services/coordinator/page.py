@@ -23,7 +23,7 @@ STATUS_HTML = """<!doctype html>
 <div class="muted" id="meta">loading&hellip;</div><div id="err"></div>
 <div id="counts"></div>
 <h2>Node replicas</h2>
-<table><thead><tr><th>node</th><th>partition</th><th>replica</th><th>state</th><th>last heartbeat</th>
+<table><thead><tr><th>node</th><th>partition</th><th>replica</th><th>scheme</th><th>role</th><th>state</th><th>last heartbeat</th>
 <th>state since</th><th>stable out</th><th>input lag</th><th>pid</th><th>reconciliation</th></tr></thead><tbody id="replicas"></tbody></table>
 <h2>Waiting requests</h2>
 <table><thead><tr><th>replica</th><th>waiting</th><th>stagger</th></tr></thead><tbody id="pending"></tbody></table>
@@ -34,7 +34,7 @@ function secs(ms) { return ms === null || ms === undefined ? "never" : (ms / 100
 function cell(text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; return td; }
 function fill(id, rows, cols) {
   const body = document.getElementById(id); body.replaceChildren();
-  if (!rows.length) { const tr = document.createElement("tr"); const td = cell("none", "muted"); td.colSpan = 10; tr.append(td); body.append(tr); return; }
+  if (!rows.length) { const tr = document.createElement("tr"); const td = cell("none", "muted"); td.colSpan = 12; tr.append(td); body.append(tr); return; }
   for (const r of rows) { const tr = document.createElement("tr"); for (const c of cols) tr.append(c(r)); body.append(tr); }
 }
 async function refresh() {
@@ -48,6 +48,8 @@ async function refresh() {
       Object.entries(s.replicas_by_state).filter(([, n]) => n).map(([k, n]) => k + " " + n).join(", ") +
       " \\u00b7 Prometheus: /metrics";
     fill("replicas", s.replicas, [r => cell(r.node), r => cell(r.partition), r => cell(r.replica),
+      r => cell((s.schemes || {})[r.node] || ""),
+      r => cell(r.role ? r.role + " (epoch " + r.ha_epoch + ")" : "-", r.role ? "" : "muted"),
       r => cell(r.state + (r.state === "FAILED" && r.reported ? " (last: " + r.reported + ")" : ""), r.state),
       r => cell(r.seen ? secs(r.age_ms) + " ago" : "never"),
       r => cell(r.since_ms ? secs(s.now_ms - r.since_ms) + " ago" : "", "muted"),

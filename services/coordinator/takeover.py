@@ -21,12 +21,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Callable
+
+# Gives a new epoch for a partition's new primary (node, partition, replica), higher than every
+# earlier one: the coordinator claims it on the heartbeat topic (``services.node.fence``).
+Claim = Callable[[str, int, int], int]
 
 
 class Role(str, Enum):
     PRIMARY = "primary"
     SECONDARY = "secondary"
     FAILED = "failed"
+    CANDIDATE = "candidate"  # what a replica reports after a (re)start, until it is given a role
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class _Pair:
     roles: dict[int, Role] = field(default_factory=dict)
     seen: dict[int, float] = field(default_factory=dict)
     sent: dict[int, float] = field(default_factory=dict)  # when each replica was last given its order
+    since: dict[int, float] = field(default_factory=dict)  # when each replica took its current role
 
     def primary(self) -> int | None:
         return next((r for r, role in self.roles.items() if role is Role.PRIMARY), None)
@@ -60,9 +67,11 @@ class _Pair:
 class Takeovers:
     """The role table of every partition of the HA nodes, fed with heartbeats and the clock."""
 
-    def __init__(self, nodes: dict[str, tuple[int, float]]) -> None:
-        """``nodes``: node -> (replicas, detection time in seconds)."""
+    def __init__(self, nodes: dict[str, tuple[int, float]], claim: Claim | None = None) -> None:
+        """``nodes``: node -> (replicas, detection time in seconds); ``claim``: where new epochs
+        come from (None: one past the partition's last, for tests)."""
         self.nodes = nodes
+        self.claim = claim
         self._pairs: dict[tuple[str, int], _Pair] = {}
 
     def role(self, node: str, partition: int, replica: int) -> Role | None:
@@ -72,6 +81,14 @@ class Takeovers:
     def epoch(self, node: str, partition: int) -> int:
         p = self._pairs.get((node, partition))
         return p.epoch if p else 0
+
+    def table(self) -> list[dict[str, object]]:
+        """Every known replica's role and its partition's epoch, for the status page."""
+        return [
+            {"node": node, "partition": part, "replica": r, "role": role.value, "epoch": p.epoch}
+            for (node, part), p in sorted(self._pairs.items())
+            for r, role in sorted(p.roles.items())
+        ]
 
     def heard(
         self,
@@ -88,6 +105,13 @@ class Takeovers:
         p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
         p.seen[replica] = now
         role = p.roles.get(replica)
+        if reported is not None and reported[0] is Role.CANDIDATE:
+            if role is None or now - p.sent.get(replica, float("-inf")) <= p.detection_s:
+                return []  # the election takes it once due; or its order is on the way
+            if role is not Role.FAILED:  # restarted within the detection time: what it held is gone,
+                p.roles[replica] = role = Role.FAILED  # as if it had been detected
+        elif role is None and reported is not None and reported[0] is not Role.FAILED:
+            return self._adopt(p, node, partition, replica, reported, now)
         if role is Role.FAILED:  # back: a new process, or an old one that woke up
             return [self._give(p, node, partition, replica, Role.SECONDARY, now)]
         if role is not None and reported is not None and reported != (role, p.epoch):
@@ -107,14 +131,34 @@ class Takeovers:
                 orders.extend(self._elect(p, node, partition, live, now))
         return orders
 
+    def _adopt(
+        self, p: _Pair, node: str, partition: int, replica: int, reported: tuple[Role, int], now: float
+    ) -> list[Order]:
+        """A replica this table does not know says its role (the coordinator restarted): keep it, unless
+        another replica already holds the primary's role at a newer epoch."""
+        role, epoch = reported
+        cur = p.primary()
+        if role is Role.PRIMARY and cur is not None and epoch <= p.epoch:
+            return [self._give(p, node, partition, replica, Role.SECONDARY, now)]  # a stale primary: demoted
+        if role is Role.PRIMARY and cur is not None:
+            p.roles[cur] = Role.SECONDARY  # the newer primary wins; the other learns it from its heartbeats
+        p.roles[replica], p.epoch = role, max(p.epoch, epoch)
+        p.sent[replica] = now
+        return []
+
     def _elect(self, p: _Pair, node: str, partition: int, live: list[int], now: float) -> list[Order]:
-        p.epoch += 1  # the new primary's epoch fences every write of an earlier one
-        head = ([r for r in live if p.roles.get(r) is Role.SECONDARY] or live)[0]  # a warm secondary first
+        # The secondary that has been one the longest first: the warmest (a passive standby's state).
+        warm = sorted((p.since.get(r, now), r) for r in live if p.roles.get(r) is Role.SECONDARY)
+        head = warm[0][1] if warm else live[0]
+        # The new primary's epoch fences every write of an earlier one.
+        p.epoch = self.claim(node, partition, head) if self.claim is not None else p.epoch + 1
         out = [self._give(p, node, partition, head, Role.PRIMARY, now)]
         out += [self._give(p, node, partition, r, Role.SECONDARY, now) for r in live if r != head]
         return out
 
     def _give(self, p: _Pair, node: str, partition: int, replica: int, role: Role, now: float) -> Order:
+        if p.roles.get(replica) is not role:
+            p.since[replica] = now
         p.roles[replica] = role
         p.sent[replica] = now
         return Order(node, partition, replica, role, p.epoch)

@@ -85,7 +85,7 @@ class Coordination:
         # When the newest heartbeat of each replica arrived, also for heartbeats not written to
         # the table. In memory only: after a restart the table's heard_ms stands in.
         self.latest: dict[str, int] = {}
-        self.progress: dict[str, dict[str, int]] = {}  # the newest heartbeat's sent_ms, pid, stable and lag
+        self.progress: dict[str, dict[str, Any]] = {}  # the newest heartbeat's sent_ms, pid, stable, lag, role
         self.backlog: set[str] = set()  # replicas heard of only in a backlog so far
 
     # -- heartbeats and failure detection --------------------------------------------
@@ -117,6 +117,8 @@ class Coordination:
             "pid": pid,
             "stable": int(hb.get("stable", 0)),
             "lag": int(hb.get("lag", 0)),
+            "role": str(hb.get("role", "")),  # an HA scheme's replica: its role, with the epoch it reports
+            "ha_epoch": epoch,
         }
         if fresh:
             self.latest[key] = now
@@ -307,6 +309,8 @@ class Coordination:
                 "epoch": r["epoch"],
                 "stable": r.get("stable", 0),
                 "lag": r.get("lag", 0),
+                "role": r.get("role", ""),
+                "ha_epoch": r.get("ha_epoch", 0),
                 "seen": True,
             }
         for node, p, rep in expected:

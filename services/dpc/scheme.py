@@ -102,13 +102,14 @@ class DpcScheme:
         self.catch_up: dict[str, tuple[int, int]] | None = None  # the input ends to reach first
 
     # -- restart ----------------------------------------------------------------------
-    def on_restart(self) -> dict[str, int]:
+    def on_restart(self) -> dict[str, int] | None:
         """Continue from the newest restart image (or from scratch), then resume each output.
 
         Refuses to start (``RestartImageError``, one line) when the input the restart must
         replay is no longer in the logs: the output would be renumbered otherwise.
         """
         node = self.node
+        node.begin_writing()  # a copy of this replica that is still running is fenced before the logs are read
         bootstrap = node.settings.bootstrap
         image = restart.load(bootstrap, self.restart_topic, node.partition)
         lasts = {s: last_stable_id(bootstrap, node.outputs.topic(s), node.partition) for s in self.soutputs}
@@ -318,8 +319,11 @@ class DpcScheme:
     @staticmethod
     def _first_of_source(port: InputPort, m: Message) -> bool:
         """A source's first tuple may have any id if it is not at the log's start: retention may have
-        removed the tuples before it before this node existed. At offset 0 ids start at 0."""
-        return port.upstream is None and port.last_stable < 0 and (m.offset() or 0) > 0
+        removed the tuples before it before this node existed. At offset 0 ids start at 0. So may
+        the first tuple of a port started midway on purpose (``InputPort.midway``)."""
+        if port.last_stable >= 0:
+            return False
+        return port.midway or (port.upstream is None and (m.offset() or 0) > 0)
 
     def _new_tentative(
         self, port: InputPort, fresh: bool, tid: int, stime: int, bound: int | None, m: Message

@@ -47,6 +47,10 @@ class SOutput:
         self.name = ""  # for errors: the topic
         self.tentative_sent = False  # tentative tuples emitted since the last UNDO
         self.rec_done_due = False  # an UNDO was sent and its REC_DONE not yet
+        # A writer that took over a log (``services.ha.scheme``) drops stable results below the boundary
+        # the log ends with: readers hold the stream to it. None: no such floor.
+        self.floor: int | None = None
+        self.below_floor = 0  # results dropped for it
 
     @property
     def last_stable(self) -> int:
@@ -77,6 +81,10 @@ class SOutput:
 
     def stable(self, items: list[tuple[Any, int]], out: list[Out]) -> None:
         """Append the stable versions of ``items`` (record, stime) to ``out``."""
+        if self.floor is not None:
+            n, floor = len(items), self.floor
+            items = [it for it in items if it[1] >= floor]
+            self.below_floor += n - len(items)
         tid = self.next_id
         if tid <= self.dedup_until:  # replayed after a restart: already in the topic
             skip = min(len(items), self.dedup_until - tid + 1)

@@ -105,7 +105,9 @@ def _backward(
             end, size = start, min(size * 4, _MAX_CHUNK)
 
 
-def _live_backward(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[tuple[int, Meta]]:
+def _live_backward(
+    bootstrap: str, topic: str, partition: int, chunk: int, view: Callable[[Message], Meta] = _meta
+) -> Iterator[tuple[int, Meta]]:
     """The partition's messages newest first, without those of fenced writers (a lower epoch after a
     higher one). Each message's epoch is then the one in force right after it.
 
@@ -113,7 +115,7 @@ def _live_backward(bootstrap: str, topic: str, partition: int, chunk: int) -> It
     at most what it had in flight and one flush after its successor's EPOCH before it stops
     (``services.node.fence``), fewer messages than a chunk.
     """
-    chunks = _backward_chunks(bootstrap, topic, partition, chunk)
+    chunks = _backward(bootstrap, topic, partition, chunk, view)
     cur = next(chunks, None)
     while cur is not None:
         older = next(chunks, None)
@@ -247,6 +249,35 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
         if t not in (None, TENTATIVE) and tid is not None:
             return tid
     return None if empty else -1
+
+
+def _bound_meta(m: Message) -> Meta:
+    """``Meta`` with the boundary a message gives in place of a t_max: a BOUNDARY's stime, or a
+    stable tuple's ``ht.bound`` (None: it gives none)."""
+    headers = m.headers()
+    t, tid, epoch = peek(headers)
+    bound: int | None = None
+    if t is BOUNDARY or (t is STABLE and carries_bound(headers)):
+        try:
+            meta = parse_headers(headers)
+        except HeaderError:
+            return None, None, epoch, False, None
+        bound = meta.stime if t is BOUNDARY else meta.bound
+    return t, tid, epoch, bound is not None, bound
+
+
+@retry_transient
+def output_tail(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> tuple[int, int]:
+    """Where the live writer of a one-log output left it: (the last stable id, -1 if none; the last
+    boundary, -1 if none). A writer that takes over goes on from there: the next id, and no
+    tuple below that boundary (``services.ha.scheme``)."""
+    last: int | None = None
+    for _, (t, tid, _, _, bound) in _live_backward(bootstrap, topic, partition, chunk, _bound_meta):
+        if last is None and t not in (None, TENTATIVE, EPOCH) and tid is not None:
+            last = tid
+        if bound is not None:
+            return (tid if last is None and tid is not None else (last if last is not None else -1)), bound
+    return (last if last is not None else -1), -1
 
 
 @retry_transient

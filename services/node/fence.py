@@ -67,10 +67,14 @@ class Fence:
         replica: int,
         epoch: int,
         stall_s: float,
+        replicas: tuple[int, ...] | None = None,
     ) -> None:
+        """``replicas``: whose epochs fence this writer; its own replica's (None), or every replica of
+        the partition when the replicas take turns writing one log (``Scheme.one_log``)."""
         self.bootstrap, self.monitor, self.topic = bootstrap, monitor, topic
         self.node, self.partition, self.replica = node, partition, replica
         self.epoch, self.stall_s = epoch, stall_s
+        self.replicas = replicas if replicas is not None else (replica,)
         self.checked = time.monotonic()
 
     def check(self) -> None:
@@ -79,10 +83,10 @@ class Fence:
         if now - self.checked > self.stall_s:  # long enough to have been replaced meanwhile
             self.monitor.read_up_to(_end(self.bootstrap, self.topic))
         self.checked = now
-        newer = self.monitor.epoch(self.node, self.partition, self.replica)
+        newer = max(self.monitor.epoch(self.node, self.partition, r) for r in self.replicas)
         if newer > self.epoch:
             raise FencedError(
-                f"{self.node} p{self.partition} r{self.replica} was replaced by a newer incarnation "
+                f"{self.node} p{self.partition} r{self.replica} was replaced by a newer incarnation or replica "
                 f"(epoch {newer} > {self.epoch}, after this process stood still): it stops writing and exits"
             )
 

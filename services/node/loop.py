@@ -45,6 +45,7 @@ class NodeService:
         self.partition, self.replica, self.settings = partition, replica, settings
         self.stats = NodeStats()
         self.running = False
+        self.epoch = 0  # the epoch this replica writes with (``begin_writing``)
         self.inputs = Inputs(plan.inputs, partition, replica)
         build = operator_builder(plan, replica, partition)
         self.pipeline = NodePipeline(plan, undo=plan.reconciliation is Reconciliation.UNDO, build=build)
@@ -69,7 +70,6 @@ class NodeService:
         return self.stats
 
     def _start(self) -> None:
-        self._take_epoch()
         self.inputs.open(self.consumer, self.scheme.on_restart(), self.fresh_consumer)
         self.outputs.flush()
         self.running = True
@@ -83,13 +83,16 @@ class NodeService:
             ", ".join(p.topic for p in self.inputs.ports),
         )
 
-    def _take_epoch(self) -> None:
-        """Claim a new epoch and announce it on every output before reading them to restart, so a
-        replaced copy of this replica that resumes is ignored and stops (``services.node.fence``)."""
+    def begin_writing(self, epoch: int | None = None) -> int:
+        """Write with ``epoch`` from now on, or with a new one claimed for this replica (None):
+        announced on every output first, so readers drop what an earlier writer (a replaced copy
+        of this replica, or the primary this one took over from) writes after it
+        (``services.node.fence``). Returns the epoch."""
         plan, st = self.plan, self.settings
-        self.epoch = fence.claim_epoch(st.bootstrap, plan.heartbeat_topic, plan.node, self.partition, self.replica)
-        self.heartbeat.epoch = self.epoch
-        time.sleep(fence.NOTICE_S)
+        if epoch is None:
+            epoch = fence.claim_epoch(st.bootstrap, plan.heartbeat_topic, plan.node, self.partition, self.replica)
+            time.sleep(fence.NOTICE_S)
+        self.epoch = self.heartbeat.epoch = epoch
         f = fence.Fence(
             st.bootstrap,
             self.monitor,
@@ -97,12 +100,14 @@ class NodeService:
             plan.node,
             self.partition,
             self.replica,
-            self.epoch,
-            plan.dpc.failure_timeout / 1000,
+            epoch,
+            plan.detection_s,
+            tuple(range(plan.replicas)) if plan.scheme.one_log else None,
         )
         self.outputs.guard = f.check
-        self.outputs.begin(self.epoch)
-        log.info("epoch %d", self.epoch)
+        self.outputs.begin(epoch)
+        log.info("epoch %d", epoch)
+        return epoch
 
     def _loop(self, max_idle_s: float | None) -> None:
         scheme, st = self.scheme, self.settings
@@ -134,6 +139,10 @@ class NodeService:
         self.metrics.state_changed(self.heartbeat.state, state)
         self.heartbeat.set_state(state)
 
+    def set_role(self, role: str, epoch: int) -> None:
+        self.heartbeat.role, self.heartbeat.epoch = role, epoch
+        self.heartbeat.beat()
+
     def tick(self) -> None:
         self.heartbeat.tick()
 
@@ -164,15 +173,15 @@ class NodeService:
             st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written
         )
         self.outputs.open(self.producer)
-        self.monitor = ReplicaMonitor(st.bootstrap, plan.heartbeat_topic, plan.dpc.failure_timeout / 1000)
+        self.monitor = ReplicaMonitor(st.bootstrap, plan.heartbeat_topic, plan.detection_s)
         self.heartbeat = HeartbeatSender(
             st.bootstrap,
             plan.heartbeat_topic,
             plan.node,
             self.partition,
             self.replica,
-            plan.dpc.heartbeat_interval / 1000,
-            stall_s=plan.dpc.failure_timeout / 1000,
+            plan.heartbeat_s,
+            stall_s=plan.detection_s,
             state=NodeState.RECOVERING,
         ).start()
         self.control = ControlReader(st.bootstrap, plan.control_topic, f"{self.name}.control")

@@ -422,6 +422,9 @@ class InputPort(ReplicaReader):
     # The highest t_max of its tentative tuples the node has processed (its scheme keeps it): when a
     # fresh replica takes over (rule 4), the node drops the rest and reads them from the fresh one.
     processed_tmax: int | None = field(default=None, kw_only=True)
+    # Started midway in its log on purpose (an amnesia takeover at the inputs' end): its first
+    # stable tuple may have any id.
+    midway: bool = field(default=False, kw_only=True)
 
     def move(
         self,
@@ -469,17 +472,24 @@ class Inputs:
         # Where each topic was assigned from: its position until a message is read from it.
         self.assigned: dict[str, int] = {}
 
-    def open(self, consumer: BatchConsumer, offsets: dict[str, int], fresh: BatchConsumer | None = None) -> None:
-        """Start reading every port's topic at ``offsets`` (by topic), else from the beginning;
-        ``fresh``: the consumer for rule 4's reads of a second replica."""
+    def open(self, consumer: BatchConsumer, offsets: dict[str, int] | None, fresh: BatchConsumer | None = None) -> None:
+        """Start reading every port's topic at ``offsets`` (by topic), else from the beginning, or
+        (None) nothing yet; ``fresh``: the consumer for rule 4's reads of a second replica."""
         self.consumer, self.fresh_consumer = consumer, fresh
-        self.by_topic = {p.topic: p for p in self.ports}
-        self.assigned = {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.ports}
-        consumer.assign_offsets([TopicPartition(t, self.partition, off) for t, off in self.assigned.items()])
-        others = {t for p in self.ports for t in p.topics} - set(self.assigned)
+        others = {t for p in self.ports for t in p.topics} - {p.topic for p in self.ports}
         know_topics(consumer.raw, others)
         if fresh is not None:
             know_topics(fresh.raw, others)
+        if offsets is not None:
+            self.read_from(offsets)
+
+    def read_from(self, offsets: dict[str, int]) -> None:
+        """Read every port's topic from ``offsets`` (by topic; ``OFFSET_END``: what comes from now
+        on), else from the beginning."""
+        assert self.consumer is not None
+        self.by_topic = {p.topic: p for p in self.ports}
+        self.assigned = {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.ports}
+        self.consumer.assign_offsets([TopicPartition(t, self.partition, off) for t, off in self.assigned.items()])
 
     def poll(self, max_messages: int, timeout_s: float) -> list[Message]:
         """The next batch; a fresh replica's new tuples first (they do not wait behind corrections)."""

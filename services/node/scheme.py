@@ -87,6 +87,13 @@ class NodeRuntime(Protocol):
     def set_state(self, state: NodeState) -> None:
         """Announce the replica's state (its heartbeats carry it)."""
 
+    def set_role(self, role: str, epoch: int) -> None:
+        """Announce an HA scheme's role and the epoch it knows (its heartbeats carry them)."""
+
+    def begin_writing(self, epoch: int | None = None) -> int:
+        """Announce on every output that this replica writes now, with ``epoch`` or (None) a new epoch
+        claimed for it; earlier writers are fenced. Returns the epoch."""
+
     def tick(self) -> None:
         """Long work on the loop made progress: heartbeats go on only while it does."""
 
@@ -100,8 +107,10 @@ class NodeRuntime(Protocol):
 
 
 class RecoveryScheme(Protocol):
-    def on_restart(self) -> dict[str, int]:
-        """Before the first poll: continue from what survived a crash; returns the input offsets to start at."""
+    def on_restart(self) -> dict[str, int] | None:
+        """Before the first poll: continue from what survived a crash; returns the input offsets to
+        start at, or None to read nothing yet (the scheme starts the inputs later, ``Inputs.read_from``).
+        A scheme that writes at once calls ``NodeRuntime.begin_writing`` here."""
 
     def before_batch(self, msgs: list[Message], now: float) -> None:
         """Take the polled input messages in (deduplicate, order, dead-letter what is malformed)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.dpc.scheme import DpcScheme
+from services.ha.amnesia import AmnesiaScheme
 from services.node.scheme import NodeRuntime, RecoveryScheme
 from services.spec.model import Scheme
 
@@ -10,4 +11,6 @@ from services.spec.model import Scheme
 def build_scheme(node: NodeRuntime) -> RecoveryScheme:
     if node.plan.scheme is Scheme.DPC:
         return DpcScheme(node)
+    if node.plan.scheme is Scheme.AMNESIA:
+        return AmnesiaScheme(node)
     raise ValueError(f"no recovery scheme '{node.plan.scheme.value}'")

@@ -61,9 +61,15 @@ class Scheme(str, Enum):
     ACTIVE_STANDBY = "active_standby"  # the secondary processes the same inputs into a log nobody reads
     UPSTREAM_BACKUP = "upstream_backup"  # upstream logs keep what the node needs; it rebuilds from them
 
+    @property
+    def one_log(self) -> bool:
+        """Whether each output stream is one log the current primary writes (``<spec>.<stream>``),
+        rather than a log per replica: only the primary writes, the epoch fences the others."""
+        return self in (Scheme.AMNESIA, Scheme.PASSIVE_STANDBY, Scheme.UPSTREAM_BACKUP)
+
 
 # The HA schemes whose mechanisms are not built yet: a spec naming one is refused.
-UNAVAILABLE = frozenset({Scheme.AMNESIA, Scheme.PASSIVE_STANDBY, Scheme.ACTIVE_STANDBY, Scheme.UPSTREAM_BACKUP})
+UNAVAILABLE = frozenset({Scheme.PASSIVE_STANDBY, Scheme.ACTIVE_STANDBY, Scheme.UPSTREAM_BACKUP})
 AVAILABLE = tuple(s.value for s in Scheme if s not in UNAVAILABLE)
 
 
@@ -92,6 +98,11 @@ class HaDef:
     heartbeat_ms: int = 100  # an HA node's keep-alive interval
     misses: int = 3  # keep-alives missed before the node is failed (detection: about misses - 0.5 intervals)
     merge: Merge = Merge.ARRIVAL
+
+    @property
+    def detection_ms(self) -> int:
+        """How long the coordinator waits without a keep-alive before it fails a replica."""
+        return self.misses * self.heartbeat_ms
 
     @property
     def guarantee(self) -> Recovery:
@@ -226,11 +237,20 @@ class Spec:
         n = self.node_producing(stream)
         return n.replicas if n else 1
 
+    def logs_of_stream(self, stream: str) -> int:
+        """How many output logs a stream has: one per replica of its node, or one for a one-log scheme."""
+        n = self.node_producing(stream)
+        return 1 if n is None or n.ha.scheme.one_log else n.replicas
+
     def topic(self, stream: str, replica: int = 0) -> str:
         """Kafka topic of a stream, in the deployment's namespace: ``<spec>.<stream>`` for a source
-        (unless it names a shared ``topic:``), ``<spec>.<stream>.r<k>`` for replica k's output log."""
-        if self.producer_of(stream) is None:
+        (unless it names a shared ``topic:``) or the output of a one-log scheme (``Scheme.one_log``),
+        ``<spec>.<stream>.r<k>`` for replica k's output log."""
+        n = self.node_producing(stream)
+        if n is None:
             return self.streams[stream].topic or f"{self.name}.{stream}"
+        if n.ha.scheme.one_log:
+            return f"{self.name}.{stream}"
         return f"{self.name}.{stream}.r{replica}"
 
     def stream_topics(self, stream: str) -> list[str]:
@@ -239,7 +259,7 @@ class Spec:
         n = self.node_producing(stream)
         if n is not None and stream not in self.node_outputs(n.name):
             return []  # internal to its node: never materialized
-        return [self.topic(stream, r) for r in range(self.replicas_of_stream(stream))]
+        return [self.topic(stream, r) for r in range(self.logs_of_stream(stream))]
 
     def readable_topics(self, stream: str) -> list[str]:
         """The topics a client reads for ``stream`` (one per replica); ValueError says why there are none."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from services.core.codec import schema_fields
 from services.dpc.policies import Reconciliation
-from services.spec.model import DpcConfig, IngressDef, OperatorDef, Scheme, Spec
+from services.spec.model import DpcConfig, HaDef, IngressDef, OperatorDef, Scheme, Spec
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,17 @@ class NodePlan:
     restart_topics: tuple[str, ...]  # one per replica
     engine: str = "python"  # "spark": the window runs in Spark (``spark_jobs``)
     flush_ms: int = 1000  # a spark window's wait for its next Spark job
+    ha: HaDef = HaDef()
+
+    @property
+    def heartbeat_s(self) -> float:
+        """How often a replica says it is alive: the HA schemes' keep-alive interval, or DPC's."""
+        return self.dpc.heartbeat_interval / 1000 if self.scheme is Scheme.DPC else self.ha.heartbeat_ms / 1000
+
+    @property
+    def detection_s(self) -> float:
+        """How long a replica may stay silent before it counts as failed (and a stalled one may be replaced)."""
+        return self.dpc.failure_timeout / 1000 if self.scheme is Scheme.DPC else self.ha.detection_ms / 1000
 
     def output(self, stream: str) -> OutputPlan:
         return next(o for o in self.outputs if o.stream == stream)
@@ -82,9 +93,8 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
     inputs = []
     for i, s in enumerate(spec.node_inputs(node)):
         up = spec.node_producing(s)
-        n = spec.replicas_of_stream(s)
         sd = spec.streams[s]
-        topics = tuple(spec.topic(s, r) for r in range(n))
+        topics = tuple(spec.topic(s, r) for r in range(spec.logs_of_stream(s)))
         inputs.append(InputPlan(s, i, sd.schema, up.name if up else None, topics, sd.ingress, sd.key, sd.partitions))
     outputs = []
     for s in spec.node_outputs(node):
@@ -120,6 +130,7 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         tuple(spec.restart_topic(node, r) for r in range(nd.replicas)),
         nd.engine,
         nd.flush_ms,
+        nd.ha,
     )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from services.client.reader import StreamReader
+from services.coordinator.app import wait_ready
+from services.coordinator.client import fetch_status, status_url
 from services.core.admin import ensure_topics
 from services.core.config import Settings
 from services.core.kafka import BatchProducer, Login
+from services.core.paths import REPO_ROOT
 from services.core.tuples import TupleType
 from services.deploy import access
 from services.deploy.local import topic_specs
@@ -157,3 +162,70 @@ def write(bootstrap: str, login: Login, topic: str, n: int = 3) -> None:
     for i in range(n):
         p.send(topic, f"v{i}".encode(), b"k", 0)
     p.flush(20)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CoordinatorProcess:
+    """``hastream coordinator SPEC`` as a subprocess, killable with SIGKILL and restartable."""
+
+    def __init__(self, spec_path: Path, bootstrap: str, tmp: Path) -> None:
+        self.spec_path = spec_path
+        self.port = free_port()
+        self.url = status_url(self.port)
+        self.argv = [
+            sys.executable,
+            "-m",
+            "services.cli.main",
+            "coordinator",
+            str(spec_path),
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(tmp / "coordinator"),
+        ]
+        self.env = {
+            **os.environ,
+            "HASTREAM_BOOTSTRAP": bootstrap,
+            "HASTREAM_HOME": str(tmp / "home"),
+            "PYTHONPATH": str(REPO_ROOT),
+        }
+        self.log = tmp / "coordinator.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> dict[str, Any]:
+        with open(self.log, "ab") as f:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        try:
+            return wait_ready(self.url, timeout=40)
+        except TimeoutError:
+            raise AssertionError(f"coordinator not ready; log:\n{self.log.read_text()[-4000:]}") from None
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def status(self) -> dict[str, Any]:
+        return fetch_status(self.url)

@@ -8,11 +8,8 @@ plus restart that recovers the tables from their changelog topics and goes on gr
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,12 +23,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from services.control.heartbeat import HeartbeatSender
 from services.control.messages import ControlKind, ControlMessage
-from services.coordinator.app import wait_ready
 from services.coordinator.client import fetch_status, status_url
 from services.core.kafka import BatchProducer
 from services.core.paths import REPO_ROOT
 from services.dpc.states import NodeState
-from tests.integration.helpers import create_topics, unique_spec, wait_for
+from tests.integration.helpers import CoordinatorProcess, create_topics, unique_spec, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -47,73 +43,6 @@ operators:
 nodes:
   n: {operators: [keep]}
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class CoordinatorProcess:
-    """``hastream coordinator SPEC`` as a subprocess, killable with SIGKILL and restartable."""
-
-    def __init__(self, spec_path: Path, bootstrap: str, tmp: Path) -> None:
-        self.spec_path = spec_path
-        self.port = _free_port()
-        self.url = status_url(self.port)
-        self.argv = [
-            sys.executable,
-            "-m",
-            "services.cli.main",
-            "coordinator",
-            str(spec_path),
-            "--port",
-            str(self.port),
-            "--data-dir",
-            str(tmp / "coordinator"),
-        ]
-        self.env = {
-            **os.environ,
-            "HASTREAM_BOOTSTRAP": bootstrap,
-            "HASTREAM_HOME": str(tmp / "home"),
-            "PYTHONPATH": str(REPO_ROOT),
-        }
-        self.log = tmp / "coordinator.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> dict[str, Any]:
-        with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        try:
-            return wait_ready(self.url, timeout=40)
-        except TimeoutError:
-            raise AssertionError(f"coordinator not ready; log:\n{self.log.read_text()[-4000:]}") from None
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    def status(self) -> dict[str, Any]:
-        return fetch_status(self.url)
 
 
 class ControlLog:

@@ -24,8 +24,7 @@ import pytest
 from services.client.source import SourceWriter, readings
 from services.coordinator.client import fetch_status, status_url
 from services.deploy.local import Deployment
-from tests.integration.helpers import hastream, unique_spec, wait_for
-from tests.integration.test_coordinator import _free_port
+from tests.integration.helpers import free_port, hastream, unique_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -99,7 +98,7 @@ def deployment(
     kafka: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Any, dict[str, str], StatusWatch]]:
     spec, path = unique_spec(CHAIN, tmp_path)
-    port = _free_port()
+    port = free_port()
     monkeypatch.setenv("HASTREAM_HOME", str(tmp_path / "home"))
     env = {
         **os.environ,

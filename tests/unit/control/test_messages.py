@@ -12,7 +12,7 @@ from services.dpc.states import NodeState
 
 @pytest.mark.parametrize("kind", list(ControlKind))
 def test_control_message_round_trip(kind: ControlKind) -> None:
-    m = ControlMessage(kind, "n2", 1, 0, stagger=False, sent_ms=1234, round_ms=1200)
+    m = ControlMessage(kind, "n2", 1, 0, stagger=False, sent_ms=1234, round_ms=1200, role="primary", epoch=7)
     back = ControlMessage.decode(m.encode())
     assert back == m and back.kind is kind
     assert back.is_for("n2", 1, 0) and not back.is_for("n2", 1, 1)
@@ -24,6 +24,8 @@ def test_control_message_round_trip(kind: ControlKind) -> None:
         "stagger": False,
         "sent_ms": 1234,
         "round_ms": 1200,
+        "role": "primary",
+        "epoch": 7,
     }
 
 
@@ -42,7 +44,7 @@ def test_unknown_kind_and_garbage_are_refused() -> None:
 
 
 def test_heartbeat_round_trip() -> None:
-    hb = Heartbeat("n1", 0, 1, NodeState.UPSTREAM_FAILURE, 99, epoch=3, pid=42)
+    hb = Heartbeat("n1", 0, 1, NodeState.UPSTREAM_FAILURE, 99, epoch=3, pid=42, role="secondary")
     assert Heartbeat.decode(hb.encode()) == hb
-    assert hb.as_dict()["state"] == "UPSTREAM_FAILURE"
+    assert hb.as_dict()["state"] == "UPSTREAM_FAILURE" and hb.as_dict()["role"] == "secondary"
     assert replica_key("n1", 0, 1) == "n1/p0/r1"

@@ -102,3 +102,45 @@ def test_never_two_primaries_and_the_epoch_only_grows(events: list[tuple[int | N
                 assert o.epoch > epochs[-1]
                 epochs.append(o.epoch)
         assert sum(t.role("n", 0, r) is Role.PRIMARY for r in (0, 1)) <= 1
+
+
+def test_new_epochs_come_from_the_claim_given() -> None:
+    claims: list[tuple[str, int, int]] = []
+
+    def claim(node: str, partition: int, replica: int) -> int:
+        claims.append((node, partition, replica))
+        return 1000 + len(claims)
+
+    t = Takeovers({"n": (2, D)}, claim)
+    assert started(t)[0] == Order("n", 0, 0, Role.PRIMARY, 1001)
+    t.heard("n", 0, 1, 0.3)
+    assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 1002)]
+    assert claims == [("n", 0, 0), ("n", 0, 1)]
+
+
+def test_a_restarted_coordinator_keeps_the_roles_the_replicas_report() -> None:
+    t = pair()
+    assert t.heard("n", 0, 1, 0.0, reported=(Role.SECONDARY, 5)) == []
+    assert t.heard("n", 0, 0, 0.0, reported=(Role.PRIMARY, 5)) == []
+    assert t.check(0.1) == []  # no election: there is a primary
+    assert (t.role("n", 0, 0), t.role("n", 0, 1), t.epoch("n", 0)) == (Role.PRIMARY, Role.SECONDARY, 5)
+
+
+def test_of_two_replicas_reporting_primary_the_newer_epoch_keeps_it() -> None:
+    t = pair()
+    t.heard("n", 0, 0, 0.0, reported=(Role.PRIMARY, 5))  # woke up after a takeover it missed
+    assert t.heard("n", 0, 1, 0.0, reported=(Role.PRIMARY, 6)) == []
+    assert t.role("n", 0, 1) is Role.PRIMARY and t.role("n", 0, 0) is Role.SECONDARY
+    assert t.heard("n", 0, 0, 0.5, reported=(Role.PRIMARY, 5)) == [Order("n", 0, 0, Role.SECONDARY, 6)]
+
+
+def test_a_primary_restarted_within_the_detection_time_is_failed_over() -> None:
+    """A kill -9 and a quick restart never fall silent for a detection time: the new process says it
+    is a candidate, so what the old one held is gone and the role goes to the secondary."""
+    t = pair()
+    started(t)
+    assert t.heard("n", 0, 0, 0.1, reported=(Role.CANDIDATE, 0)) == []  # its order may still be on the way
+    orders = t.heard("n", 0, 0, 0.4, reported=(Role.CANDIDATE, 0))
+    assert orders == [Order("n", 0, 0, Role.SECONDARY, 1)]
+    t.heard("n", 0, 1, 0.4)
+    assert t.check(0.4) == [Order("n", 0, 1, Role.PRIMARY, 2), Order("n", 0, 0, Role.SECONDARY, 2)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from services.control.messages import ControlMessage
 from services.core.codec import codec_for
@@ -23,6 +23,7 @@ from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
 from services.node.scheme import NodeStats
+from services.node.schemes import build_scheme
 from services.operators.base import Item
 from services.spec import Spec, parse_spec
 from services.spec.model import RAW_SUFFIX
@@ -152,6 +153,9 @@ class FakeConsumer:
     def incremental_assign(self, tps: list) -> None:
         pass
 
+    def assign_offsets(self, tps: list) -> None:
+        self.assigned = {tp.topic: tp.offset for tp in tps}
+
     def incremental_unassign(self, tps: list) -> None:
         pass
 
@@ -205,12 +209,23 @@ class FakeNode:
         self.log: dict[str, list[FakeMessage]] = defaultdict(list)  # every message made, per topic
         self.replay: list[FakeMessage] = []  # what the ports read again after a rewind
         self.inputs.rewind = self._rewind  # type: ignore[method-assign]
-        self.scheme = DpcScheme(self)
+        self.scheme = cast(DpcScheme, build_scheme(self))  # an HA scheme builds on DPC's stable path
         self.ticks = 0
+        self.roles: list[tuple[str, int]] = []
+        self.epochs: list[int] = []
 
     # -- NodeRuntime -----------------------------------------------------------------
     def set_state(self, state: NodeState) -> None:
         self.states.append(state)
+
+    def set_role(self, role: str, epoch: int) -> None:
+        self.roles.append((role, epoch))
+
+    def begin_writing(self, epoch: int | None = None) -> int:
+        epoch = epoch if epoch is not None else len(self.epochs) + 1
+        self.epochs.append(epoch)
+        self.outputs.begin(epoch)
+        return epoch
 
     def send_control(self, msg: ControlMessage) -> None:
         self.controls.append(msg)

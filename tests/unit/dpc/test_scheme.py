@@ -377,7 +377,9 @@ def restarted(first: FakeNode, monkeypatch: Any) -> tuple[FakeNode, dict[str, in
         "stable_after",
         lambda b, topic, p, last: {tid: held for tid, held in second.stable_in(topic) if tid > last},
     )
-    return second, second.scheme.on_restart()
+    offsets = second.scheme.on_restart()
+    assert offsets is not None  # DPC reads its inputs at once
+    return second, offsets
 
 
 def test_a_restarted_replica_says_recovering_until_it_caught_up_then_closes_its_undo_under_constant_load(

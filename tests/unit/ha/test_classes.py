@@ -145,8 +145,8 @@ def test_ha_mistakes_are_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_scheme_not_built_yet_is_refused_by_name() -> None:
-    got = problems(BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], ha: amnesia}"))
-    assert any("scheme 'amnesia' is not available yet (available: dpc)" in p for p in got), got
+    got = problems(BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], ha: upstream_backup}"))
+    assert any("scheme 'upstream_backup' is not available yet (available: dpc, amnesia)" in p for p in got), got
 
 
 def test_validate_describes_each_node() -> None:
@@ -175,6 +175,7 @@ def test_the_logs_ha_schemes_recover_from_keep_every_record_until_trimmed() -> N
 
     spec = with_ha(parse_spec(BASE), "n2", scheme=Scheme.UPSTREAM_BACKUP)
     got = {t.name: t.config for t in topic_specs(spec)}
-    for topic in ("t.b.r0", "t.w.r0", "t.w.r1"):  # n2's input and output logs
+    for topic in ("t.b.r0", "t.w"):  # n2's input log, and its output: one log its primary writes
         assert got[topic]["retention.ms"] == "-1" and got[topic]["retention.bytes"] == "-1", topic
+    assert "t.w.r0" not in got and "t.w.r1" not in got
     assert "retention.ms" not in got["t.a"]  # read by n1 only, a dpc node

@@ -1,0 +1,117 @@
+"""What every HA scheme (ICDE 2005) does in the node's scheme slot: roles, takeover, stable processing.
+
+A node of an HA scheme has a primary and secondaries, decided by the coordinator
+(``services.coordinator.takeover``), which sends each replica its role and the partition's
+epoch (a ``ControlKind.ROLE`` message). A replica starts as a *candidate*: it writes
+nothing and waits for its order. The primary alone writes the node's outputs; with a one-log
+scheme (``Scheme.one_log``) that is one topic per stream, which a takeover continues:
+
+1. the new primary announces the epoch it was given on every output (an EPOCH tuple), so
+   readers drop whatever the old primary, paused and woken up, writes after it;
+2. it reads where the log stands (``services.log.tail.output_tail``): its ids go on after the
+   last stable one, and no result goes out below the last boundary (readers hold the stream
+   to it); a result the takeover would place below it is part of what the recovery loses or
+   repeats, not an error;
+3. the scheme then starts its inputs where its recovery says (``on_promote``).
+
+A primary that is told it is secondary was failed by the coordinator and replaced: it stops
+(``FencedError``) and its restart rejoins as a secondary, as the paper's returning node does.
+
+Processing is DPC's stable path without its tentative half: SUnion merges the inputs in
+tuple-time order and never stops waiting for a missing input (an upstream failure is
+recovered by the upstream node's own scheme), the operators run, SOutput numbers the results
+and sends BOUNDARY, so a node of any scheme may read the output.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from services.control.messages import ControlKind, ControlMessage
+from services.core.errors import FencedError
+from services.dpc.scheme import DpcScheme
+from services.dpc.states import NodeState
+from services.log.tail import output_tail
+from services.node.scheme import NodeRuntime
+
+log = logging.getLogger(__name__)
+
+PRIMARY, SECONDARY, CANDIDATE = "primary", "secondary", "candidate"  # ``Role`` values, and the one before any
+
+
+class HaScheme(DpcScheme):
+    """The part every HA scheme shares; a scheme says where its inputs start when it takes over
+    (``on_promote``) and what a secondary does meanwhile."""
+
+    def __init__(self, node: NodeRuntime) -> None:
+        super().__init__(node)
+        self.sunion.delay_s = self.sunion.hold_s = float("inf")  # never tentative: wait for the input
+        self.role = CANDIDATE
+        self.epoch = 0
+        self.recovering = False
+        self.takeovers = 0
+
+    # -- the slot ---------------------------------------------------------------------
+    def on_restart(self) -> dict[str, int] | None:
+        """A replica (re)starts as a candidate, reading nothing until the coordinator's order."""
+        self.node.set_role(CANDIDATE, 0)
+        self.node.set_state(NodeState.STABLE)
+        return None
+
+    def on_control(self, msg: ControlMessage, now: float) -> None:
+        node = self.node
+        if msg.kind is not ControlKind.ROLE or not msg.is_for(node.plan.node, node.partition, node.replica):
+            return
+        if msg.epoch < self.epoch:
+            return  # an order of an earlier epoch, read late
+        if msg.role == PRIMARY and self.role != PRIMARY:
+            self._promote(msg.epoch)
+        elif msg.role == SECONDARY:
+            if self.role == PRIMARY:
+                raise FencedError(
+                    f"{node.plan.node} p{node.partition} r{node.replica} was failed over to another replica "
+                    f"(epoch {msg.epoch}): it stops writing and restarts as a secondary"
+                )
+            self.role, self.epoch = SECONDARY, msg.epoch
+            node.set_role(SECONDARY, msg.epoch)
+            self.on_secondary()
+
+    def on_check(self, now: float) -> None:
+        if self.role == PRIMARY:
+            self._tick_raw(now)
+            self._lift_floors()
+
+    def on_stop(self) -> None:
+        if self.role == PRIMARY:
+            self._flush()
+
+    # -- takeover ---------------------------------------------------------------------
+    def _promote(self, epoch: int) -> None:
+        node = self.node
+        node.begin_writing(epoch)  # first: what the old primary writes after this is dropped by readers
+        for s, so in self.soutputs.items():
+            last, bound = output_tail(node.settings.bootstrap, node.outputs.topic(s), node.partition)
+            so.next_id = so.next_tentative = last + 1
+            so.boundary_sent = bound
+            so.floor = bound if bound >= 0 else None
+        self.role, self.epoch = PRIMARY, epoch
+        node.set_role(PRIMARY, epoch)
+        self.takeovers += 1
+        node.inputs.read_from(self.on_promote())
+        log.info("primary at epoch %d", epoch)
+
+    def _lift_floors(self) -> None:
+        """Once the operators' time has passed an output's floor, its results are all above it."""
+        if self.advanced is None:
+            return
+        for so in self.soutputs.values():
+            if so.floor is not None and self.advanced >= so.floor:
+                so.floor = None
+
+    # -- what a scheme decides --------------------------------------------------------
+    def on_promote(self) -> dict[str, int]:
+        """Where the inputs start when this replica becomes primary (by topic)."""
+        raise NotImplementedError
+
+    def on_secondary(self) -> None:
+        """This replica is (now) a secondary."""

@@ -1,0 +1,128 @@
+"""Amnesia on a real broker with the coordinator: kill -9 of the primary, its rejoin as secondary,
+then SIGSTOP of the new primary past the detection time and its wake-up.
+
+The output is the failure-free output with one contiguous run lost per failure (gap recovery,
+ICDE 2005 section 3.1), each run within what the input brought between the failure and the
+takeover; nothing repeated or invented, and the woken primary writes nothing a reader takes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from bench.workload import PacedSources, readings_workload
+from services.client.view import StreamView
+from services.control.monitor import ReplicaMonitor
+from services.deploy import processes
+from services.deploy.local import provision, service_commands, service_env
+from services.ha.guarantee import gap_runs
+from services.operators.reference import evaluate
+from tests.integration.helpers import CoordinatorProcess, unique_spec
+
+pytestmark = pytest.mark.integration
+
+SPEC = """\
+name: amnesia-{u}
+defaults: {partitions: 1}
+streams:
+  in_{u}: {schema: reading, key: sensor}
+  out_{u}: {schema: reading, key: sensor}
+operators:
+  twice: {type: map, input: in_{u}, output: out_{u}, fields: {sensor: sensor, ts: ts, value: "value * 2", seq: seq}}
+nodes:
+  n: {operators: [twice], replicas: 2, ha: {scheme: amnesia, heartbeat_ms: 100, misses: 3}}
+"""
+RATE, COUNT = 200, 2400  # 12 s of input
+SLACK_S = 1.5  # beyond the detection time: the epoch claim, the order, the takeover's log reads
+
+
+def test_amnesia_loses_one_run_per_failure_and_a_woken_primary_writes_nothing(kafka, tmp_path: Path) -> None:
+    spec, path = unique_spec(SPEC, tmp_path)
+    u = spec.name.split("-")[1]
+    provision(spec, kafka.bootstrap)
+    argv = dict(service_commands(spec, path))
+    env, logs = service_env(kafka.bootstrap), tmp_path / "logs"
+    logs.mkdir()
+    coordinator = CoordinatorProcess(path, kafka.bootstrap, tmp_path)
+    coordinator.start()
+    procs = [processes.spawn(argv[f"n.r{r}.p0"], logs / f"n{r}-a.log", env) for r in (0, 1)]
+    mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, 1.0)
+    workload = readings_workload([f"in_{u}"], COUNT, RATE)
+    detection_s = spec.nodes["n"].ha.detection_ms / 1000
+    try:
+        first = _wait_primary(mon, None, 60)
+        sources = PacedSources(spec, kafka.bootstrap, workload, RATE).start()
+        time.sleep(3.0)
+
+        # 1. kill -9 of the primary: the secondary takes over; the killed replica comes back as secondary.
+        processes.kill(procs[first])
+        killed_at = time.monotonic()
+        second = _wait_primary(mon, first, 20)
+        took_1 = time.monotonic() - killed_at
+        st = coordinator.status()
+        assert st["schemes"]["n"] == "amnesia"
+        assert {"node": "n", "partition": 0, "replica": second, "role": "primary"}.items() <= next(
+            t for t in st["takeovers"] if t["replica"] == second
+        ).items()
+        procs[first] = processes.spawn(argv[f"n.r{first}.p0"], logs / f"n{first}-b.log", env)
+        _wait(lambda: _role(mon, first) == "secondary", 30, "the restarted replica did not rejoin as secondary")
+        time.sleep(2.0)
+
+        # 2. SIGSTOP of the new primary past the detection time: the rejoined replica takes over.
+        processes.pause(procs[second])
+        paused_at = time.monotonic()
+        assert _wait_primary(mon, second, 20) == first
+        took_2 = time.monotonic() - paused_at
+        time.sleep(0.5)
+        processes.resume(procs[second])  # wakes up while input flows: fenced, it stops
+        assert processes.wait_gone(procs[second], 20), "the replaced primary went on running after it woke up"
+        said = (logs / f"n{second}-a.log").read_text()
+        assert "failed over" in said or "replaced by" in said, said[-2000:]
+        sources.join(60)
+
+        want = evaluate(spec, {f"in_{u}": [workload[f"in_{u}"]]})[f"out_{u}"][0]
+        with StreamView(spec, f"out_{u}", kafka.bootstrap, stable_only=True) as view:
+            view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], 60)
+            time.sleep(1.0)
+            view.poll(timeout=0.5)
+            got = view.stable(0)
+        runs = gap_runs(want, got)  # raises on any repeated, reordered or invented tuple
+        assert 1 <= len(runs) <= 2, f"lost runs {runs}: one per failure at most"
+        worst = max(took_1, took_2)
+        for r in runs:
+            assert len(r) <= RATE * (worst + SLACK_S), (
+                f"lost {len(r)} tuples; takeovers took {took_1:.2f}, {took_2:.2f} s"
+            )
+        assert took_1 >= detection_s * 0.5 and took_2 >= detection_s * 0.5  # it waited to detect, at least
+    finally:
+        mon.close()
+        processes.stop(procs, timeout=20, resume_first=True)
+        coordinator.stop()
+
+
+def _role(mon: ReplicaMonitor, replica: int) -> str:
+    st = mon.get("n", 0, replica)
+    return st.role if st is not None and st.alive(mon.timeout_s) else ""
+
+
+def _wait_primary(mon: ReplicaMonitor, other_than: int | None, timeout: float) -> int:
+    """The replica that is primary, once one other than ``other_than`` says so."""
+    found: list[int] = []
+
+    def primary() -> bool:
+        found[:] = [r for r in (0, 1) if r != other_than and _role(mon, r) == "primary"]
+        return bool(found)
+
+    _wait(primary, timeout, f"no replica other than {other_than} became primary")
+    return found[0]
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)

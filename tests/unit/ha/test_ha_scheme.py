@@ -1,0 +1,84 @@
+"""An HA scheme's replica in the node's scheme slot, over fakes: it waits for the coordinator's
+order, takes a log over where it stands, and stops when it is failed over."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import OFFSET_END
+
+from services.control.messages import ControlKind, ControlMessage
+from services.core.errors import FencedError
+from services.core.tuples import BOUNDARY, EPOCH, STABLE
+from services.ha import scheme as ha_scheme
+from services.ha.amnesia import AmnesiaScheme
+from services.spec import parse_spec
+from tests.unit.dpc.fake_node import FakeNode
+
+SPEC = parse_spec("""\
+name: amn
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+operators:
+  keep: {type: filter, input: a, output: b, where: "value > 0"}
+nodes:
+  n: {operators: [keep], replicas: 2, ha: {scheme: amnesia}}
+""")
+
+
+def _rec(seq: int, value: float = 1.0) -> dict:
+    return {"sensor": "s1", "ts": seq, "value": value, "seq": seq}
+
+
+def _role(role: str, epoch: int, replica: int = 1) -> ControlMessage:
+    return ControlMessage(ControlKind.ROLE, "n", 0, replica, role=role, epoch=epoch)
+
+
+@pytest.fixture
+def node(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
+    # The old primary wrote stable ids up to 41 and a boundary at 5000 before it failed.
+    monkeypatch.setattr(ha_scheme, "output_tail", lambda bootstrap, topic, partition: (41, 5000))
+    return FakeNode(SPEC, "n", replica=1)
+
+
+def test_one_log_per_stream_for_every_replica() -> None:
+    assert SPEC.stream_topics("b") == ["amn.b"]
+    n0, n1 = FakeNode(SPEC, "n", replica=0), FakeNode(SPEC, "n", replica=1)
+    assert n0.outputs.topic("b") == n1.outputs.topic("b") == "amn.b"
+
+
+def test_a_replica_reads_and_writes_nothing_until_it_is_made_primary(node: FakeNode) -> None:
+    assert isinstance(node.scheme, AmnesiaScheme)
+    assert node.scheme.on_restart() is None  # no input read
+    assert node.roles == [("candidate", 0)]
+    node.scheme.on_control(_role("secondary", 7), 0.0)
+    assert node.roles[-1] == ("secondary", 7)
+    assert node.epochs == [] and not node.producer.topics
+
+
+def test_a_takeover_announces_its_epoch_and_continues_the_log_where_it_stands(node: FakeNode) -> None:
+    node.scheme.on_restart()
+    node.scheme.on_control(_role("primary", 9), 0.0)
+    assert node.epochs == [9] and node.roles[-1] == ("primary", 9)
+    assert node.consumer.assigned == {"amn.a": OFFSET_END}  # amnesia: from the inputs' end
+    port = node.inputs.ports[0]
+    assert port.midway  # its first tuple may have any id
+    msgs = [
+        node.message("a", STABLE, 700, 4990, _rec(1)),  # a result below the log's last boundary: part of the gap
+        node.message("a", STABLE, 701, 5100, _rec(2)),
+        node.message("a", BOUNDARY, 701, 5300),
+    ]
+    node.step(msgs, 1.0)
+    written = node.written("b")
+    assert written[0][0] is EPOCH
+    assert [(t, tid, stime) for t, tid, stime, _ in written[1:]] == [(STABLE, 42, 5100), (BOUNDARY, 42, 5300)]
+    assert node.scheme.soutputs["b"].below_floor == 1
+
+
+def test_a_primary_told_it_is_secondary_stops_and_a_stale_order_is_ignored(node: FakeNode) -> None:
+    node.scheme.on_restart()
+    node.scheme.on_control(_role("primary", 9), 0.0)
+    node.scheme.on_control(_role("secondary", 3), 0.0)  # older than its epoch: read late
+    node.scheme.on_control(_role("primary", 12, replica=0), 0.0)  # another replica's
+    with pytest.raises(FencedError, match="failed over"):
+        node.scheme.on_control(_role("secondary", 12), 0.0)
