@@ -108,8 +108,18 @@ class DpcScheme:
         Refuses to start (``RestartImageError``, one line) when the input the restart must
         replay is no longer in the logs: the output would be renumbered otherwise.
         """
+        self.node.begin_writing()  # a copy of this replica that is still running is fenced before the logs are read
+        image, offsets = self._resume()
+        if image is not None and image.failed:
+            self._enter_failure(image.snapshot, offsets)  # still in the failure the image was taken in
+        return offsets
+
+    def _resume(self, undo: bool = True) -> tuple[restart.RestartImage | None, dict[str, int]]:
+        """Take the newest restart image's state (none: start empty) and set each output to drop
+        the stable tuples the replay regenerates up to what its topic holds, checking each;
+        returns the image and the input offsets to replay from. ``undo``: announce an UNDO
+        on each output, since it may end with tentative tuples of the process that died."""
         node = self.node
-        node.begin_writing()  # a copy of this replica that is still running is fenced before the logs are read
         bootstrap = node.settings.bootstrap
         image = restart.load(bootstrap, self.restart_topic, node.partition)
         lasts = {s: last_stable_id(bootstrap, node.outputs.topic(s), node.partition) for s in self.soutputs}
@@ -136,10 +146,12 @@ class DpcScheme:
             if image is None and last >= 0:  # everything is regenerated from the inputs' start
                 self._check_retained({p.topic: 0 for p in node.inputs.ports})
             in_topic = stable_after(bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
-            node.outputs.queue(s).extend(so.restarted(last, in_topic, f"{topic}[{node.partition}]"))
-        if image is not None and image.failed:
-            self._enter_failure(image.snapshot, offsets)  # still in the failure the image was taken in
-        return offsets
+            announced = so.restarted(last, in_topic, f"{topic}[{node.partition}]")
+            if undo:
+                node.outputs.queue(s).extend(announced)
+            else:
+                so.rec_done_due = False
+        return image, offsets
 
     def _claims_unwritten(self, image: restart.RestartImage, lasts: dict[str, int | None]) -> bool:
         """Whether ``image`` counts stable tuples its output topics do not hold (from their live writers):

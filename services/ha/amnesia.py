@@ -16,6 +16,7 @@ from services.ha.scheme import HaScheme
 
 class AmnesiaScheme(HaScheme):
     def on_promote(self) -> dict[str, int]:
+        self.continue_log()
         ports = self.node.inputs.ports
         for p in ports:
             p.midway = True

@@ -8,11 +8,10 @@ scheme (``Scheme.one_log``) that is one topic per stream, which a takeover conti
 
 1. the new primary announces the epoch it was given on every output (an EPOCH tuple), so
    readers drop whatever the old primary, paused and woken up, writes after it;
-2. it reads where the log stands (``services.log.tail.output_tail``): its ids go on after the
-   last stable one, and no result goes out below the last boundary (readers hold the stream
-   to it); a result the takeover would place below it is part of what the recovery loses or
-   repeats, not an error;
-3. the scheme then starts its inputs where its recovery says (``on_promote``).
+2. the scheme sets its state and outputs and says where its inputs start (``on_promote``):
+   amnesia goes on where the log stands (``continue_log``: ids after the last stable one,
+   no result below the last boundary, which readers hold the stream to); passive standby
+   restores the last checkpoint and drops what it regenerates up to the log's tail.
 
 A primary that is told it is secondary was failed by the coordinator and replaced: it stops
 (``FencedError``) and its restart rejoins as a secondary, as the paper's returning node does.
@@ -89,16 +88,21 @@ class HaScheme(DpcScheme):
     def _promote(self, epoch: int) -> None:
         node = self.node
         node.begin_writing(epoch)  # first: what the old primary writes after this is dropped by readers
-        for s, so in self.soutputs.items():
-            last, bound = output_tail(node.settings.bootstrap, node.outputs.topic(s), node.partition)
-            so.next_id = so.next_tentative = last + 1
-            so.boundary_sent = bound
-            so.floor = bound if bound >= 0 else None
         self.role, self.epoch = PRIMARY, epoch
         node.set_role(PRIMARY, epoch)
         self.takeovers += 1
         node.inputs.read_from(self.on_promote())
         log.info("primary at epoch %d", epoch)
+
+    def continue_log(self) -> None:
+        """Go on where each output log stands: ids after its last stable one, nothing below its last
+        boundary (a scheme that does not regenerate what the log holds: amnesia)."""
+        node = self.node
+        for s, so in self.soutputs.items():
+            last, bound = output_tail(node.settings.bootstrap, node.outputs.topic(s), node.partition)
+            so.next_id = so.next_tentative = last + 1
+            so.boundary_sent = bound
+            so.floor = bound if bound >= 0 else None
 
     def _lift_floors(self) -> None:
         """Once the operators' time has passed an output's floor, its results are all above it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.dpc.scheme import DpcScheme
 from services.ha.amnesia import AmnesiaScheme
+from services.ha.passive_standby import PassiveStandbyScheme
 from services.node.scheme import NodeRuntime, RecoveryScheme
 from services.spec.model import Scheme
 
@@ -13,4 +14,6 @@ def build_scheme(node: NodeRuntime) -> RecoveryScheme:
         return DpcScheme(node)
     if node.plan.scheme is Scheme.AMNESIA:
         return AmnesiaScheme(node)
+    if node.plan.scheme is Scheme.PASSIVE_STANDBY:
+        return PassiveStandbyScheme(node)
     raise ValueError(f"no recovery scheme '{node.plan.scheme.value}'")

@@ -69,7 +69,7 @@ class Scheme(str, Enum):
 
 
 # The HA schemes whose mechanisms are not built yet: a spec naming one is refused.
-UNAVAILABLE = frozenset({Scheme.PASSIVE_STANDBY, Scheme.ACTIVE_STANDBY, Scheme.UPSTREAM_BACKUP})
+UNAVAILABLE = frozenset({Scheme.ACTIVE_STANDBY, Scheme.UPSTREAM_BACKUP})
 AVAILABLE = tuple(s.value for s in Scheme if s not in UNAVAILABLE)
 
 
@@ -286,7 +286,10 @@ class Spec:
         return f"{self.name}.control"
 
     def restart_topic(self, node: str, replica: int) -> str:
-        """Where a node replica keeps its restart image (one message per partition, the newest wins)."""
+        """Where a node replica keeps its restart image (one message per partition, the newest wins);
+        one for every replica of a one-log scheme (passive standby's checkpoints, read at a takeover)."""
+        if self.nodes[node].ha.scheme.one_log:
+            return f"{self.name}.restart.{node}"
         return f"{self.name}.restart.{node}.r{replica}"
 
     def reconciliation_of(self, node: str) -> Reconciliation:
@@ -349,11 +352,12 @@ class Spec:
         return out
 
     def restart_topics(self) -> list[tuple[str, int]]:
-        return [
-            (self.restart_topic(n, r), self.node_partitions(n))
+        topics = {
+            self.restart_topic(n, r): self.node_partitions(n)
             for n, nd in self.nodes.items()
             for r in range(nd.replicas)
-        ]
+        }
+        return list(topics.items())
 
     def topo_nodes(self) -> list[str]:
         """Nodes in dataflow order (upstream first)."""

@@ -146,7 +146,9 @@ def test_ha_mistakes_are_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_scheme_not_built_yet_is_refused_by_name() -> None:
     got = problems(BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], ha: upstream_backup}"))
-    assert any("scheme 'upstream_backup' is not available yet (available: dpc, amnesia)" in p for p in got), got
+    assert any(
+        "scheme 'upstream_backup' is not available yet (available: dpc, amnesia, passive_standby)" in p for p in got
+    ), got
 
 
 def test_validate_describes_each_node() -> None:

@@ -45,6 +45,7 @@ def test_one_log_per_stream_for_every_replica() -> None:
     assert SPEC.stream_topics("b") == ["amn.b"]
     n0, n1 = FakeNode(SPEC, "n", replica=0), FakeNode(SPEC, "n", replica=1)
     assert n0.outputs.topic("b") == n1.outputs.topic("b") == "amn.b"
+    assert SPEC.restart_topic("n", 0) == SPEC.restart_topic("n", 1) == "amn.restart.n"  # checkpoints any replica reads
 
 
 def test_a_replica_reads_and_writes_nothing_until_it_is_made_primary(node: FakeNode) -> None:
