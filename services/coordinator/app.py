@@ -319,7 +319,7 @@ class Coordinator:
             await self._send_grants(self.logic.decide_all(now))
 
         if self.takeovers.nodes:
-            every = min(d.ha.heartbeat_ms for d in self.spec.nodes.values() if d.ha.scheme is not Scheme.DPC)
+            every = min(self.spec.nodes[n].ha.heartbeat_ms for n in self.takeovers.nodes)
 
             @app.timer(interval=every / 4000, name="takeovers")
             async def takeovers() -> None:

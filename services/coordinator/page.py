@@ -49,7 +49,7 @@ async function refresh() {
       " \\u00b7 Prometheus: /metrics";
     fill("replicas", s.replicas, [r => cell(r.node), r => cell(r.partition), r => cell(r.replica),
       r => cell((s.schemes || {})[r.node] || ""),
-      r => cell(r.role ? r.role + " (epoch " + r.ha_epoch + ")" : "-", r.role ? "" : "muted"),
+      r => cell(r.role ? r.role + " (epoch " + r.epoch + ")" : "-", r.role ? "" : "muted"),
       r => cell(r.state + (r.state === "FAILED" && r.reported ? " (last: " + r.reported + ")" : ""), r.state),
       r => cell(r.seen ? secs(r.age_ms) + " ago" : "never"),
       r => cell(r.since_ms ? secs(s.now_ms - r.since_ms) + " ago" : "", "muted"),

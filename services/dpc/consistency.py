@@ -117,8 +117,7 @@ class Coordination:
             "pid": pid,
             "stable": int(hb.get("stable", 0)),
             "lag": int(hb.get("lag", 0)),
-            "role": str(hb.get("role", "")),  # an HA scheme's replica: its role, with the epoch it reports
-            "ha_epoch": epoch,
+            "role": str(hb.get("role", "")),  # an HA scheme's replica: its role (its epoch is the row's)
         }
         if fresh:
             self.latest[key] = now
@@ -310,7 +309,6 @@ class Coordination:
                 "stable": r.get("stable", 0),
                 "lag": r.get("lag", 0),
                 "role": r.get("role", ""),
-                "ha_epoch": r.get("ha_epoch", 0),
                 "seen": True,
             }
         for node, p, rep in expected:

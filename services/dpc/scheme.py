@@ -515,7 +515,7 @@ class DpcScheme:
         node = self.node
         if self.catch_up is None:
             self.catch_up = node.inputs.ends()
-        if any(so.deduplicating for so in self.soutputs.values()) or not node.inputs.reached(self.catch_up):
+        if self._deduplicating() or not node.inputs.reached(self.catch_up):
             return
         self.recovering = False
         if not self.failed:
@@ -558,10 +558,19 @@ class DpcScheme:
         if self.sunion.spilled:
             self.reconciler.spill()
         self._check_reconciliation(now)
-        if now >= self.next_image and not any(so.deduplicating for so in self.soutputs.values()):
-            self.next_image = now + self.dpc.restart_image_interval / 1000
-            if not self.node.images.busy and not (self.sunion.spilled and self.start_imaged):
-                self._write_image()  # skipped while one is in flight, or a spilled failure's start is written
+        self._image_if_due(now, self.dpc.restart_image_interval / 1000)
+
+    def _deduplicating(self) -> bool:
+        """An output still drops what a replay regenerates of its topic."""
+        return any(so.deduplicating for so in self.soutputs.values())
+
+    def _image_if_due(self, now: float, interval_s: float) -> None:
+        """A restart image every ``interval_s``, not while a replay is deduplicated."""
+        if now < self.next_image or self._deduplicating():
+            return
+        self.next_image = now + interval_s
+        if not self.node.images.busy and not (self.sunion.spilled and self.start_imaged):
+            self._write_image()  # skipped while one is in flight, or a spilled failure's start is written
 
     def _check_reconciliation(self, now: float) -> None:
         partners = self._partners()

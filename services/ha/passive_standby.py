@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import OFFSET_BEGINNING
-
-from services.ha.scheme import PRIMARY, HaScheme
+from services.coordinator.takeover import Role
+from services.ha.scheme import HaScheme
 from services.node.scheme import NodeRuntime
 
 
@@ -35,16 +34,11 @@ class PassiveStandbyScheme(HaScheme):
         self.interval_s = node.plan.ha.interval_ms / 1000
 
     def on_promote(self) -> dict[str, int]:
-        _, offsets = self._resume(undo=False)
+        _, offsets = self._resume(undo=False)  # no checkpoint: offsets is empty, every input from its start
         self.next_image = time.monotonic() + self.interval_s
-        return {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.node.inputs.ports}
+        return offsets
 
     def after_batch(self, now: float, idle: bool) -> None:
         super().after_batch(now, idle)
-        if self.role == PRIMARY and now >= self.next_image and not self._deduplicating():
-            self.next_image = now + self.interval_s
-            if not self.node.images.busy:
-                self._write_image()
-
-    def _deduplicating(self) -> bool:
-        return any(so.deduplicating for so in self.soutputs.values())
+        if self.role is Role.PRIMARY:
+            self._image_if_due(now, self.interval_s)

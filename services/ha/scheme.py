@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 
 from services.control.messages import ControlKind, ControlMessage
+from services.coordinator.takeover import Role
 from services.core.errors import FencedError
 from services.dpc.scheme import DpcScheme
 from services.dpc.states import NodeState
@@ -35,25 +36,21 @@ from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
 
-PRIMARY, SECONDARY, CANDIDATE = "primary", "secondary", "candidate"  # ``Role`` values, and the one before any
-
 
 class HaScheme(DpcScheme):
-    """The part every HA scheme shares; a scheme says where its inputs start when it takes over
-    (``on_promote``) and what a secondary does meanwhile."""
+    """The part every HA scheme shares; a scheme says where its inputs start when it takes over (``on_promote``)."""
 
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
         self.sunion.delay_s = self.sunion.hold_s = float("inf")  # never tentative: wait for the input
-        self.role = CANDIDATE
+        self.role = Role.CANDIDATE
         self.epoch = 0
         self.recovering = False
-        self.takeovers = 0
 
     # -- the slot ---------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
         """A replica (re)starts as a candidate, reading nothing until the coordinator's order."""
-        self.node.set_role(CANDIDATE, 0)
+        self.node.set_role(Role.CANDIDATE.value, 0)
         self.node.set_state(NodeState.STABLE)
         return None
 
@@ -63,34 +60,32 @@ class HaScheme(DpcScheme):
             return
         if msg.epoch < self.epoch:
             return  # an order of an earlier epoch, read late
-        if msg.role == PRIMARY and self.role != PRIMARY:
+        if msg.role == Role.PRIMARY and self.role is not Role.PRIMARY:
             self._promote(msg.epoch)
-        elif msg.role == SECONDARY:
-            if self.role == PRIMARY:
+        elif msg.role == Role.SECONDARY:
+            if self.role is Role.PRIMARY:
                 raise FencedError(
                     f"{node.plan.node} p{node.partition} r{node.replica} was failed over to another replica "
                     f"(epoch {msg.epoch}): it stops writing and restarts as a secondary"
                 )
-            self.role, self.epoch = SECONDARY, msg.epoch
-            node.set_role(SECONDARY, msg.epoch)
-            self.on_secondary()
+            self.role, self.epoch = Role.SECONDARY, msg.epoch
+            node.set_role(Role.SECONDARY.value, msg.epoch)
 
     def on_check(self, now: float) -> None:
-        if self.role == PRIMARY:
+        if self.role is Role.PRIMARY:
             self._tick_raw(now)
             self._lift_floors()
 
     def on_stop(self) -> None:
-        if self.role == PRIMARY:
+        if self.role is Role.PRIMARY:
             self._flush()
 
     # -- takeover ---------------------------------------------------------------------
     def _promote(self, epoch: int) -> None:
         node = self.node
         node.begin_writing(epoch)  # first: what the old primary writes after this is dropped by readers
-        self.role, self.epoch = PRIMARY, epoch
-        node.set_role(PRIMARY, epoch)
-        self.takeovers += 1
+        self.role, self.epoch = Role.PRIMARY, epoch
+        node.set_role(Role.PRIMARY.value, epoch)
         node.inputs.read_from(self.on_promote())
         log.info("primary at epoch %d", epoch)
 
@@ -116,6 +111,3 @@ class HaScheme(DpcScheme):
     def on_promote(self) -> dict[str, int]:
         """Where the inputs start when this replica becomes primary (by topic)."""
         raise NotImplementedError
-
-    def on_secondary(self) -> None:
-        """This replica is (now) a secondary."""

@@ -73,15 +73,6 @@ def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -
                 yield m
 
 
-def _backward_chunks(bootstrap: str, topic: str, partition: int, chunk: int) -> Iterator[list[tuple[int, Meta]]]:
-    """The partition's messages as (offset, ``Meta``) in chunks of ``chunk``, newest chunk first.
-
-    Readers look for the newest message with some property; scanning back from the end costs
-    the distance from the tail, not the length of the log.
-    """
-    return _backward(bootstrap, topic, partition, chunk, _meta)
-
-
 def _meta(m: Message) -> Meta:
     headers = m.headers()
     t, tid, epoch = peek(headers)
@@ -275,8 +266,8 @@ def output_tail(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -
     for _, (t, tid, _, _, bound) in _live_backward(bootstrap, topic, partition, chunk, _bound_meta):
         if last is None and t not in (None, TENTATIVE, EPOCH) and tid is not None:
             last = tid
-        if bound is not None:
-            return (tid if last is None and tid is not None else (last if last is not None else -1)), bound
+        if bound is not None:  # a STABLE or BOUNDARY message: it named the last stable id above, if not a newer one
+            return (last if last is not None else -1), bound
     return (last if last is not None else -1), -1
 
 
