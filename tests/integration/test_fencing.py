@@ -16,7 +16,7 @@ from services.deploy import processes
 from services.deploy.local import provision, service_commands, service_env
 from services.dpc.states import NodeState
 from services.operators.reference import evaluate
-from tests.integration.helpers import unique_spec
+from tests.integration.helpers import unique_spec, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,14 +50,14 @@ def test_a_replaced_replica_that_is_resumed_is_ignored_and_stops(kafka, tmp_path
     mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     workload = readings_workload([f"in_{u}"], COUNT, RATE)
     try:
-        _wait(lambda: all(mon.state(n, 0, 0) is NodeState.STABLE for n in ("n1", "n2")), 60, "nodes never started")
+        wait_for(lambda: all(mon.state(n, 0, 0) is NodeState.STABLE for n in ("n1", "n2")), 60, "the nodes to start")
         sources = PacedSources(spec, kafka.bootstrap, workload, RATE).start()
         time.sleep(2.0)
         processes.pause(first)  # hangs: no heartbeats, no output; a supervisor gives up on it
         time.sleep(spec.dpc.failure_timeout / 1000 + 0.5)
         second = processes.spawn(argv["n1.r0.p0"], logs / "n1-second.log", env)
         procs.append(second)
-        _wait(lambda: _speaks(mon, second.pid), 60, "the second incarnation never took over")
+        wait_for(lambda: _speaks(mon, second.pid), 60, "the second incarnation to take over")
         processes.resume(first)  # the old copy wakes up while input flows
         assert processes.wait_gone(first, 20), "the replaced copy went on running after it was resumed"
         assert first.returncode != 0
@@ -89,10 +89,3 @@ def _speaks(mon: ReplicaMonitor, pid: int) -> bool:
 def _holds_stable(n: int) -> Callable[[StreamView], bool]:
     """A ``read_until`` condition: the view holds at least ``n`` stable records of partition 0."""
     return lambda v: len(v.stable(0)) >= n
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -26,7 +25,7 @@ from services.deploy.local import provision, service_commands, service_env
 from services.ha.guarantee import gap_runs
 from services.operators.reference import evaluate
 from services.spec.model import Scheme
-from tests.integration.helpers import CoordinatorProcess, unique_spec
+from tests.integration.helpers import CoordinatorProcess, unique_spec, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +100,7 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
             t for t in st["takeovers"] if t["replica"] == second
         ).items()
         procs[first] = processes.spawn(argv[f"n.r{first}.p0"], logs / f"n{first}-b.log", env)
-        _wait(lambda: _role(mon, first) == "secondary", 30, "the restarted replica did not rejoin as secondary")
+        wait_for(lambda: _role(mon, first) == "secondary", 30, "the restarted replica to rejoin as secondary")
         time.sleep(2.0)
 
         # 2. SIGSTOP of the new primary past the detection time: the rejoined replica takes over.
@@ -139,18 +138,10 @@ def _role(mon: ReplicaMonitor, replica: int) -> str:
 
 def _wait_primary(mon: ReplicaMonitor, other_than: int | None, timeout: float) -> int:
     """The replica that is primary, once one other than ``other_than`` says so."""
-    found: list[int] = []
-
-    def primary() -> bool:
-        found[:] = [r for r in (0, 1) if r != other_than and _role(mon, r) == "primary"]
-        return bool(found)
-
-    _wait(primary, timeout, f"no replica other than {other_than} became primary")
-    return found[0]
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
+    primaries = wait_for(
+        lambda: [r for r in (0, 1) if r != other_than and _role(mon, r) == "primary"],
+        timeout,
+        f"a replica other than {other_than} to become primary",
+        interval=0.02,  # the takeover's time is measured by this wait
+    )
+    return primaries[0]
