@@ -334,6 +334,12 @@ def _parse_nodes(
         if "flush_ms" in ndef and engine != "spark":
             ck.err(path + ("flush_ms",), "'flush_ms' is a setting of spark nodes (engine: spark)")
         ha = _parse_ha(ck, ndef.get("ha"), path + ("ha",))
+        if engine == "spark" and ha.scheme is not Scheme.DPC:
+            ck.err(
+                path + ("ha",),
+                f"a spark node recovers by dpc only (its window state is a replica's own segments), not by "
+                f"{ha.scheme.value}: remove 'ha' or use engine: python",
+            )
         repl = ck.pos_int(ndef, "replicas", path, d_repl)
         out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, ck.pos_int(ndef, "flush_ms", path, 1000))
     for o in declared:

@@ -242,3 +242,5 @@ def test_spark_node_settings() -> None:
     assert any("nodes.n1.flush_ms" in p and "spark nodes" in p for p in got), got
     got = problems(spark.replace("engine: spark", "engine: spark, flush_ms: 0"))
     assert any("nodes.n2.flush_ms" in p for p in got), got
+    got = problems(spark.replace("engine: spark", "engine: spark, ha: {scheme: passive_standby}"))
+    assert any("nodes.n2.ha: a spark node recovers by dpc only" in p for p in got), got
