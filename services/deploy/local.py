@@ -203,6 +203,7 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
     image, and the logs HA schemes recover from keep every record until trimmed."""
     own = {t: RESTART_TOPIC_CONFIG for t, _ in spec.restart_topics()}
     own.update({t: HA_LOG_CONFIG for t in recovery_logs(spec)})
+    own[spec.acks_topic] = {"cleanup.policy": "compact", "segment.ms": "60000"}
     return [TopicSpec(t, p, replication, {**(config or {}), **own.get(t, {})}) for t, p in spec.all_topics()]
 
 

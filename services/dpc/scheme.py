@@ -138,20 +138,27 @@ class DpcScheme:
                     p.replica, p.last_stable = image.ports[p.stream]
             offsets = image.offsets
             log.info("restarting from the restart image of %d", image.taken_ms)
-        for s, so in self.soutputs.items():
-            topic = node.outputs.topic(s)
-            last = lasts[s]
+        for s, last in lasts.items():
             if last is None:
                 continue  # a first run: nothing written yet
             if image is None and last >= 0:  # everything is regenerated from the inputs' start
                 self._check_retained({p.topic: 0 for p in node.inputs.ports})
-            in_topic = stable_after(bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
-            announced = so.restarted(last, in_topic, f"{topic}[{node.partition}]")
-            if undo:
-                node.outputs.queue(s).extend(announced)
-            else:
-                so.rec_done_due = False
+            self._skip_written(s, last, undo)
         return image, offsets
+
+    def _skip_written(self, stream: str, last: int, undo: bool) -> None:
+        """Make ``stream`` drop the stable tuples a replay regenerates up to ``last`` (the last stable
+        id its log holds), each checked against the log. ``undo``: announce an UNDO after ``last``."""
+        node, so = self.node, self.soutputs[stream]
+        topic = node.outputs.topic(stream)
+        in_topic = (
+            stable_after(node.settings.bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
+        )
+        announced = so.restarted(last, in_topic, f"{topic}[{node.partition}]")
+        if undo:
+            node.outputs.queue(stream).extend(announced)
+        else:
+            so.rec_done_due = False
 
     def _claims_unwritten(self, image: restart.RestartImage, lasts: dict[str, int | None]) -> bool:
         """Whether ``image`` counts stable tuples its output topics do not hold (from their live writers):

@@ -169,6 +169,15 @@ class SUnion:
         for b in self.pending.values():
             b.tuples = [t for t in b.tuples if t.type is STABLE]
 
+    def oldest_ids(self) -> dict[int, int]:
+        """Per input port, the smallest id among the tuples it holds not yet emitted (ports holding none are absent)."""
+        out: dict[int, int] = {}
+        for b in self.pending.values():
+            for t in b.tuples:
+                if t.id < out.get(t.port, t.id + 1):
+                    out[t.port] = t.id
+        return out
+
     # -- input ----------------------------------------------------------------
     def push(
         self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float, tmax: int = NO_TIME

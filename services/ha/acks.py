@@ -1,82 +1,223 @@
 """Upstream backup's acknowledgements and queue trimming (ICDE 2005, section 5.2), Kafka-free.
 
-An upstream node keeps each output tuple in its log until no downstream node could need it
-to rebuild its state. Two acknowledgements say how far that is:
+An upstream log keeps each tuple until no downstream node could need it to rebuild its state.
+The paper's two acknowledgements map onto Kafka as follows:
 
-- *level-0* ``ACK(0, O, v)``: a downstream node has received ``O`` up to offset ``v``;
-- *level-1* ``ACK(1, I, u)``: the oldest tuple of input ``I`` a node still needs to rebuild
-  its state: ``u = cause((O, v), I)``, with ``v`` the output every downstream neighbour has
-  received, taken over all outputs.
+- *level-0* ("received"): the broker's acknowledgement of the node's output (``acks=all``,
+  the loop's flush waits for it). From then on every downstream node can read the tuple
+  even if the node that wrote it fails, which is what the paper's level-0 from downstream
+  guaranteed for an output queue kept in the node's memory.
+- *level-1* (``Ack``): per input, the oldest input tuple the node's state still needs, taken
+  at a *cut*: right after the operators were advanced to a bucket start (``HaScheme`` moves
+  them one bucket start at a time, so a replay makes the same calls). The state at the cut
+  holds input from the operators' stream markers on (``NodePipeline.oldest_time``, the
+  paper's indicators of the oldest tuple in state), so replaying each input from its acked
+  tuple onto an empty node rebuilds it, and every result after the cut comes out again,
+  exactly: what the replay emits before its own cut is wrong (windows missing their start)
+  or already written, and is dropped. The ack also says which output ids follow the cut;
+  it is published once the output before the cut is written (level-0).
 
-``cause`` comes from low watermarks (the paper's indicators): every output tuple records,
-per node input, the oldest input tuple still in the operators' state when it was emitted (the
-last one processed, for stateless operators). They never decrease along a stream. The
-upstream node trims at the oldest level-1 ack over all its downstream nodes, and keeps the
-tuple named: trimming at level-0 instead would lose the tuples behind a window's state.
+The upstream log may then start at the oldest level-1 ack over all the nodes that read it
+(``trim_points``), taken only from each node's current primary (its coordinator epoch): a
+paused old primary that wakes up must not move a log start past what its successor reads.
+A log some reader does not acknowledge (a node of another scheme, an application) is never
+trimmed.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
-Watermarks = Mapping[str, int]  # node input (topic:partition) -> offset of the oldest tuple still needed
+from services.core.codec import codec_for
 
-
-class CauseMap:
-    """One output's offsets and the low watermarks of the tuple written at each: ``cause``."""
-
-    def __init__(self) -> None:
-        self._offsets: list[int] = []
-        self._marks: list[Watermarks] = []
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    def record(self, offset: int, marks: Watermarks) -> None:
-        """The tuple at ``offset`` was written (offsets come in increasing order, maybe with gaps)."""
-        if self._offsets and offset <= self._offsets[-1]:
-            raise ValueError(f"output offset {offset} is not after {self._offsets[-1]}")
-        self._offsets.append(offset)
-        self._marks.append(dict(marks))
-
-    def cause(self, v: int) -> Watermarks | None:
-        """The watermarks of the last tuple at or before ``v``: what regenerating the output after
-        ``v`` needs from each input (carried forward over offsets that hold no tuple); None if none."""
-        i = bisect_right(self._offsets, v)
-        return self._marks[i - 1] if i else None
-
-    def prune(self, v: int) -> None:
-        """Forget entries no ``cause(w)`` with ``w >= v`` needs (level-0 passed ``v``)."""
-        i = bisect_right(self._offsets, v) - 1
-        if i > 0:
-            del self._offsets[:i], self._marks[:i]
+_ACK = codec_for("ack")
 
 
-def received(level0: Mapping[str, int | None]) -> int | None:
-    """How far every downstream node has received an output: the minimum level-0 ack; None while
-    one of them has acknowledged nothing (then nothing after the start is known to be safe)."""
-    if not level0 or any(v is None for v in level0.values()):
-        return None
-    return min(v for v in level0.values() if v is not None)
+@dataclass(frozen=True)
+class Ack:
+    """A level-1 acknowledgement of one node partition (see the module docstring)."""
+
+    node: str
+    partition: int
+    epoch: int
+    cut: int  # operator time (a bucket start) right after which the state is what ``input_ids`` rebuild
+    input_ids: dict[str, int]  # input topic -> id of the oldest input tuple the state needs
+    input_offsets: dict[str, int]  # input topic -> an offset at or before that tuple
+    outputs: dict[str, int]  # output stream -> id of its first tuple after the cut
+    taken_ms: int = 0
+    # input topic -> the boundary read before that offset: a rebuild does not read it again
+    input_bounds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> bytes:
+        """One key per primary (its epoch too): compaction keeps each primary's newest ack, so a
+        paused old primary's late ack never replaces its successor's."""
+        return f"{self.node}/p{self.partition}/e{self.epoch}".encode()
+
+    def encode(self) -> bytes:
+        return _ACK.encode(
+            {
+                "node": self.node,
+                "partition": self.partition,
+                "epoch": self.epoch,
+                "cut": self.cut,
+                "input_ids": self.input_ids,
+                "input_offsets": self.input_offsets,
+                "outputs": self.outputs,
+                "taken_ms": self.taken_ms,
+                "input_bounds": self.input_bounds,
+            }
+        )
+
+    @classmethod
+    def decode(cls, payload: bytes) -> Ack:
+        """Raises DecodeError when ``payload`` is not an ack."""
+        a = _ACK.decode(payload)
+        return cls(
+            a["node"],
+            a["partition"],
+            a["epoch"],
+            a["cut"],
+            dict(a["input_ids"]),
+            dict(a["input_offsets"]),
+            dict(a["outputs"]),
+            a["taken_ms"],
+            dict(a["input_bounds"]),
+        )
+
+    def restamped(self, epoch: int, taken_ms: int) -> Ack:
+        """The same cut, acknowledged by a new primary that resumes from it."""
+        return replace(self, epoch=epoch, taken_ms=taken_ms)
 
 
-def level1(outputs: Mapping[str, tuple[CauseMap, int | None]], inputs: Iterable[str]) -> dict[str, int] | None:
-    """The level-1 acks a node sends upstream: per input, the earliest ``cause((O, v_O), I)`` over its
-    outputs, where ``v_O`` is what every reader of ``O`` has received. None (no ack) until every
-    output has a ``v_O`` with a cause: an ack must never name a tuple the node may still need."""
-    out: dict[str, int] = {}
-    names = list(inputs)
-    for causes, v in outputs.values():
-        marks = causes.cause(v) if v is not None else None
-        if marks is None or any(i not in marks for i in names):
-            return None
-        for i in names:
-            out[i] = min(out.get(i, marks[i]), marks[i])
+@dataclass
+class _Input:
+    """One input's bookkeeping: what each bucket processed, and where its ids are in the log."""
+
+    last_read: int  # id of the last tuple read (the first needed - 1 before any)
+    buckets: deque[tuple[int, int]] = field(default_factory=deque)  # (bucket start, smallest id processed in it)
+    # After a poll: (last id read, next offset, the input's boundary then, None if none yet)
+    reads: deque[tuple[int, int, int | None]] = field(default_factory=deque)
+
+
+class Needs:
+    """What of each input a node's state still needs: the level-1 acknowledgement it may send.
+
+    Fed by the scheme: where each input starts (``start``), what each poll read (``read``), what
+    each bucket processes (``processed``, before it runs); ``cut`` then names, per input, the
+    oldest tuple still needed and an offset at or before it. Inputs are by topic; ids are the
+    inputs' own stable ids. No order of ids by tuple time is assumed: a tuple is needed if it
+    is in the operators' state (its bucket is at or after their stream marker), waits in
+    SUnion, or is not read yet.
+    """
+
+    def __init__(self, bucket: int) -> None:
+        self.bucket = bucket
+        self.inputs: dict[str, _Input] = {}
+
+    def start(self, topic: str, first_id: int, offset: int, bound: int | None = None) -> None:
+        """``topic`` is read from ``offset``, where no tuple with an id below ``first_id`` is needed
+        and the input has promised ``bound``."""
+        self.inputs[topic] = _Input(first_id - 1, deque(), deque([(first_id - 1, offset, bound)]))
+
+    def read(self, topic: str, last_id: int, next_offset: int, bound: int | None) -> None:
+        """A poll read ``topic`` up to stable id ``last_id`` and boundary ``bound``; its next offset is ``next_offset``."""
+        inp = self.inputs[topic]
+        if last_id > inp.last_read:
+            inp.last_read = last_id
+            inp.reads.append((last_id, next_offset, bound))
+
+    def processed(self, topic: str, start: int, first_id: int) -> None:
+        """The operators take ids from ``first_id`` on of ``topic`` in the bucket starting at ``start``."""
+        b = self.inputs[topic].buckets
+        if b and b[-1][0] == start:
+            if first_id < b[-1][1]:
+                b[-1] = (start, first_id)
+        else:
+            b.append((start, first_id))
+
+    def cut(self, oldest: int | None, now: int, held: Mapping[str, int]) -> Needed:
+        """At operator time ``now`` (a bucket start), with the operators' stream marker ``oldest``
+        (None: no state) and ``held`` (topic -> smallest id waiting in SUnion): per input, the id
+        of the oldest tuple still needed, an offset at or before it and the boundary read before
+        that offset. Forgets what no later cut can need: the marker never goes back to a bucket
+        before one a cut saw."""
+        since = (now if oldest is None else min(oldest, now)) // self.bucket * self.bucket
+        out = Needed({}, {}, {})
+        for topic, inp in self.inputs.items():
+            b = inp.buckets
+            while b and b[0][0] < since:
+                b.popleft()
+            need = min((first for _, first in b), default=inp.last_read + 1)
+            need = min(need, held.get(topic, need), inp.last_read + 1)
+            out.ids[topic] = need
+            _, out.offsets[topic], bound = _read_before(inp.reads, need)
+            if bound is not None:
+                out.bounds[topic] = bound
+        return out
+
+
+@dataclass
+class Needed:
+    """A cut's level-1 acknowledgement, per input topic: the id of the oldest tuple needed, an offset at
+    or before it, and the boundary read before that offset (absent if none)."""
+
+    ids: dict[str, int]
+    offsets: dict[str, int]
+    bounds: dict[str, int]
+
+
+def _read_before(reads: deque[tuple[int, int, int | None]], need: int) -> tuple[int, int, int | None]:
+    """The last poll that had not read id ``need`` yet (the ones before it are dropped)."""
+    while len(reads) > 1 and reads[1][0] < need:
+        reads.popleft()
+    return reads[0]
+
+
+def newest_usable(acks: Iterable[Ack], written: Mapping[str, int | None]) -> Ack | None:
+    """The ack a takeover resumes from: of the newest epoch, the latest whose output before its cut
+    the logs hold (``written``: stream -> last stable id in the log from its live writers). A
+    paused old primary may have acked output it wrote after being fenced, which readers drop."""
+
+    def held(a: Ack) -> bool:
+        for s, nxt in a.outputs.items():
+            last = written.get(s)
+            if nxt - 1 > (-1 if last is None else last):
+                return False
+        return True
+
+    usable = [a for a in acks if held(a)]
+    return max(usable, key=lambda a: (a.epoch, a.taken_ms, a.cut), default=None)
+
+
+Key = tuple[str, int]  # (topic, partition)
+
+
+def trim_points(
+    readers: Mapping[str, Sequence[str]],
+    partitions: Mapping[str, int],
+    acks: Mapping[tuple[str, int, int], Ack],
+    epoch: Callable[[str, int], int],
+) -> dict[Key, int]:
+    """Where each upstream log may start: the oldest level-1 ack over every node reading it.
+
+    ``readers``: topic -> the nodes that read it, all acknowledging ones (a topic with any other
+    reader must not be given); ``acks``: (node, partition, epoch) -> that primary's newest ack;
+    ``epoch``: a node partition's current epoch. A topic partition one of whose readers has no
+    ack from its current primary keeps everything.
+    """
+    out: dict[Key, int] = {}
+    for topic, nodes in readers.items():
+        for p in range(partitions[topic]):
+            starts = []
+            for n in nodes:
+                a = acks.get((n, p, epoch(n, p)))
+                if a is None or topic not in a.input_offsets:
+                    break
+                starts.append(a.input_offsets[topic])
+            else:
+                if starts:
+                    out[(topic, p)] = min(starts)
     return out
-
-
-def trim_point(acks: Mapping[str, int | None]) -> int | None:
-    """Where an upstream log may start: the oldest level-1 ack over all its registered downstream
-    nodes (a node that has not acked keeps everything); records before it may be deleted."""
-    return received(acks)

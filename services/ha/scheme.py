@@ -19,7 +19,11 @@ A primary that is told it is secondary was failed by the coordinator and replace
 Processing is DPC's stable path without its tentative half: SUnion merges the inputs in
 tuple-time order and never stops waiting for a missing input (an upstream failure is
 recovered by the upstream node's own scheme), the operators run, SOutput numbers the results
-and sends BOUNDARY, so a node of any scheme may read the output.
+and sends BOUNDARY, so a node of any scheme may read the output. The operators' time moves a
+whole bucket at a time, each bucket's start in turn, so the operators are called at the same
+points of the input whatever the polls and the boundaries' timing did: a replay of the logs
+makes the very same calls, and a cut between two of them names the same place in the output
+on every run (what upstream backup's acknowledgements rely on, ``services.ha.acks``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import logging
 from services.control.messages import ControlKind, ControlMessage
 from services.coordinator.takeover import Role
 from services.core.errors import FencedError
+from services.core.tuples import STABLE, TupleType
 from services.dpc.scheme import DpcScheme
 from services.dpc.states import NodeState
 from services.log.tail import output_tail
@@ -79,6 +84,35 @@ class HaScheme(DpcScheme):
     def on_stop(self) -> None:
         if self.role is Role.PRIMARY:
             self._flush()
+
+    # -- time in whole buckets ----------------------------------------------------------
+    def _advance_operators(self, t: int, label: TupleType) -> None:
+        """Advance the operators to each bucket start up to ``t``, one after the other."""
+        b = self.dpc.bucket
+        t -= t % b
+        step = t if self.op_time is None else self.op_time + b
+        while step <= t:
+            self.op_time = step
+            self.node.pipeline.advance(step)
+            self._collect(label)
+            self._stepped(step)
+            step += b
+
+    def _advance(self) -> None:
+        """Move the operators to the last bucket start SUnion's stable frontier has passed, and tell
+        downstream with a BOUNDARY there."""
+        f = self.sunion.frontier()
+        if f is None:
+            return
+        f -= f % self.dpc.bucket
+        if self.advanced is not None and f <= self.advanced:
+            return
+        self.advanced = f
+        self._advance_operators(f, STABLE)
+        self._boundary()
+
+    def _stepped(self, t: int) -> None:
+        """The operators were just advanced to bucket start ``t`` and their results numbered."""
 
     # -- takeover ---------------------------------------------------------------------
     def _promote(self, epoch: int) -> None:

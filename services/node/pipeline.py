@@ -34,6 +34,7 @@ class NodePipeline:
         # operators are fed directly, so the normal path pays nothing for the feature.
         self.logs: list[UndoLog] | None = [] if undo else None
         self._advance: list[Callable[[int], None]] = []
+        self._ports: list[tuple[Operator, int]] = []  # stateful operators and their input counts
         defs = plan.operators
         ops = {d.name: build(d, plan.fields) for d in defs}
         reject = self._reject
@@ -46,6 +47,8 @@ class NodePipeline:
                 target = UndoLog(op, len(d.inputs))
                 self.logs.append(target)
             self._advance.append(target.advance)
+            if op.stateful:
+                self._ports.append((op, len(d.inputs)))
             for port, s in enumerate(d.inputs):
                 self.routes.setdefault(s, []).append(_port_push(target, port))
         for d in defs:
@@ -81,6 +84,12 @@ class NodePipeline:
         """
         for adv in self._advance:
             adv(stime)
+
+    def oldest_time(self) -> int | None:
+        """Smallest stime of input still in any operator's state (its stream markers): replaying
+        the input from there onto empty operators rebuilds the state; None if they hold nothing."""
+        marks = [t for op, n in self._ports for port in range(n) if (t := op.oldest_time(port)) is not None]
+        return min(marks) if marks else None
 
     # -- results computed in jobs -----------------------------------------------------------
     def held(self) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.dpc.scheme import DpcScheme
 from services.ha.amnesia import AmnesiaScheme
 from services.ha.passive_standby import PassiveStandbyScheme
+from services.ha.upstream_backup import UpstreamBackupScheme
 from services.node.scheme import NodeRuntime, RecoveryScheme
 from services.spec.model import Scheme
 
@@ -16,4 +17,6 @@ def build_scheme(node: NodeRuntime) -> RecoveryScheme:
         return AmnesiaScheme(node)
     if node.plan.scheme is Scheme.PASSIVE_STANDBY:
         return PassiveStandbyScheme(node)
+    if node.plan.scheme is Scheme.UPSTREAM_BACKUP:
+        return UpstreamBackupScheme(node)
     raise ValueError(f"no recovery scheme '{node.plan.scheme.value}'")

@@ -69,7 +69,7 @@ class Scheme(str, Enum):
 
 
 # The HA schemes whose mechanisms are not built yet: a spec naming one is refused.
-UNAVAILABLE = frozenset({Scheme.ACTIVE_STANDBY, Scheme.UPSTREAM_BACKUP})
+UNAVAILABLE = frozenset({Scheme.ACTIVE_STANDBY})
 AVAILABLE = tuple(s.value for s in Scheme if s not in UNAVAILABLE)
 
 
@@ -285,6 +285,11 @@ class Spec:
     def control_topic(self) -> str:
         return f"{self.name}.control"
 
+    @property
+    def acks_topic(self) -> str:
+        """Upstream backup's level-1 acknowledgements (``services.ha.acks``), compacted: each primary's newest."""
+        return f"{self.name}.ha.acks"
+
     def restart_topic(self, node: str, replica: int) -> str:
         """Where a node replica keeps its restart image (one message per partition, the newest wins);
         one for every replica of a one-log scheme (passive standby's checkpoints, read at a takeover)."""
@@ -349,6 +354,8 @@ class Spec:
         out.append((self.heartbeat_topic, 1))
         out.append((self.control_topic, 1))
         out.extend(self.restart_topics())
+        if any(nd.ha.scheme is Scheme.UPSTREAM_BACKUP for nd in self.nodes.values()):
+            out.append((self.acks_topic, 1))
         return out
 
     def restart_topics(self) -> list[tuple[str, int]]:

@@ -66,6 +66,7 @@ class NodePlan:
     engine: str = "python"  # "spark": the window runs in Spark (``spark_jobs``)
     flush_ms: int = 1000  # a spark window's wait for its next Spark job
     ha: HaDef = HaDef()
+    acks_topic: str = ""  # upstream backup's level-1 acknowledgements
 
     @property
     def heartbeat_s(self) -> float:
@@ -131,6 +132,7 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         nd.engine,
         nd.flush_ms,
         nd.ha,
+        spec.acks_topic,
     )
 
 

@@ -1,120 +1,110 @@
-"""Upstream backup's acknowledgements: trimming at the level-1 ack never deletes an input tuple a
-recovery needs (ICDE 2005, section 5.2), for random inputs, windows and acknowledgements."""
+"""Upstream backup's acknowledgements and the trimming rule (ICDE 2005, section 5.2): a log is
+never trimmed past a tuple the current primary of any of its readers would read again."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.ha.acks import CauseMap, level1, received, trim_point
-
-IN = "up.out:0"
+from services.ha.acks import Ack, Needed, Needs, newest_usable, trim_points
 
 
-@dataclass
-class SlidingCount:
-    """A sliding-window count over tuple time, windows aligned on ``slide`` (convergent-capable).
-    Each output carries its low watermark: the oldest input offset in a window not yet emitted."""
-
-    size: int
-    slide: int
-    first: dict[int, int] = field(default_factory=dict)  # open window start -> offset of its first tuple
-    counts: dict[int, int] = field(default_factory=dict)
-
-    def push(self, offset: int, t: int) -> list[tuple[tuple[int, int], dict[str, int]]]:
-        last = (t // self.slide) * self.slide
-        for s in range(last - self.size + self.slide, last + 1, self.slide):
-            self.first.setdefault(s, offset)
-            self.counts[s] = self.counts.get(s, 0) + 1
-        out = []
-        for s in sorted(w for w in self.counts if w + self.size <= t):  # closed by this tuple, in start order
-            mark = min(self.first.values())  # the windows still to emit hold tuples a recovery needs
-            out.append(((s, self.counts.pop(s)), {IN: mark}))
-            del self.first[s]
-        return out
+def _ack(
+    node: str = "n",
+    epoch: int = 1,
+    offsets: dict[str, int] | None = None,
+    outputs: dict[str, int] | None = None,
+    ms: int = 0,
+) -> Ack:
+    offsets = offsets if offsets is not None else {"in": 0}
+    return Ack(node, 0, epoch, 1000, {t: o for t, o in offsets.items()}, offsets, outputs or {"out": 0}, ms)
 
 
-def run(times: list[int], start: int, size: int, slide: int) -> list[tuple[tuple[int, int], dict[str, int]]]:
-    op = SlidingCount(size, slide)
-    return [o for off in range(start, len(times)) for o in op.push(off, times[off])]
+def test_an_ack_goes_through_avro_unchanged() -> None:
+    a = Ack(
+        "n", 2, 77, 5100, {"s.a": 40, "s.b": 3}, {"s.a": 52, "s.b": 3}, {"out": 19}, 1_700_000_000_000, {"s.a": 5000}
+    )
+    assert Ack.decode(a.encode()) == a
+    assert a.key == b"n/p2/e77"
+    assert a.restamped(80, 5).key == b"n/p2/e80" and a.restamped(80, 5).input_offsets == a.input_offsets
+
+
+def test_needs_names_the_oldest_tuple_in_state_and_an_offset_before_it() -> None:
+    needs = Needs(100)
+    needs.start("in", 0, 0)
+    needs.processed("in", 1000, 0)
+    needs.processed("in", 1100, 4)
+    needs.read("in", 9, 12, 1190)  # ids 0..9 read; boundaries between them: the next offset is 12
+    needs.processed("in", 1200, 8)
+    # Operator time 1200, state from 1100 on: ids 4.. are needed, the last poll before them started at 0.
+    assert needs.cut(1100, 1200, {}) == Needed({"in": 4}, {"in": 0}, {})
+    needs.read("in", 20, 25, 1350)
+    # No state left and nothing waiting: only what is not read yet, from the offset after id 20,
+    # past the boundary read then, which the rebuild therefore takes from the ack.
+    assert needs.cut(None, 1300, {}) == Needed({"in": 21}, {"in": 25}, {"in": 1350})
+    # A tuple held in SUnion, not processed yet, is needed too.
+    assert needs.cut(None, 1300, {"in": 18}) == Needed({"in": 18}, {"in": 25}, {"in": 1350})
+
+
+def test_a_tuple_read_out_of_time_order_is_still_needed() -> None:
+    """Ids need not grow with tuple time: the smallest id of every bucket the state reaches counts."""
+    needs = Needs(100)
+    needs.start("in", 0, 0)
+    needs.read("in", 5, 6, None)
+    needs.processed("in", 1000, 3)
+    needs.processed("in", 1100, 1)  # id 1 had a later tuple time than ids 2 and 3
+    assert needs.cut(1000, 1200, {}).ids == {"in": 1}
+    assert needs.cut(1100, 1200, {}).ids == {"in": 1}
+
+
+def test_a_takeover_resumes_from_the_newest_ack_whose_output_the_log_holds() -> None:
+    old = _ack(epoch=3, outputs={"out": 10}, ms=1)
+    newer = _ack(epoch=3, outputs={"out": 20}, ms=2)
+    # A paused primary woke up and acked output it wrote after it was fenced, which readers drop.
+    zombie = _ack(epoch=3, outputs={"out": 31}, ms=3)
+    assert newest_usable([old, zombie, newer], {"out": 25}) == newer
+    assert newest_usable([old, newer], {"out": 5}) is None  # nothing usable: from the inputs' start
+    assert newest_usable([old], {"out": None}) is None
+    assert newest_usable([_ack(epoch=3, outputs={"out": 0})], {"out": None}) is not None  # nothing written before it
+    later_epoch = _ack(epoch=9, outputs={"out": 12}, ms=0)
+    assert newest_usable([newer, later_epoch], {"out": 25}) == later_epoch
+
+
+def test_the_trim_point_is_the_oldest_ack_over_the_readers_current_primaries() -> None:
+    epochs = {("b", 0): 4, ("c", 0): 7}
+    acks = {
+        ("b", 0, 4): _ack("b", 4, {"o": 125}),
+        ("c", 0, 7): _ack("c", 7, {"o": 50}),
+        ("c", 0, 6): _ack("c", 6, {"o": 900}),  # an old primary's: not trusted
+    }
+    assert trim_points({"o": ["b", "c"]}, {"o": 1}, acks, lambda n, p: epochs[(n, p)]) == {("o", 0): 50}
+    epochs[("c", 0)] = 8  # c's new primary has not acked yet: o keeps everything
+    assert trim_points({"o": ["b", "c"]}, {"o": 1}, acks, lambda n, p: epochs[(n, p)]) == {}
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    steps=st.lists(st.integers(1, 4), min_size=5, max_size=120),
-    shape=st.sampled_from([(4, 4), (6, 2), (10, 5), (9, 3), (3, 1)]),
-    readers=st.lists(st.floats(0, 1), min_size=1, max_size=3),
+    events=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.integers(0, 1000), st.booleans()), max_size=40
+    )
 )
-def test_a_recovery_from_the_trim_point_regenerates_everything_downstream_has_not_received(
-    steps: list[int], shape: tuple[int, int], readers: list[float]
-) -> None:
-    times = [sum(steps[: i + 1]) for i in range(len(steps))]
-    size, slide = shape
-    want = run(times, 0, size, slide)
-    causes = CauseMap()
-    for offset, (_, marks) in enumerate(want):
-        causes.record(offset * 2, marks)  # output offsets with gaps, as transactions leave them
-    if not want:
-        return
-    level0 = {f"d{i}": int(f * (len(want) - 1)) * 2 for i, f in enumerate(readers)}
-    acks = level1({"out": (causes, received(level0))}, [IN])
-    assert acks is not None
-    u = trim_point({"n": acks[IN]})
-    assert u is not None
-    # The node fails; its recovery starts empty and reads the input log from where it was trimmed.
-    v = received(level0) // 2  # type: ignore[operator]
-    regenerated = [w for w, _ in run(times, u, size, slide)]
-    after = [w for w in regenerated if w[0] > want[v][0][0]]  # convergent: drop duplicates by window
-    assert after == [w for w, _ in want[v + 1 :]]
-
-
-@settings(max_examples=300, deadline=None)
-@given(acks=st.dictionaries(st.sampled_from(["a", "b", "c"]), st.none() | st.integers(0, 1000), min_size=1))
-def test_the_trim_point_is_the_oldest_ack_and_nothing_while_a_reader_has_not_acked(acks: dict[str, int | None]) -> None:
-    got = trim_point(acks)
-    if any(v is None for v in acks.values()):
-        assert got is None
-    else:
-        assert got == min(v for v in acks.values() if v is not None)
-        assert all(got <= v for v in acks.values() if v is not None)
-
-
-def test_trim_point_with_no_registered_reader_trims_nothing() -> None:
-    assert trim_point({}) is None
-
-
-def test_the_papers_figure_5() -> None:
-    """Na's output O: Nb acks level-0 125, Nc 123; O[123] was caused by (I1, 200) and (I2, 100)."""
-    causes = CauseMap()
-    causes.record(100, {"I1": 150, "I2": 80})
-    causes.record(123, {"I1": 200, "I2": 100})
-    causes.record(125, {"I1": 210, "I2": 104})
-    v = received({"Nb": 125, "Nc": 123})
-    assert v == 123
-    assert level1({"O": (causes, v)}, ["I1", "I2"]) == {"I1": 200, "I2": 100}
-    assert trim_point({"Nb": 50, "Nc": 55}) == 50  # Na removes the tuples before O[50]
-
-
-def test_cause_carries_forward_over_offsets_without_a_tuple_and_survives_pruning() -> None:
-    causes = CauseMap()
-    causes.record(10, {IN: 3})
-    causes.record(14, {IN: 7})
-    assert causes.cause(9) is None
-    assert causes.cause(12) == {IN: 3}
-    causes.prune(13)
-    assert causes.cause(13) == {IN: 3} and causes.cause(20) == {IN: 7} and len(causes) == 2
-    causes.prune(14)
-    assert len(causes) == 1 and causes.cause(14) == {IN: 7}
-    with pytest.raises(ValueError, match="not after"):
-        causes.record(14, {IN: 8})
-
-
-def test_no_level1_ack_until_every_output_has_been_received_somewhere() -> None:
-    a, b = CauseMap(), CauseMap()
-    a.record(0, {IN: 5})
-    assert level1({"a": (a, 0), "b": (b, None)}, [IN]) is None
-    b.record(0, {IN: 2})
-    assert level1({"a": (a, 0), "b": (b, 0)}, [IN]) == {IN: 2}  # the earliest over the outputs
+def test_no_trim_passes_where_a_readers_current_primary_would_read_again(events: list) -> None:
+    """Random acks from current and old primaries, and takeovers between them: at every moment each
+    trim point is at or below where every reader's current primary would start its rebuild."""
+    epoch = {"a": 0, "b": 0}
+    acks: dict[tuple[str, int, int], Ack] = {}
+    newest: dict[str, int] = {}  # node -> offset of its current primary's newest ack
+    for node, e, offset, takeover in events:
+        if takeover:
+            epoch[node] += 1
+            newest.pop(node, None)
+        stamp = max(0, epoch[node] - e % 2)  # now and then an ack of an older primary, read late
+        acks[(node, 0, stamp)] = _ack(node, stamp, {"o": offset})
+        if stamp == epoch[node]:
+            newest[node] = offset
+        points = trim_points({"o": ["a", "b"]}, {"o": 1}, acks, lambda n, p: epoch[n])
+        if ("o", 0) in points:
+            assert set(newest) == {"a", "b"}, "a trim while a reader's primary has not acked"
+            assert points[("o", 0)] <= min(newest.values())
+        else:
+            assert set(newest) != {"a", "b"}

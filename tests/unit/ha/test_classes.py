@@ -145,9 +145,10 @@ def test_ha_mistakes_are_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_scheme_not_built_yet_is_refused_by_name() -> None:
-    got = problems(BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], ha: upstream_backup}"))
+    got = problems(BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], ha: active_standby}"))
     assert any(
-        "scheme 'upstream_backup' is not available yet (available: dpc, amnesia, passive_standby)" in p for p in got
+        "scheme 'active_standby' is not available yet (available: dpc, amnesia, passive_standby, upstream_backup)" in p
+        for p in got
     ), got
 
 

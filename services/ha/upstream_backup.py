@@ -1,0 +1,180 @@
+"""Upstream backup (ICDE 2005, section 5.2): the upstream logs are the backup; a takeover rebuilds.
+
+The primary keeps no copy of its state anywhere. Every ``interval_ms`` (M) it takes a cut
+(``services.ha.acks``): per input, the oldest tuple its state still needs, and the output ids
+that follow the cut; once the output before the cut is written it publishes that level-1
+acknowledgement on ``<spec>.ha.acks``. The coordinator trims each upstream log at the oldest
+acknowledgement of all its readers (``services.coordinator``), so the logs keep what a
+rebuild needs and little more: the state, about M of input and the time an ack takes.
+
+At a takeover the new primary starts empty, reads each input again from the newest ack whose
+output the log holds, and drops everything it computes before that ack's cut: those results
+are either written already or wrong (windows missing the tuples before the ack, which were
+emitted before the cut). From the cut on its results are the old primary's, with the ids the
+ack names; those the log holds already are dropped, each checked against the log. So the
+recovery is precise, for any node hastream runs (its operators and its tuple-time merge
+are deterministic), and costs a replay of the state's span of input plus about M.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import Message, TopicPartition
+
+from services.control.messages import now_ms
+from services.coordinator.takeover import Role
+from services.core.errors import DecodeError
+from services.core.kafka import plain_consumer, retry_transient
+from services.core.tuples import TupleType
+from services.dpc.soutput import SOutput
+from services.dpc.sunion import STuple
+from services.ha.acks import Ack, Needs, newest_usable
+from services.ha.scheme import HaScheme
+from services.log.tail import messages_between, output_tail
+from services.log.trim import check_retained
+from services.node.scheme import NodeRuntime
+
+log = logging.getLogger(__name__)
+
+
+class UpstreamBackupScheme(HaScheme):
+    def __init__(self, node: NodeRuntime) -> None:
+        super().__init__(node)
+        self.interval_s = node.plan.ha.interval_ms / 1000
+        self.needs = Needs(self.dpc.bucket)
+        self.topics = [p.topic for p in node.inputs.ports]  # by port index
+        self.pending: Ack | None = None  # the last cut, published once the output before it is written
+        self.next_cut = 0.0
+        self.resume_at: int | None = None  # a takeover's cut: what is computed up to it is dropped
+        self.acks_sent = 0
+
+    # -- takeover ---------------------------------------------------------------------
+    def on_promote(self) -> dict[str, int]:
+        node = self.node
+        bootstrap, part = node.settings.bootstrap, node.partition
+        tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in self.soutputs}
+        acks = read_acks(bootstrap, node.plan.acks_topic, node.plan.node, part)
+        ack = newest_usable(acks, {s: last for s, (last, _) in tails.items()})
+        if ack is None:  # nothing acknowledged: no reader trimmed anything, the inputs start at their beginning
+            offsets, ids, bounds = {t: 0 for t in self.topics}, {t: 0 for t in self.topics}, {}
+        else:
+            offsets, ids, bounds = ack.input_offsets, ack.input_ids, ack.input_bounds
+            self.resume_at = ack.cut
+            self.op_time = ack.cut - self.dpc.bucket  # the replay's next step is the cut
+        check_retained(bootstrap, {(t, part): off for t, off in offsets.items()})
+        for s, (last, bound) in tails.items():
+            self.soutputs[s] = SOutput(ack.outputs.get(s, 0) if ack else 0, bound)
+            if last >= 0:
+                self._skip_written(s, last, undo=False)
+        for p in node.inputs.ports:
+            p.midway = True  # read from an offset before the tuple acked: the first id may be any
+            promised = bounds.get(p.topic)
+            if promised is not None:  # read before the offset read from: not read again
+                self.sunion.boundary(p.index, promised, time.monotonic())
+            self.needs.start(p.topic, ids.get(p.topic, 0), offsets.get(p.topic, 0), promised)
+        if ack is not None:
+            self._publish(ack.restamped(self.epoch, now_ms()))  # the coordinator trims for this primary from now on
+        self.next_cut = time.monotonic() + self.interval_s
+        log.info(
+            "rebuilding from %s",
+            f"the ack of cut {ack.cut} (epoch {ack.epoch}): {offsets}" if ack else "the inputs' start",
+        )
+        return offsets
+
+    # -- processing --------------------------------------------------------------------
+    def before_batch(self, msgs: list[Message], now: float) -> None:
+        super().before_batch(msgs, now)
+        if msgs and self.role is Role.PRIMARY:
+            self._note_reads(msgs)
+
+    def _note_reads(self, msgs: list[Message]) -> None:
+        """Where each input's log stands after this poll: an offset before every id not read yet."""
+        by_topic, left = self.node.inputs.by_topic, len(self.topics)
+        seen: set[str] = set()
+        for m in reversed(msgs):
+            topic = m.topic() or ""
+            port = by_topic.get(topic)
+            if port is None or topic in seen:
+                continue
+            seen.add(topic)
+            self.needs.read(topic, port.last_stable, (m.offset() or 0) + 1, self.sunion.boundaries[port.index])
+            if len(seen) == left:
+                break
+
+    def after_batch(self, now: float, idle: bool) -> None:
+        if self.pending is not None:  # the loop flushed the output before its cut since it was taken
+            self._publish(self.pending)
+            self.pending = None
+        super().after_batch(now, idle)
+
+    def _run(self, k: int, label: TupleType, tuples: list[STuple]) -> None:
+        """Note what each input gives this bucket before it runs: a cut at its start needs it."""
+        lo: dict[int, int] = {}
+        for t in tuples:
+            if t.id < lo.get(t.port, t.id + 1):
+                lo[t.port] = t.id
+        start = k * self.dpc.bucket
+        for port, first in lo.items():
+            self.needs.processed(self.topics[port], start, first)
+        super()._run(k, label, tuples)
+
+    def _stepped(self, t: int) -> None:
+        if self.resume_at is not None:
+            if t >= self.resume_at:
+                self.resume_at = None  # the replay reached the cut: from here on its results are the log's
+                log.info("replay reached the cut %d", t)
+            return
+        now = time.monotonic()
+        if self.role is Role.PRIMARY and now >= self.next_cut:
+            self.next_cut = now + self.interval_s
+            self.pending = self._cut(t)
+
+    def _cut(self, t: int) -> Ack:
+        node = self.node
+        held = {self.topics[p]: i for p, i in self.sunion.oldest_ids().items()}
+        need = self.needs.cut(node.pipeline.oldest_time(), t, held)
+        outputs = {s: so.next_id for s, so in self.soutputs.items()}
+        return Ack(
+            node.plan.node, node.partition, self.epoch, t, need.ids, need.offsets, outputs, now_ms(), need.bounds
+        )
+
+    def _collect(self, label: TupleType, own_tmax: bool = False) -> None:
+        if self.resume_at is None:
+            super()._collect(label, own_tmax)
+            return
+        pipeline = self.node.pipeline  # before the cut: written already, or missing what came before the ack
+        pipeline.drain()
+        pipeline.rejected.clear()
+
+    def _boundary(self) -> None:
+        if self.resume_at is None:
+            super()._boundary()
+
+    def _publish(self, ack: Ack) -> None:
+        node = self.node
+        if node.outputs.guard is not None:
+            node.outputs.guard()  # a primary that was replaced acknowledges nothing more
+        node.producer.send(node.plan.acks_topic, ack.encode(), ack.key, 0)
+        self.acks_sent += 1
+
+
+@retry_transient
+def read_acks(bootstrap: str, topic: str, node: str, partition: int) -> list[Ack]:
+    """Every acknowledgement of one node partition still in the acks topic."""
+    c = plain_consumer(bootstrap, "acks")
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        c.close()
+    prefix = f"{node}/p{partition}/".encode()
+    out = []
+    for m in messages_between(bootstrap, topic, 0, lo, hi):
+        if m.value() is None or not (m.key() or b"").startswith(prefix):
+            continue
+        try:
+            out.append(Ack.decode(m.value()))  # type: ignore[arg-type]
+        except DecodeError:
+            log.warning("skipping an ack that cannot be read at %s@%d", topic, m.offset())
+    return out
