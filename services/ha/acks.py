@@ -43,11 +43,13 @@ class Ack:
     partition: int
     epoch: int
     cut: int  # operator time (a bucket start) right after which the state is what ``input_ids`` rebuild
-    input_ids: dict[str, int]  # input topic -> id of the oldest input tuple the state needs
-    input_offsets: dict[str, int]  # input topic -> an offset at or before that tuple
+    input_ids: dict[str, int]  # input stream -> id of the oldest input tuple the state needs
+    # input topic -> an offset at or before that tuple, for an input with one log (a source, or a
+    # one-log scheme's output): where that log may start. Replica logs are found by id and never trimmed.
+    input_offsets: dict[str, int]
     outputs: dict[str, int]  # output stream -> id of its first tuple after the cut
     taken_ms: int = 0
-    # input topic -> the boundary read before that offset: a rebuild does not read it again
+    # input stream -> the boundary read before the position read from: a rebuild does not read it again
     input_bounds: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -107,7 +109,7 @@ class Needs:
 
     Fed by the scheme: where each input starts (``start``), what each poll read (``read``), what
     each bucket processes (``processed``, before it runs); ``cut`` then names, per input, the
-    oldest tuple still needed and an offset at or before it. Inputs are by topic; ids are the
+    oldest tuple still needed and an offset at or before it. Inputs are by stream; ids are the
     inputs' own stable ids. No order of ids by tuple time is assumed: a tuple is needed if it
     is in the operators' state (its bucket is at or after their stream marker), waits in
     SUnion, or is not read yet.
@@ -117,21 +119,21 @@ class Needs:
         self.bucket = bucket
         self.inputs: dict[str, _Input] = {}
 
-    def start(self, topic: str, first_id: int, offset: int, bound: int | None = None) -> None:
-        """``topic`` is read from ``offset``, where no tuple with an id below ``first_id`` is needed
+    def start(self, stream: str, first_id: int, offset: int, bound: int | None = None) -> None:
+        """``stream`` is read from ``offset``, where no tuple with an id below ``first_id`` is needed
         and the input has promised ``bound``."""
-        self.inputs[topic] = _Input(first_id - 1, deque(), deque([(first_id - 1, offset, bound)]))
+        self.inputs[stream] = _Input(first_id - 1, deque(), deque([(first_id - 1, offset, bound)]))
 
-    def read(self, topic: str, last_id: int, next_offset: int, bound: int | None) -> None:
-        """A poll read ``topic`` up to stable id ``last_id`` and boundary ``bound``; its next offset is ``next_offset``."""
-        inp = self.inputs[topic]
+    def read(self, stream: str, last_id: int, next_offset: int, bound: int | None) -> None:
+        """A poll read ``stream`` up to stable id ``last_id`` and boundary ``bound``; its next offset is ``next_offset``."""
+        inp = self.inputs[stream]
         if last_id > inp.last_read:
             inp.last_read = last_id
             inp.reads.append((last_id, next_offset, bound))
 
-    def processed(self, topic: str, start: int, first_id: int) -> None:
-        """The operators take ids from ``first_id`` on of ``topic`` in the bucket starting at ``start``."""
-        b = self.inputs[topic].buckets
+    def processed(self, stream: str, start: int, first_id: int) -> None:
+        """The operators take ids from ``first_id`` on of ``stream`` in the bucket starting at ``start``."""
+        b = self.inputs[stream].buckets
         if b and b[-1][0] == start:
             if first_id < b[-1][1]:
                 b[-1] = (start, first_id)
@@ -140,28 +142,28 @@ class Needs:
 
     def cut(self, oldest: int | None, now: int, held: Mapping[str, int]) -> Needed:
         """At operator time ``now`` (a bucket start), with the operators' stream marker ``oldest``
-        (None: no state) and ``held`` (topic -> smallest id waiting in SUnion): per input, the id
+        (None: no state) and ``held`` (stream -> smallest id waiting in SUnion): per input, the id
         of the oldest tuple still needed, an offset at or before it and the boundary read before
         that offset. Forgets what no later cut can need: the marker never goes back to a bucket
         before one a cut saw."""
         since = (now if oldest is None else min(oldest, now)) // self.bucket * self.bucket
         out = Needed({}, {}, {})
-        for topic, inp in self.inputs.items():
+        for stream, inp in self.inputs.items():
             b = inp.buckets
             while b and b[0][0] < since:
                 b.popleft()
             need = min((first for _, first in b), default=inp.last_read + 1)
-            need = min(need, held.get(topic, need), inp.last_read + 1)
-            out.ids[topic] = need
-            _, out.offsets[topic], bound = _read_before(inp.reads, need)
+            need = min(need, held.get(stream, need), inp.last_read + 1)
+            out.ids[stream] = need
+            _, out.offsets[stream], bound = _read_before(inp.reads, need)
             if bound is not None:
-                out.bounds[topic] = bound
+                out.bounds[stream] = bound
         return out
 
 
 @dataclass
 class Needed:
-    """A cut's level-1 acknowledgement, per input topic: the id of the oldest tuple needed, an offset at
+    """A cut's level-1 acknowledgement, per input stream: the id of the oldest tuple needed, an offset at
     or before it, and the boundary read before that offset (absent if none)."""
 
     ids: dict[str, int]

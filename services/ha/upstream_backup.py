@@ -32,8 +32,9 @@ from services.dpc.soutput import SOutput
 from services.dpc.sunion import STuple
 from services.ha.acks import Ack, Needs, newest_usable
 from services.ha.scheme import HaScheme
-from services.log.tail import messages_between, output_tail
+from services.log.tail import messages_between, offset_after_stable, output_tail
 from services.log.trim import check_retained
+from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class UpstreamBackupScheme(HaScheme):
         super().__init__(node)
         self.interval_s = node.plan.ha.interval_ms / 1000
         self.needs = Needs(self.dpc.bucket)
-        self.topics = [p.topic for p in node.inputs.ports]  # by port index
+        self.streams = [p.stream for p in node.inputs.ports]  # by port index
         self.pending: Ack | None = None  # the last cut, published once the output before it is written
         self.next_cut = 0.0
         self.resume_at: int | None = None  # a takeover's cut: what is computed up to it is dropped
@@ -57,10 +58,13 @@ class UpstreamBackupScheme(HaScheme):
         tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in self.soutputs}
         acks = read_acks(bootstrap, node.plan.acks_topic, node.plan.node, part)
         ack = newest_usable(acks, {s: last for s, (last, _) in tails.items()})
+        ports = node.inputs.ports
         if ack is None:  # nothing acknowledged: no reader trimmed anything, the inputs start at their beginning
-            offsets, ids, bounds = {t: 0 for t in self.topics}, {t: 0 for t in self.topics}, {}
+            ids, bounds = {p.stream: 0 for p in ports}, {}
+            offsets = {p.topic: 0 for p in ports}
         else:
-            offsets, ids, bounds = ack.input_offsets, ack.input_ids, ack.input_bounds
+            ids, bounds = ack.input_ids, ack.input_bounds
+            offsets = {p.topic: self._offset_of(p, ack) for p in ports}
             self.resume_at = ack.cut
             self.op_time = ack.cut - self.dpc.bucket  # the replay's next step is the cut
         check_retained(bootstrap, {(t, part): off for t, off in offsets.items()})
@@ -68,12 +72,12 @@ class UpstreamBackupScheme(HaScheme):
             self.soutputs[s] = SOutput(ack.outputs.get(s, 0) if ack else 0, bound)
             if last >= 0:
                 self._skip_written(s, last, undo=False)
-        for p in node.inputs.ports:
+        for p in ports:
             p.midway = True  # read from an offset before the tuple acked: the first id may be any
-            promised = bounds.get(p.topic)
-            if promised is not None:  # read before the offset read from: not read again
+            promised = bounds.get(p.stream)
+            if promised is not None:  # read before the position read from: not read again
                 self.sunion.boundary(p.index, promised, time.monotonic())
-            self.needs.start(p.topic, ids.get(p.topic, 0), offsets.get(p.topic, 0), promised)
+            self.needs.start(p.stream, ids.get(p.stream, 0), offsets[p.topic], promised)
         if ack is not None:
             self._publish(ack.restamped(self.epoch, now_ms()))  # the coordinator trims for this primary from now on
         self.next_cut = time.monotonic() + self.interval_s
@@ -83,6 +87,18 @@ class UpstreamBackupScheme(HaScheme):
         )
         return offsets
 
+    def _offset_of(self, port: InputPort, ack: Ack) -> int:
+        """Where ``port`` reads again from: the offset acked for a one-log input, else the offset of the
+        acked id in the replica log the port reads now (replica logs differ in offsets, not in ids)."""
+        if len(port.topics) == 1:
+            return ack.input_offsets[port.topic]
+        node = self.node
+        return offset_after_stable(node.settings.bootstrap, port.topic, node.partition, ack.input_ids[port.stream] - 1)
+
+    def _single_log(self, offsets: dict[str, int]) -> dict[str, int]:
+        """The offsets worth acknowledging, by topic: those of inputs with one log (the trimmable ones)."""
+        return {p.topic: offsets[p.stream] for p in self.node.inputs.ports if len(p.topics) == 1}
+
     # -- processing --------------------------------------------------------------------
     def before_batch(self, msgs: list[Message], now: float) -> None:
         super().before_batch(msgs, now)
@@ -91,7 +107,7 @@ class UpstreamBackupScheme(HaScheme):
 
     def _note_reads(self, msgs: list[Message]) -> None:
         """Where each input's log stands after this poll: an offset before every id not read yet."""
-        by_topic, left = self.node.inputs.by_topic, len(self.topics)
+        by_topic, left = self.node.inputs.by_topic, len(self.streams)
         seen: set[str] = set()
         for m in reversed(msgs):
             topic = m.topic() or ""
@@ -99,7 +115,7 @@ class UpstreamBackupScheme(HaScheme):
             if port is None or topic in seen:
                 continue
             seen.add(topic)
-            self.needs.read(topic, port.last_stable, (m.offset() or 0) + 1, self.sunion.boundaries[port.index])
+            self.needs.read(port.stream, port.last_stable, (m.offset() or 0) + 1, self.sunion.boundaries[port.index])
             if len(seen) == left:
                 break
 
@@ -117,7 +133,7 @@ class UpstreamBackupScheme(HaScheme):
                 lo[t.port] = t.id
         start = k * self.dpc.bucket
         for port, first in lo.items():
-            self.needs.processed(self.topics[port], start, first)
+            self.needs.processed(self.streams[port], start, first)
         super()._run(k, label, tuples)
 
     def _stepped(self, t: int) -> None:
@@ -133,12 +149,11 @@ class UpstreamBackupScheme(HaScheme):
 
     def _cut(self, t: int) -> Ack:
         node = self.node
-        held = {self.topics[p]: i for p, i in self.sunion.oldest_ids().items()}
+        held = {self.streams[p]: i for p, i in self.sunion.oldest_ids().items()}
         need = self.needs.cut(node.pipeline.oldest_time(), t, held)
         outputs = {s: so.next_id for s, so in self.soutputs.items()}
-        return Ack(
-            node.plan.node, node.partition, self.epoch, t, need.ids, need.offsets, outputs, now_ms(), need.bounds
-        )
+        offsets = self._single_log(need.offsets)
+        return Ack(node.plan.node, node.partition, self.epoch, t, need.ids, offsets, outputs, now_ms(), need.bounds)
 
     def _collect(self, label: TupleType, own_tmax: bool = False) -> None:
         if self.resume_at is None:
