@@ -21,6 +21,7 @@ the dead member's place at once, without a rebalance.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import logging
@@ -43,6 +44,7 @@ from services.coordinator.metrics import CoordinatorMetrics, replica_counts
 from services.coordinator.names import TABLES, app_id
 from services.coordinator.page import STATUS_HTML
 from services.coordinator.takeover import Order, Role, Takeovers
+from services.coordinator.trims import Trims
 from services.core import metrics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.core.errors import DecodeError, HastreamError
@@ -50,6 +52,9 @@ from services.core.kafka import SASL_MECHANISM, Login, env_login
 from services.core.logs import setup_logging
 from services.dpc.consistency import LEASE_MS, Coordination, Grant
 from services.dpc.states import NodeState
+from services.ha.acks import TOPIC_CONFIG as ACKS_TOPIC_CONFIG
+from services.ha.acks import Ack
+from services.log.trim import trim_before
 from services.node.fence import claim_epoch
 from services.spec import Spec
 from services.spec.model import Scheme
@@ -243,6 +248,7 @@ class Coordinator:
         self.logic = Coordination(self.replicas, self.recon, spec.dpc.failure_timeout, lease_ms)
         self.takeovers = takeovers_of(spec, bootstrap)
         self.orders_sent = 0
+        self.trims = Trims(spec)
         self._wire()
 
     # -- faust wiring ---------------------------------------------------------------------
@@ -326,6 +332,9 @@ class Coordinator:
                 if self.ready() and self.caught_up:
                     await self._send_orders(self.takeovers.check(time.monotonic()))
 
+        if self.trims.readers:
+            self._wire_trims()
+
         coordinator = self
 
         @app.page("/status")
@@ -343,6 +352,31 @@ class Coordinator:
         class IndexView(View):
             async def get(self, request: Request) -> Response:
                 return self.html(STATUS_HTML.replace("{{title}}", html.escape(coordinator.spec.name)))
+
+    def _wire_trims(self) -> None:
+        """Upstream backup: hear the level-1 acks; every interval, trim each log its readers all acked."""
+        app = self.app
+        every = min(nd.ha.interval_ms for nd in self.spec.nodes.values() if nd.ha.scheme is Scheme.UPSTREAM_BACKUP)
+        acks = app.topic(
+            self.spec.acks_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+        )
+
+        @app.agent(acks, name="acks")
+        async def on_acks(stream: Any) -> None:
+            async for value in stream:
+                try:
+                    self.trims.heard(Ack.decode(value))
+                except DecodeError as e:
+                    log.warning("skipping an ack that cannot be read: %s", e)
+
+        @app.timer(interval=every / 1000, name="trims")
+        async def trims() -> None:
+            if not (self.ready() and self.caught_up):
+                return
+            loop = asyncio.get_running_loop()
+            for (topic, p), offset in self.trims.due(self.takeovers.epoch).items():
+                start = await loop.run_in_executor(None, trim_before, self.bootstrap, topic, p, offset)
+                self.trims.trimmed((topic, p), start)
 
     def ready(self) -> bool:
         """Partitions assigned and tables recovered from their changelogs."""
@@ -379,6 +413,8 @@ class Coordinator:
                 "grants_sent": self.grants_sent,
                 "orders_sent": self.orders_sent,
                 "takeovers": self.takeovers.table(),
+                "trimmed": self.trims.table(),
+                "trims": self.trims.trims,
                 "schemes": {n: nd.ha.scheme.value for n, nd in self.spec.nodes.items()},
                 "replicas_by_state": replica_counts(body["replicas"]),
                 "pid": os.getpid(),
@@ -405,7 +441,8 @@ class Coordinator:
         ensure_topics(
             self.bootstrap,
             [TopicSpec(self.spec.heartbeat_topic, 1, rf, cfg), TopicSpec(self.spec.control_topic, 1, rf, cfg)]
-            + [TopicSpec(name, 1, rf, {**cfg, "cleanup.policy": "compact"}) for name in changelogs],
+            + [TopicSpec(name, 1, rf, {**cfg, "cleanup.policy": "compact"}) for name in changelogs]
+            + ([TopicSpec(self.spec.acks_topic, 1, rf, {**cfg, **ACKS_TOPIC_CONFIG})] if self.trims.readers else []),
         )
 
     def check_alone(self) -> None:

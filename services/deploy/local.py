@@ -27,6 +27,7 @@ from services.core.kafka import Login
 from services.core.logs import rotate
 from services.core.paths import REPO_ROOT, hastream_home
 from services.deploy import access, processes
+from services.ha.acks import TOPIC_CONFIG as ACKS_TOPIC_CONFIG
 from services.ha.logs import TOPIC_CONFIG as HA_LOG_CONFIG
 from services.ha.logs import recovery_logs
 from services.node.restart import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
@@ -203,7 +204,7 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
     image, and the logs HA schemes recover from keep every record until trimmed."""
     own = {t: RESTART_TOPIC_CONFIG for t, _ in spec.restart_topics()}
     own.update({t: HA_LOG_CONFIG for t in recovery_logs(spec)})
-    own[spec.acks_topic] = {"cleanup.policy": "compact", "segment.ms": "60000"}
+    own[spec.acks_topic] = ACKS_TOPIC_CONFIG
     return [TopicSpec(t, p, replication, {**(config or {}), **own.get(t, {})}) for t, p in spec.all_topics()]
 
 

@@ -19,11 +19,11 @@ A primary that is told it is secondary was failed by the coordinator and replace
 Processing is DPC's stable path without its tentative half: SUnion merges the inputs in
 tuple-time order and never stops waiting for a missing input (an upstream failure is
 recovered by the upstream node's own scheme), the operators run, SOutput numbers the results
-and sends BOUNDARY, so a node of any scheme may read the output. The operators' time moves a
-whole bucket at a time, each bucket's start in turn, so the operators are called at the same
-points of the input whatever the polls and the boundaries' timing did: a replay of the logs
-makes the very same calls, and a cut between two of them names the same place in the output
-on every run (what upstream backup's acknowledgements rely on, ``services.ha.acks``).
+and sends BOUNDARY, so a node of any scheme may read the output. The operators' time moves to
+bucket starts only, so a cut taken right after the operators reached one (upstream backup's
+acknowledgements, ``services.ha.acks``) splits the output at the same place in every run of
+the same input, whatever the polls and the boundaries' timing did: the windows ending up to it
+and the buckets before it on one side, the rest on the other.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class HaScheme(DpcScheme):
         self.role = Role.CANDIDATE
         self.epoch = 0
         self.recovering = False
+        self.resume_at: int | None = None  # a takeover's cut, on the way to which the operators stop
 
     # -- the slot ---------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
@@ -85,18 +86,23 @@ class HaScheme(DpcScheme):
         if self.role is Role.PRIMARY:
             self._flush()
 
-    # -- time in whole buckets ----------------------------------------------------------
+    # -- time at bucket starts ---------------------------------------------------------
     def _advance_operators(self, t: int, label: TupleType) -> None:
-        """Advance the operators to each bucket start up to ``t``, one after the other."""
-        b = self.dpc.bucket
-        t -= t % b
-        step = t if self.op_time is None else self.op_time + b
-        while step <= t:
-            self.op_time = step
-            self.node.pipeline.advance(step)
-            self._collect(label)
-            self._stepped(step)
-            step += b
+        """Advance the operators to the bucket start at or before ``t``, stopping at a takeover's cut on
+        the way (``resume_at``): where a cut was taken the replay of the same input must stop too."""
+        t -= t % self.dpc.bucket
+        if self.op_time is not None and t <= self.op_time:
+            return
+        cut = self.resume_at
+        if cut is not None and (self.op_time is None or self.op_time < cut) and cut < t:
+            self._step(cut, label)
+        self._step(t, label)
+
+    def _step(self, t: int, label: TupleType) -> None:
+        self.op_time = t
+        self.node.pipeline.advance(t)
+        self._collect(label)
+        self._stepped(t)
 
     def _advance(self) -> None:
         """Move the operators to the last bucket start SUnion's stable frontier has passed, and tell

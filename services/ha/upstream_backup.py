@@ -48,7 +48,6 @@ class UpstreamBackupScheme(HaScheme):
         self.streams = [p.stream for p in node.inputs.ports]  # by port index
         self.pending: Ack | None = None  # the last cut, published once the output before it is written
         self.next_cut = 0.0
-        self.resume_at: int | None = None  # a takeover's cut: what is computed up to it is dropped
         self.acks_sent = 0
 
     # -- takeover ---------------------------------------------------------------------

@@ -5,7 +5,9 @@ section 3.1) against the failure-free output:
 
 - amnesia, gap: the failure-free output with one contiguous run lost per failure, each within
   what the input brought between the failure and the takeover; nothing repeated or invented;
-- passive standby, precise: the failure-free output, tuple for tuple, with ids 0..n-1.
+- passive standby, precise: the failure-free output, tuple for tuple, with ids 0..n-1;
+- upstream backup, precise: the same, while the coordinator trims the input log as the acks
+  allow, so each takeover rebuilds from a log that no longer starts at its beginning.
 
 In both the woken primary exits and writes nothing a reader takes.
 """
@@ -23,6 +25,7 @@ from services.control.monitor import ReplicaMonitor
 from services.deploy import processes
 from services.deploy.local import provision, service_commands, service_env
 from services.ha.guarantee import gap_runs
+from services.log.tail import first_offset
 from services.operators.reference import evaluate
 from services.spec.model import Scheme
 from tests.integration.helpers import CoordinatorProcess, unique_spec, wait_for
@@ -52,6 +55,7 @@ operators:
 nodes:
   n: {operators: [win], replicas: 2, ha: {scheme: passive_standby, recovery: precise, interval_ms: 50}}
 """
+UPSTREAM = WINDOW.replace("pstandby-", "ubackup-").replace("scheme: passive_standby", "scheme: upstream_backup")
 RATE, COUNT = 200, 2400  # 12 s of input
 SLACK_S = 1.5  # beyond the detection time: the epoch claim, the order, the takeover's log reads
 
@@ -66,6 +70,11 @@ def test_amnesia_loses_one_run_per_failure_and_a_woken_primary_writes_nothing(ka
 
 def test_passive_standby_recovers_precisely_from_its_checkpoints(kafka, tmp_path: Path) -> None:
     want, got, _ = _two_failovers(kafka, tmp_path, WINDOW)
+    assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
+
+
+def test_upstream_backup_rebuilds_precisely_from_the_trimmed_upstream_log(kafka, tmp_path: Path) -> None:
+    want, got, _ = _two_failovers(kafka, tmp_path, UPSTREAM)
     assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
 
 
@@ -115,7 +124,12 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
         assert "failed over" in said or "replaced by" in said, said[-2000:]
         if spec.nodes["n"].ha.scheme is Scheme.PASSIVE_STANDBY:  # it took over from a checkpoint, not from scratch
             assert "restarting from the restart image" in said, said[-2000:]
+        if spec.nodes["n"].ha.scheme is Scheme.UPSTREAM_BACKUP:  # it rebuilt from an ack, not from the start
+            assert "rebuilding from the ack of cut" in said, said[-2000:]
         sources.join(60)
+        if spec.nodes["n"].ha.scheme is Scheme.UPSTREAM_BACKUP:  # the input log was trimmed as it went
+            wait_for(lambda: first_offset(kafka.bootstrap, f"{spec.name}.in_{u}", 0) > COUNT // 2, 20, "a trim")
+            assert coordinator.status()["trims"] > 0
 
         want = evaluate(spec, {f"in_{u}": [workload[f"in_{u}"]]}, ended=True)[f"out_{u}"][0]  # sources end their time
         with StreamView(spec, f"out_{u}", kafka.bootstrap, stable_only=True) as view:
