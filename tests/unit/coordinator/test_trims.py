@@ -17,7 +17,7 @@ streams:
   side: {schema: reading, key: sensor}
 operators:
   keep: {type: filter, input: src, output: mid, where: "value > 0"}
-  win: {type: window, input: mid, output: out, key: sensor, size: 300, slide: 100, 
+  win: {type: window, input: mid, output: out, key: sensor, size: 300, slide: 100,
         aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
   copy: {type: filter, input: other, output: side, where: "True"}
   copy2: {type: filter, input: src, output: other, where: "True"}
