@@ -44,7 +44,8 @@ async function refresh() {
     document.getElementById("meta").textContent = (s.ready ? "ready" : "recovering") + " \\u00b7 pid " + s.pid +
       " \\u00b7 failure timeout " + secs(s.failure_timeout_ms) + " \\u00b7 grant lease " + secs(s.lease_ms) +
       " \\u00b7 " + new Date(s.now_ms).toLocaleTimeString();
-    document.getElementById("counts").textContent = "grants sent " + s.grants_sent + " \\u00b7 replicas: " +
+    document.getElementById("counts").textContent = "grants sent " + s.grants_sent +
+      " \\u00b7 takeover orders " + (s.orders_sent || 0) + " \\u00b7 log trims " + (s.trims || 0) + " \\u00b7 replicas: " +
       Object.entries(s.replicas_by_state).filter(([, n]) => n).map(([k, n]) => k + " " + n).join(", ") +
       " \\u00b7 Prometheus: /metrics";
     fill("replicas", s.replicas, [r => cell(r.node), r => cell(r.partition), r => cell(r.replica),

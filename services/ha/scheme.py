@@ -29,6 +29,7 @@ and the buckets before it on one side, the rest on the other.
 from __future__ import annotations
 
 import logging
+import time
 
 from services.control.messages import ControlKind, ControlMessage
 from services.coordinator.takeover import Role
@@ -52,6 +53,7 @@ class HaScheme(DpcScheme):
         self.epoch = 0
         self.recovering = False
         self.resume_at: int | None = None  # a takeover's cut, on the way to which the operators stop
+        self.promoted_at = 0.0
 
     # -- the slot ---------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
@@ -81,6 +83,8 @@ class HaScheme(DpcScheme):
         if self.role is Role.PRIMARY:
             self._tick_raw(now)
             self._lift_floors()
+            if self.recovering:
+                self._check_recovered()
 
     def on_stop(self) -> None:
         if self.role is Role.PRIMARY:
@@ -127,7 +131,22 @@ class HaScheme(DpcScheme):
         self.role, self.epoch = Role.PRIMARY, epoch
         node.set_role(Role.PRIMARY.value, epoch)
         node.inputs.read_from(self.on_promote())
+        self.recovering, self.promoted_at = True, time.monotonic()
+        self.catch_up = node.inputs.ends()
+        node.set_state(NodeState.RECOVERING)
         log.info("primary at epoch %d", epoch)
+
+    def _check_recovered(self) -> None:
+        """The takeover is over once the new primary has read its inputs up to where they ended when it
+        took over, past any replay it drops: the old primary's state is rebuilt (heartbeats say STABLE)."""
+        node = self.node
+        if self.resume_at is not None or self._deduplicating():
+            return
+        if self.catch_up is not None and not node.inputs.reached(self.catch_up):
+            return
+        self.recovering = False
+        node.set_state(NodeState.STABLE)
+        log.info("recovered %.0f ms after the takeover", (time.monotonic() - self.promoted_at) * 1000)
 
     def continue_log(self) -> None:
         """Go on where each output log stands: ids after its last stable one, nothing below its last

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from services.control.messages import ControlKind, ControlMessage
 from services.core.tuples import BOUNDARY, STABLE
+from services.dpc.states import NodeState
 from services.ha import upstream_backup as ub
 from services.ha.acks import Ack
 from services.ha.upstream_backup import UpstreamBackupScheme
@@ -131,12 +132,14 @@ def _check_takeovers(spec: Any, streams: list[str], seed: int, tries: int, broke
         for t, log in primary.log.items():
             other.log[t], other.offsets[t] = list(log), len(log)
         _promote(other, 9)
+        assert other.states[-1] is NodeState.RECOVERING  # heartbeats say so until it has caught up
         assert other.consumer.assigned == ack.input_offsets
         assert _acks(other)[0] == ack.restamped(9, _acks(other)[0].taken_ms)  # pinned for the coordinator's trims
         replay = [m for m in msgs if m.offset() >= ack.input_offsets[m.topic()]]
         _feed(other, replay, rnd)
         got = [(i, rec) for i, rec in other.stable("w")]
         assert want[: tail + 1] + got == want, f"takeover from cut {ack.cut} with the log at id {tail}"
+        assert other.states[-1] is NodeState.STABLE
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
