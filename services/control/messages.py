@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -43,6 +43,7 @@ class ControlKind(str, Enum):
     GRANT = "GRANT"  # the coordinator gives it the turn
     DONE = "DONE"  # the replica finished reconciling
     ROLE = "ROLE"  # the coordinator's takeover order to a replica of an HA scheme (``services.coordinator.takeover``)
+    TRIM = "TRIM"  # an active standby primary tells its secondaries what its log holds (``services.ha.active_standby``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,8 @@ class ControlMessage:
     sent_ms: int = 0
     round_ms: int = 0  # which reconciliation round of the replica it belongs to (a GRANT echoes the REQUEST's)
     role: str = ""  # ROLE: "primary" or "secondary"
-    epoch: int = 0  # ROLE: the partition's epoch from now on
+    epoch: int = 0  # ROLE: the partition's epoch from now on; TRIM: the sender's
+    ids: dict[str, int] = field(default_factory=dict)  # TRIM: output stream -> last stable id the log holds
 
     def encode(self) -> bytes:
         return _CONTROL.encode(
@@ -71,6 +73,7 @@ class ControlMessage:
                 "round_ms": self.round_ms,
                 "role": self.role,
                 "epoch": self.epoch,
+                "ids": self.ids,
             }
         )
 
@@ -88,6 +91,7 @@ class ControlMessage:
             c["round_ms"],
             c.get("role", ""),
             c.get("epoch", 0),
+            dict(c.get("ids", {})),
         )
 
     def as_dict(self) -> dict[str, Any]:

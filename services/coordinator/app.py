@@ -288,8 +288,8 @@ class Coordinator:
                 except (DecodeError, ValueError) as e:
                     log.warning("skipping a control message that cannot be read: %s", e)
                     continue
-                if msg.kind in (ControlKind.GRANT, ControlKind.ROLE):
-                    continue  # our own
+                if msg.kind in (ControlKind.GRANT, ControlKind.ROLE, ControlKind.TRIM):
+                    continue  # our own, or between the replicas of a node
                 grants = self.logic.on_control(msg.as_dict(), now_ms())
                 log.info(
                     "%s from %s/p%d/r%d (stagger=%s) -> %s",

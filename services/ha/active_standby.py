@@ -1,35 +1,135 @@
-"""Active standby (ICDE 2005, section 5.3): the secondary's output log and how the primary bounds it.
+"""Active standby (ICDE 2005, section 5.3): the secondary processes the same input and holds its output.
 
-The secondary processes the same inputs as the primary but its output goes to a log no one
-reads. At takeover it sends what that log holds after the last tuple downstream has, so the
-log must keep every tuple downstream may not have received (output preservation), and no
-more, for it would grow without end.
+The secondary reads the node's inputs as the primary does and runs the same operators, but
+writes nothing: its results wait in an in-memory queue per output. Every ``interval_ms`` the
+primary tells its secondaries which stable ids its log holds (a ``ControlKind.TRIM`` on the
+control topic: the paper's queue-trimming message, sent once the log has them); a secondary
+drops what is at or below them, so its queue holds about one interval of output. hastream's
+nodes are deterministic (tuple-time merge, deterministic operators), so both replicas give
+the same tuples under the same ids, and ids say which tuples the log already has: the
+paper's high watermarks are not needed.
 
-Since the two may interleave differently, offsets cannot be compared across the two logs.
-High watermarks can: a tuple's high watermark is, per input, the most recent input tuple
-that contributed to it. Every interval the primary takes the tuple all downstream nodes have
-acknowledged (level-0) and sends its high watermark as a trim; the secondary discards the
-tuples that are below it on every input. A tuple equal to it on some input is kept: another
-output of the same input tuple may not have reached downstream yet.
+A replica joins as secondary (at the start, or rejoining after a failure) by rebuilding from
+the primary's newest level-1 acknowledgement, as upstream backup's takeover does
+(``services.ha.upstream_backup``): the primary takes those cuts for that purpose. Until it
+has caught up, the partition is vulnerable (a primary failure then costs the rest of the
+replay), which is the paper's window of vulnerability after a rejoin.
+
+At a takeover the secondary writes to the log what its queue holds past the log's tail, each
+tuple it had in common with the log checked against it, and goes on: no replay, so the
+recovery takes only the detection and the order. A secondary that was behind drops what it
+computes up to the tail, checked the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+import time
+from collections import deque
 
-Watermarks = Mapping[str, int]  # node input (topic:partition) -> offset of the most recent contributing tuple
+from services.control.messages import ControlKind, ControlMessage
+from services.coordinator.takeover import Role
+from services.core.tuples import BOUNDARY, STABLE
+from services.dpc.soutput import Out, RestartMismatch
+from services.ha.upstream_backup import UpstreamBackupScheme
+from services.log.tail import output_tail, stable_after
+from services.node.scheme import NodeRuntime
+
+log = logging.getLogger(__name__)
 
 
-def dominated(hwm: Watermarks, trim: Watermarks) -> bool:
-    """The tuple with high watermark ``hwm`` came only from input tuples before those of ``trim``:
-    downstream already has its equivalent, so the secondary may drop it."""
-    return all(hwm.get(i, -1) < t for i, t in trim.items())
+class ActiveStandbyScheme(UpstreamBackupScheme):
+    def __init__(self, node: NodeRuntime) -> None:
+        super().__init__(node)
+        self.held: dict[str, deque[Out]] = {s: deque() for s in self.soutputs}  # a secondary's results
+        self.logged: dict[str, int] = {s: -1 for s in self.soutputs}  # the last id the primary's log has, as told
+        self.following = False  # a secondary reading the inputs
+        self.trim_at = 0.0  # when the primary tells its secondaries next what its log holds
 
+    # -- the secondary -----------------------------------------------------------------
+    def on_secondary(self) -> dict[str, int] | None:
+        if self.following:
+            return None  # the order again: it follows already
+        self.following = True
+        return self._rebuild(write=False)
 
-def trim_offset(log: Iterable[tuple[int, Watermarks]], trim: Watermarks) -> int | None:
-    """Where the secondary's log may start after ``trim``: the offset of its first tuple that is not
-    dominated (high watermarks never decrease along a log); None if every tuple is."""
-    for offset, hwm in log:
-        if not dominated(hwm, trim):
-            return offset
-    return None
+    def on_control(self, msg: ControlMessage, now: float) -> None:
+        node = self.node
+        if msg.kind is ControlKind.TRIM:
+            if msg.node == node.plan.node and msg.partition == node.partition and msg.epoch >= self.epoch:
+                self._trim(msg.ids)
+            return
+        super().on_control(msg, now)
+
+    def _trim(self, ids: dict[str, int]) -> None:
+        """Drop the held results the primary's log has (ids up to ``ids[s]``, and the boundaries before)."""
+        for s, last in ids.items():
+            q = self.held.get(s)
+            if q is None or last <= self.logged[s]:
+                continue
+            self.logged[s] = last
+            while q and q[0][1] <= last:
+                q.popleft()
+
+    def _hold(self) -> None:
+        """A secondary keeps what it would write and the primary's log does not have yet."""
+        node = self.node
+        for s, q in self.held.items():
+            out = node.outputs.queue(s)
+            if out:
+                logged = self.logged[s]
+                q.extend(e for e in out if e[1] > logged)
+                out.clear()
+
+    def after_batch(self, now: float, idle: bool) -> None:
+        if self.role is Role.PRIMARY:
+            self._send_trim()  # first: the loop has flushed everything numbered so far
+        super().after_batch(now, idle)
+        if self.role is not Role.PRIMARY and self.following:
+            self._hold()
+
+    def on_check(self, now: float) -> None:
+        super().on_check(now)
+        if self.role is not Role.PRIMARY and self.following:
+            self._hold()
+
+    # -- the primary -------------------------------------------------------------------
+    def _send_trim(self) -> None:
+        """Every interval, what the log holds: the loop flushed everything numbered before this batch."""
+        now = time.monotonic()
+        if now < self.trim_at:
+            return
+        self.trim_at = now + self.interval_s
+        node = self.node
+        ids = {s: so.last_stable for s, so in self.soutputs.items()}
+        node.send_control(
+            ControlMessage(ControlKind.TRIM, node.plan.node, node.partition, node.replica, epoch=self.epoch, ids=ids)
+        )
+
+    def on_promote(self) -> dict[str, int] | None:
+        if not self.following:  # made primary before it followed (a deployment's first start): rebuild
+            return super().on_promote()
+        node = self.node
+        bootstrap, part = node.settings.bootstrap, node.partition
+        for s, so in self.soutputs.items():
+            topic = node.outputs.topic(s)
+            last, bound = output_tail(bootstrap, topic, part)
+            q, out = self.held[s], node.outputs.queue(s)
+            ids = [e[1] for e in q if e[0] is STABLE]
+            logged = stable_after(bootstrap, topic, part, ids[0] - 1) if ids and ids[0] <= last else {}
+            for e in q:
+                ttype, tid, stime, payload = e
+                if ttype is STABLE and tid <= last:
+                    if logged.get(tid) != (stime, payload):
+                        raise RestartMismatch(
+                            f"{topic}[{part}]: the standby holds stable tuple {tid} as {payload!r} at {stime}, the log "
+                            f"{logged.get(tid)!r}: the replicas did not compute the same output"
+                        )
+                elif ttype is STABLE or (ttype is BOUNDARY and stime > bound):
+                    out.append(e)
+            q.clear()
+            so.boundary_sent = max(so.boundary_sent, bound)
+            if so.last_stable < last:  # behind the old primary: what it computes up to the tail is in the log
+                self._skip_written(s, last, undo=False)
+        log.info("took over from the standby's queue: %s", {s: len(node.outputs.queue(s)) for s in self.held})
+        return None

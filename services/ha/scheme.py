@@ -78,13 +78,14 @@ class HaScheme(DpcScheme):
                 )
             self.role, self.epoch = Role.SECONDARY, msg.epoch
             node.set_role(Role.SECONDARY.value, msg.epoch)
+            self._read_from(self.on_secondary())
 
     def on_check(self, now: float) -> None:
         if self.role is Role.PRIMARY:
             self._tick_raw(now)
             self._lift_floors()
-            if self.recovering:
-                self._check_recovered()
+        if self.recovering and self.role is not Role.CANDIDATE:
+            self._check_recovered()
 
     def on_stop(self) -> None:
         if self.role is Role.PRIMARY:
@@ -130,11 +131,19 @@ class HaScheme(DpcScheme):
         node.begin_writing(epoch)  # first: what the old primary writes after this is dropped by readers
         self.role, self.epoch = Role.PRIMARY, epoch
         node.set_role(Role.PRIMARY.value, epoch)
-        node.inputs.read_from(self.on_promote())
+        self._read_from(self.on_promote())
+        log.info("primary at epoch %d", epoch)
+
+    def _read_from(self, offsets: dict[str, int] | None) -> None:
+        """Start the inputs at ``offsets`` (None: go on as they are); recovering until they are read
+        up to where they end now."""
+        if offsets is None:
+            return
+        node = self.node
+        node.inputs.read_from(offsets)
         self.recovering, self.promoted_at = True, time.monotonic()
         self.catch_up = node.inputs.ends()
         node.set_state(NodeState.RECOVERING)
-        log.info("primary at epoch %d", epoch)
 
     def _check_recovered(self) -> None:
         """The takeover is over once the new primary has read its inputs up to where they ended when it
@@ -146,7 +155,7 @@ class HaScheme(DpcScheme):
             return
         self.recovering = False
         node.set_state(NodeState.STABLE)
-        log.info("recovered %.0f ms after the takeover", (time.monotonic() - self.promoted_at) * 1000)
+        log.info("%s caught up in %.0f ms", self.role.value, (time.monotonic() - self.promoted_at) * 1000)
 
     def continue_log(self) -> None:
         """Go on where each output log stands: ids after its last stable one, nothing below its last
@@ -167,6 +176,10 @@ class HaScheme(DpcScheme):
                 so.floor = None
 
     # -- what a scheme decides --------------------------------------------------------
-    def on_promote(self) -> dict[str, int]:
-        """Where the inputs start when this replica becomes primary (by topic)."""
+    def on_promote(self) -> dict[str, int] | None:
+        """Where the inputs start when this replica becomes primary (by topic); None: where they are."""
         raise NotImplementedError
+
+    def on_secondary(self) -> dict[str, int] | None:
+        """Where the inputs start when this replica becomes secondary (by topic); None: read nothing."""
+        return None

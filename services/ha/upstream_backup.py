@@ -51,7 +51,14 @@ class UpstreamBackupScheme(HaScheme):
         self.acks_sent = 0
 
     # -- takeover ---------------------------------------------------------------------
-    def on_promote(self) -> dict[str, int]:
+    def on_promote(self) -> dict[str, int] | None:
+        return self._rebuild(write=True)
+
+    def _rebuild(self, write: bool) -> dict[str, int]:
+        """Start empty from the newest ack whose output the log holds (none: from the inputs' start):
+        drop what is computed before its cut, number what follows as it says. ``write``: this
+        replica writes the log (a new primary), so what it regenerates of the log's tail is dropped,
+        each checked, and the ack is published again as its own; returns the offsets to read from."""
         node = self.node
         bootstrap, part = node.settings.bootstrap, node.partition
         tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in self.soutputs}
@@ -69,7 +76,7 @@ class UpstreamBackupScheme(HaScheme):
         check_retained(bootstrap, {(t, part): off for t, off in offsets.items()})
         for s, (last, bound) in tails.items():
             self.soutputs[s] = SOutput(ack.outputs.get(s, 0) if ack else 0, bound)
-            if last >= 0:
+            if write and last >= 0:
                 self._skip_written(s, last, undo=False)
         for p in ports:
             p.midway = True  # read from an offset before the tuple acked: the first id may be any
@@ -77,7 +84,7 @@ class UpstreamBackupScheme(HaScheme):
             if promised is not None:  # read before the position read from: not read again
                 self.sunion.boundary(p.index, promised, time.monotonic())
             self.needs.start(p.stream, ids.get(p.stream, 0), offsets[p.topic], promised)
-        if ack is not None:
+        if write and ack is not None:
             self._publish(ack.restamped(self.epoch, now_ms()))  # the coordinator trims for this primary from now on
         self.next_cut = time.monotonic() + self.interval_s
         log.info(
@@ -101,7 +108,7 @@ class UpstreamBackupScheme(HaScheme):
     # -- processing --------------------------------------------------------------------
     def before_batch(self, msgs: list[Message], now: float) -> None:
         super().before_batch(msgs, now)
-        if msgs and self.role is Role.PRIMARY:
+        if msgs:
             self._note_reads(msgs)
 
     def _note_reads(self, msgs: list[Message]) -> None:

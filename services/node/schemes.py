@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.dpc.scheme import DpcScheme
+from services.ha.active_standby import ActiveStandbyScheme
 from services.ha.amnesia import AmnesiaScheme
 from services.ha.passive_standby import PassiveStandbyScheme
 from services.ha.upstream_backup import UpstreamBackupScheme
@@ -19,4 +20,6 @@ def build_scheme(node: NodeRuntime) -> RecoveryScheme:
         return PassiveStandbyScheme(node)
     if node.plan.scheme is Scheme.UPSTREAM_BACKUP:
         return UpstreamBackupScheme(node)
+    if node.plan.scheme is Scheme.ACTIVE_STANDBY:
+        return ActiveStandbyScheme(node)
     raise ValueError(f"no recovery scheme '{node.plan.scheme.value}'")

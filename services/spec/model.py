@@ -58,19 +58,20 @@ class Scheme(str, Enum):
     DPC = "dpc"  # Borealis Delay-Process-Correct
     AMNESIA = "amnesia"  # the HA algorithms (ICDE 2005): the standby restarts empty at the inputs' end
     PASSIVE_STANDBY = "passive_standby"  # the primary sends its state to a standby every interval
-    ACTIVE_STANDBY = "active_standby"  # the secondary processes the same inputs into a log nobody reads
+    ACTIVE_STANDBY = "active_standby"  # the secondary processes the same inputs and holds its output
     UPSTREAM_BACKUP = "upstream_backup"  # upstream logs keep what the node needs; it rebuilds from them
 
     @property
     def one_log(self) -> bool:
         """Whether each output stream is one log the current primary writes (``<spec>.<stream>``),
         rather than a log per replica: only the primary writes, the epoch fences the others."""
-        return self in (Scheme.AMNESIA, Scheme.PASSIVE_STANDBY, Scheme.UPSTREAM_BACKUP)
+        return self is not Scheme.DPC
 
-
-# The HA schemes whose mechanisms are not built yet: a spec naming one is refused.
-UNAVAILABLE = frozenset({Scheme.ACTIVE_STANDBY})
-AVAILABLE = tuple(s.value for s in Scheme if s not in UNAVAILABLE)
+    @property
+    def acks(self) -> bool:
+        """Whether its primary publishes level-1 acknowledgements (``services.ha.acks``): upstream backup
+        trims by them, active standby's secondaries join from them."""
+        return self in (Scheme.UPSTREAM_BACKUP, Scheme.ACTIVE_STANDBY)
 
 
 class Recovery(str, Enum):
@@ -354,7 +355,7 @@ class Spec:
         out.append((self.heartbeat_topic, 1))
         out.append((self.control_topic, 1))
         out.extend(self.restart_topics())
-        if any(nd.ha.scheme is Scheme.UPSTREAM_BACKUP for nd in self.nodes.values()):
+        if any(nd.ha.scheme.acks for nd in self.nodes.values()):
             out.append((self.acks_topic, 1))
         return out
 

@@ -19,12 +19,10 @@ from services.core.errors import SchemaNotFound, SpecError
 from services.dpc.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reconciliation
 from services.spec import validate
 from services.spec.model import (
-    AVAILABLE,
     ENGINES,
     INTERNAL_TOPICS,
     RAW_SUFFIX,
     RECORD_TIMESTAMP,
-    UNAVAILABLE,
     DpcConfig,
     HaDef,
     IngressDef,
@@ -265,8 +263,6 @@ def _parse_ha(ck: Problems, raw: Any, path: tuple) -> HaDef:
     if at is path and "scheme" not in raw:
         ck.err(path, f"'ha' needs a 'scheme': one of {', '.join(s.value for s in Scheme)}")
     scheme = _choice(ck, raw, "scheme", at, tuple(Scheme), d.scheme, key_name="ha" if at is not path else None)
-    if scheme in UNAVAILABLE:
-        ck.err(path, f"scheme '{scheme.value}' is not available yet (available: {', '.join(AVAILABLE)})")
     recovery = _choice(ck, raw, "recovery", path, tuple(Recovery), None)
     if scheme is Scheme.DPC and any(k != "scheme" for k in raw):
         ck.err(path, "the dpc scheme takes its settings from the spec's 'dpc:' section: give 'ha: dpc'")

@@ -1,61 +1,151 @@
-"""Active standby's trim: the secondary's log keeps every tuple downstream may lack, and beyond
-that only ties with the acknowledged tuple (ICDE 2005, section 5.3)."""
+"""Active standby over fakes: the secondary processes the same input, holds its results until the
+primary's trims say the log has them, and a takeover at any moment continues the log exactly
+(precise recovery for a deterministic node, ICDE 2005 sections 5.3 and 6), whether the
+secondary was ahead of the primary or behind, and whether it joined late from an ack."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.ha.active_standby import dominated, trim_offset
+from services.control.messages import ControlKind, ControlMessage
+from services.core.tuples import BOUNDARY, STABLE
+from services.dpc.states import NodeState
+from services.ha import active_standby as act
+from services.ha import upstream_backup as ub
+from services.ha.active_standby import ActiveStandbyScheme
+from services.spec import parse_spec
+from tests.unit.dpc.fake_node import FakeMessage, FakeNode
+from tests.unit.ha.test_upstream_backup import _acks, _feed, _inputs
 
-IN = "up.out:0"
-
-
-def window_outputs(times: list[int], size: int, slide: int) -> list[tuple[tuple[int, int], dict[str, int]]]:
-    """A sliding count over tuple time; each result's high watermark is its window's last input offset."""
-    last: dict[int, int] = {}
-    counts: dict[int, int] = {}
-    out = []
-    for off, t in enumerate(times):
-        top = (t // slide) * slide
-        for s in sorted(w for w in counts if w + size <= t):
-            out.append(((s, counts.pop(s)), {IN: last.pop(s)}))
-        for s in range(top - size + slide, top + 1, slide):
-            counts[s] = counts.get(s, 0) + 1
-            last[s] = off
-    return out
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    steps=st.lists(st.integers(1, 4), min_size=8, max_size=120),
-    shape=st.sampled_from([(4, 4), (6, 2), (10, 5), (3, 1)]),
-    acked=st.floats(0, 1),
-    secondary=st.floats(0, 1),
-)
-def test_the_trimmed_secondary_log_holds_all_downstream_lacks_and_only_ties_before(
-    steps: list[int], shape: tuple[int, int], acked: float, secondary: float
-) -> None:
-    times = [sum(steps[: i + 1]) for i in range(len(steps))]
-    out = window_outputs(times, *shape)
-    if not out:
-        return
-    v = int(acked * (len(out) - 1))  # downstream has the primary's output up to here
-    trim = out[v][1]
-    made = int(secondary * len(out))  # how far the secondary has come (behind or ahead)
-    log = [(off * 3, hwm) for off, (_, hwm) in enumerate(out[:made])]  # its own offsets
-    start = trim_offset(log, trim)
-    # It keeps its log from ``start``; what it makes later is checked against the same trim.
-    kept = [i for i in range(made) if log[i][0] >= start] if start is not None else []
-    kept += [i for i in range(made, len(out)) if not dominated(out[i][1], trim)]
-    assert kept == list(range(kept[0], len(out))) and kept[0] <= v + 1  # nothing downstream lacks is gone
-    assert all(out[i][1] == trim for i in kept if i <= v)  # duplicates only where the watermark ties
+SPEC = parse_spec("""\
+name: as
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+  u: {schema: reading, key: sensor}
+  w: {schema: window_stat, key: key}
+operators:
+  both: {type: union, inputs: [a, b], output: u}
+  win: {type: window, input: u, output: w, key: sensor, size: 300, slide: 100,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  n: {operators: [both, win], replicas: 2, ha: {scheme: active_standby, interval_ms: 50}}
+""")
 
 
-def test_a_tuple_is_dropped_only_when_below_the_trim_on_every_input() -> None:
-    trim = {"a": 200, "b": 100}
-    assert dominated({"a": 199, "b": 99}, trim)
-    assert not dominated({"a": 199, "b": 100}, trim)  # a tie is kept
-    assert not dominated({"a": 250, "b": 10}, trim)
-    assert trim_offset([(0, {"a": 1, "b": 1}), (4, {"a": 200, "b": 5})], trim) == 4
-    assert trim_offset([(0, {"a": 1, "b": 1})], trim) is None
+class Log:
+    """The one log of ``w`` as the replicas write it, one after the other."""
+
+    def __init__(self) -> None:
+        self.writers: list[FakeNode] = []
+
+    def written(self) -> list[tuple[Any, int, int, Any]]:
+        return [e for n in self.writers for e in n.written("w")]
+
+    def tail(self) -> tuple[int, int]:
+        w = self.written()
+        last = max((tid for t, tid, _, _ in w if t is STABLE), default=-1)
+        bound = max((stime for t, _, stime, _ in w if t is BOUNDARY), default=-1)
+        return last, bound
+
+    def stable_after(self, last: int) -> dict[int, Any]:
+        out = {}
+        for n in self.writers:
+            out.update({i: v for i, v in n.stable_in(n.outputs.topic("w")) if i > last})
+        return out
+
+    def stable(self) -> list[tuple[int, dict]]:
+        return [(tid, rec) for t, tid, _, rec in self.written() if t is STABLE]
+
+
+@pytest.fixture
+def log(monkeypatch: pytest.MonkeyPatch) -> Log:
+    the_log = Log()
+    for mod in (ub, act):
+        monkeypatch.setattr(mod, "output_tail", lambda *a: the_log.tail())
+    monkeypatch.setattr(act, "stable_after", lambda b, t, p, last: the_log.stable_after(last))
+    monkeypatch.setattr("services.dpc.scheme.stable_after", lambda b, t, p, last: the_log.stable_after(last))
+    monkeypatch.setattr(ub, "read_acks", lambda *a: _acks(the_log.writers[0]) if the_log.writers else [])
+    monkeypatch.setattr(ub, "check_retained", lambda *a: None)
+    return the_log
+
+
+def _role(node: FakeNode, role: str, epoch: int) -> None:
+    node.scheme.on_control(ControlMessage(ControlKind.ROLE, "n", 0, node.replica, role=role, epoch=epoch), 0.0)
+
+
+def _copy_log(src: FakeNode, dst: FakeNode) -> None:
+    for t, msgs in src.log.items():
+        dst.log[t], dst.offsets[t] = list(msgs), len(msgs)
+
+
+def _trims(src: FakeNode, dst: FakeNode, seen: int) -> int:
+    """Hand the secondary the primary's control messages sent since ``seen``."""
+    for c in src.controls[seen:]:
+        dst.scheme.on_control(c, 0.0)
+    return len(src.controls)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000))
+def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed: int, log: Log) -> None:
+    rnd = random.Random(seed)
+    log.writers.clear()
+    ref = FakeNode(SPEC, "n", replica=0)
+    msgs = _inputs(ref, ["a", "b"], 50, rnd)
+    primary, secondary = FakeNode(SPEC, "n", replica=0), FakeNode(SPEC, "n", replica=1)
+    for n in (primary, secondary):
+        _copy_log(ref, n)
+        n.scheme.on_restart()
+        assert isinstance(n.scheme, ActiveStandbyScheme)
+        n.scheme.interval_s = 0.0  # cuts and trims at every chance
+    _role(primary, "primary", 5)
+    log.writers.append(primary)
+    want_node = FakeNode(SPEC, "n", replica=0)
+    _copy_log(ref, want_node)
+    want_node.scheme.on_restart()
+    _role(want_node, "primary", 1)
+    _feed(want_node, msgs, random.Random(seed + 1))
+    want = want_node.stable("w")
+    assert want
+
+    join_at = rnd.choice([0, rnd.randint(0, len(msgs))])  # from the start, or later from the newest ack
+    fail_at = rnd.randint(join_at, len(msgs))
+    i = seen = k = 0
+    now = 1.0
+    while i < join_at:
+        batch = msgs[i : min(join_at, i + rnd.randint(1, 8))]
+        primary.step(batch, now)
+        i, now = i + len(batch), now + 0.01
+    _role(secondary, "secondary", 5)
+    start = dict(secondary.consumer.assigned)  # from the start, or from the ack it rebuilt from
+    pending = [m for m in msgs if m.offset() >= start[m.topic()]]
+    while True:  # the two replicas go at their own pace; the primary fails at fail_at
+        now += 0.01
+        if i < fail_at and (rnd.random() < 0.5 or k >= len(pending)):
+            batch = msgs[i : min(fail_at, i + rnd.randint(1, 8))]
+            primary.step(batch, now)
+            i += len(batch)
+            seen = _trims(primary, secondary, seen)
+        elif k < len(pending) and (i < fail_at or rnd.random() < 0.7):
+            batch = pending[k : k + rnd.randint(1, 8)]
+            secondary.step(batch, now)
+            k += len(batch)
+        else:
+            break
+    held = secondary.scheme.held["w"]  # type: ignore[attr-defined]
+    trimmed = max((c.ids["w"] for c in primary.controls if c.kind is ControlKind.TRIM), default=-1)
+    assert all(e[1] > trimmed for e in held if e[0] is STABLE), "the secondary held what the log already had"
+    # The primary fails here; the secondary takes over and reads the rest.
+    _role(secondary, "primary", 9)
+    log.writers.append(secondary)
+    rest: list[FakeMessage] = pending[k:]
+    _feed(secondary, rest, rnd)
+    got = log.stable()
+    assert got == want, f"join at {join_at}, failure at {fail_at} of {len(msgs)}, secondary at {k} of {len(pending)}"
+    assert secondary.states[-1] is NodeState.STABLE

@@ -115,7 +115,6 @@ def test_a_guarantee_the_class_and_scheme_cannot_give_is_one_located_line() -> N
 
 
 def test_the_ha_mapping_is_read_with_its_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("services.spec.parse.UNAVAILABLE", frozenset())
     spec = parse_spec(
         BASE.replace(
             "n2: {operators: [win], replicas: 2}",
@@ -128,7 +127,6 @@ def test_the_ha_mapping_is_read_with_its_defaults(monkeypatch: pytest.MonkeyPatc
 
 
 def test_ha_mistakes_are_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("services.spec.parse.UNAVAILABLE", frozenset())
     node = "n2: {operators: [win], replicas: 2}"
     got = problems(BASE.replace(node, "n2: {operators: [win], ha: {recovery: fast, period: 3}}"))
     assert any("nodes.n2.ha: 'ha' needs a 'scheme'" in p for p in got), got
@@ -142,14 +140,6 @@ def test_ha_mistakes_are_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None:
         "windows align on its slide): amnesia restarts empty and loses tuples, so it gives gap recovery, not "
         "precise: use passive_standby, active_standby or upstream_backup"
     ], got
-
-
-def test_a_scheme_not_built_yet_is_refused_by_name() -> None:
-    got = problems(BASE.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], ha: active_standby}"))
-    assert any(
-        "scheme 'active_standby' is not available yet (available: dpc, amnesia, passive_standby, upstream_backup)" in p
-        for p in got
-    ), got
 
 
 def test_validate_describes_each_node() -> None:
