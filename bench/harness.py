@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from services.control.monitor import ReplicaMonitor
 from services.core.codec import codec_for
 from services.core.errors import HeaderError
 from services.core.kafka import plain_consumer
@@ -170,3 +171,21 @@ class Recorder:
         self._stop.set()
         self._thread.join(5)
         self._c.close()
+
+
+def ha_role(mon: ReplicaMonitor, node: str, replica: int) -> str:
+    """The role an HA node replica's live heartbeat reports ("" while it is silent)."""
+    st = mon.get(node, 0, replica)
+    return st.role if st is not None and st.alive(mon.timeout_s) else ""
+
+
+def wait_primary(mon: ReplicaMonitor, node: str, other_than: int | None, timeout: float) -> int:
+    """The replica of ``node`` (partition 0) that is primary, once one other than ``other_than`` says so.
+    Polls every 20 ms: a takeover's time is measured by this wait."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for r in (0, 1):
+            if r != other_than and ha_role(mon, node, r) == "primary":
+                return r
+        time.sleep(0.02)
+    raise TimeoutError(f"no replica of {node} other than {other_than} became primary within {timeout:.0f} s")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.harness import ha_role, wait_primary  # noqa: F401 - shared with the HA tests
 from services.client.reader import StreamReader
 from services.coordinator.app import wait_ready
 from services.coordinator.client import fetch_status, status_url

@@ -7,7 +7,9 @@ section 3.1) against the failure-free output:
   what the input brought between the failure and the takeover; nothing repeated or invented;
 - passive standby, precise: the failure-free output, tuple for tuple, with ids 0..n-1;
 - upstream backup, precise: the same, while the coordinator trims the input log as the acks
-  allow, so each takeover rebuilds from a log that no longer starts at its beginning.
+  allow, so each takeover rebuilds from a log that no longer starts at its beginning;
+- active standby, precise: the same, each takeover going on from the secondary's queue (the
+  second one by the replica that rejoined and caught up from an ack).
 
 In both the woken primary exits and writes nothing a reader takes.
 """
@@ -28,7 +30,7 @@ from services.ha.guarantee import gap_runs
 from services.log.tail import first_offset
 from services.operators.reference import evaluate
 from services.spec.model import Scheme
-from tests.integration.helpers import CoordinatorProcess, unique_spec, wait_for
+from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +58,7 @@ nodes:
   n: {operators: [win], replicas: 2, ha: {scheme: passive_standby, recovery: precise, interval_ms: 50}}
 """
 UPSTREAM = WINDOW.replace("pstandby-", "ubackup-").replace("scheme: passive_standby", "scheme: upstream_backup")
+ACTIVE = WINDOW.replace("pstandby-", "astandby-").replace("scheme: passive_standby", "scheme: active_standby")
 RATE, COUNT = 200, 2400  # 12 s of input
 SLACK_S = 1.5  # beyond the detection time: the epoch claim, the order, the takeover's log reads
 
@@ -78,6 +81,11 @@ def test_upstream_backup_rebuilds_precisely_from_the_trimmed_upstream_log(kafka,
     assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
 
 
+def test_active_standby_takes_over_from_its_queue_precisely(kafka, tmp_path: Path) -> None:
+    want, got, _ = _two_failovers(kafka, tmp_path, ACTIVE)
+    assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
+
+
 def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[float, float]]:
     """The failure-free output, the output with the two failures (stable, as a client reads it) and
     how long each takeover took after its failure."""
@@ -94,14 +102,14 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
     workload = readings_workload([f"in_{u}"], COUNT, RATE)
     detection_s = spec.nodes["n"].ha.detection_ms / 1000
     try:
-        first = _wait_primary(mon, None, 60)
+        first = wait_primary(mon, "n", None, 60)
         sources = PacedSources(spec, kafka.bootstrap, workload, RATE).start()
         time.sleep(3.0)
 
         # 1. kill -9 of the primary: the secondary takes over; the killed replica comes back as secondary.
         processes.kill(procs[first])
         killed_at = time.monotonic()
-        second = _wait_primary(mon, first, 20)
+        second = wait_primary(mon, "n", first, 20)
         took_1 = time.monotonic() - killed_at
         st = coordinator.status()
         assert st["schemes"]["n"] == spec.nodes["n"].ha.scheme.value
@@ -109,13 +117,13 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
             t for t in st["takeovers"] if t["replica"] == second
         ).items()
         procs[first] = processes.spawn(argv[f"n.r{first}.p0"], logs / f"n{first}-b.log", env)
-        wait_for(lambda: _role(mon, first) == "secondary", 30, "the restarted replica to rejoin as secondary")
+        wait_for(lambda: ha_role(mon, "n", first) == "secondary", 30, "the restarted replica to rejoin as secondary")
         time.sleep(2.0)
 
         # 2. SIGSTOP of the new primary past the detection time: the rejoined replica takes over.
         processes.pause(procs[second])
         paused_at = time.monotonic()
-        assert _wait_primary(mon, second, 20) == first
+        assert wait_primary(mon, "n", second, 20) == first
         took_2 = time.monotonic() - paused_at
         time.sleep(0.5)
         processes.resume(procs[second])  # wakes up while input flows: fenced, it stops
@@ -126,6 +134,9 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
             assert "restarting from the restart image" in said, said[-2000:]
         if spec.nodes["n"].ha.scheme is Scheme.UPSTREAM_BACKUP:  # it rebuilt from an ack, not from the start
             assert "rebuilding from the ack of cut" in said, said[-2000:]
+        if spec.nodes["n"].ha.scheme is Scheme.ACTIVE_STANDBY:  # both takeovers went on from the standby's queue
+            for f in (f"n{second}-a.log", f"n{first}-b.log"):
+                assert "took over from the standby's queue" in (logs / f).read_text(), f
         sources.join(60)
         if spec.nodes["n"].ha.scheme is Scheme.UPSTREAM_BACKUP:  # the input log was trimmed as it went
             wait_for(lambda: first_offset(kafka.bootstrap, f"{spec.name}.in_{u}", 0) > COUNT // 2, 20, "a trim")
@@ -143,19 +154,3 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
         mon.close()
         processes.stop(procs, timeout=20, resume_first=True)
         coordinator.stop()
-
-
-def _role(mon: ReplicaMonitor, replica: int) -> str:
-    st = mon.get("n", 0, replica)
-    return st.role if st is not None and st.alive(mon.timeout_s) else ""
-
-
-def _wait_primary(mon: ReplicaMonitor, other_than: int | None, timeout: float) -> int:
-    """The replica that is primary, once one other than ``other_than`` says so."""
-    primaries = wait_for(
-        lambda: [r for r in (0, 1) if r != other_than and _role(mon, r) == "primary"],
-        timeout,
-        f"a replica other than {other_than} to become primary",
-        interval=0.02,  # the takeover's time is measured by this wait
-    )
-    return primaries[0]

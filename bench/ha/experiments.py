@@ -1,0 +1,93 @@
+"""The HA paper's evaluation (ICDE 2005, section 7) as runs of ``bench.ha.run``, with the paper's numbers.
+
+Each experiment lists its runs (``configs``); the orchestrator runs them, and the tables set
+each measured figure beside the paper's. An amnesia run of the same workload is the baseline
+for CPU overhead: its secondary does nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from bench.ha.run import Config
+
+SCHEMES = ("passive_standby", "active_standby", "upstream_backup")
+SHORT = {"passive_standby": "PS", "active_standby": "AS", "upstream_backup": "UB", "amnesia": "amnesia"}
+BASE = Config("amnesia")  # Table 5: 1000 tuples/s, M = 50 ms, D = 250 ms; aggregate, 100-tuple window, advance 10
+
+# The paper's Table 6: (UB bw %, UB rec ms, AS bw %, AS rec ms, PS bw %, PS rec ms) by workload.
+PAPER_T6 = {
+    "filter": (0.64, 47.62, 100.96, 1.80, 101.27, 45.88),
+    "aggregate": (0.64, 69.86, 100.96, 0.07, 111.55, 48.88),
+    "union": (1.28, 50.92, 101.91, 1.82, 101.90, 47.24),
+}
+# Table 7, by window (tuples): (PS overhead %, PS rec ms, UB rec ms).
+PAPER_T7 = {
+    100: (111.55, 48.9, 69.9),
+    200: (111.55, 51.7, 98.9),
+    300: (111.54, 54.6, 138.7),
+    400: (111.54, 60.0, 188.5),
+    500: (111.54, 63.9, 248.3),
+}
+# Table 8, by advance (tuples): (PS overhead %, PS rec ms, UB rec ms).
+PAPER_T8 = {
+    100: (102.6, 47.5, 62.6),
+    50: (103.6, 47.5, 61.4),
+    25: (105.6, 47.6, 61.3),
+    10: (111.6, 48.8, 69.9),
+    5: (121.5, 51.6, 83.8),
+}
+
+
+def interval(quick: bool) -> list[Config]:
+    """Fig. 6: recovery time against overhead as the interval M sweeps."""
+    ms = (50, 200) if quick else (25, 50, 100, 150, 200)
+    return [replace(BASE)] + [replace(BASE, scheme=s, interval_ms=m) for s in SCHEMES for m in ms]
+
+
+def classes(quick: bool) -> list[Config]:
+    """Table 6: a repeatable filter, the convergent-capable aggregate, a union of two half-rate inputs."""
+    works = ("filter", "aggregate", "union")
+    return [replace(BASE, workload=w, scheme=s) for w in works for s in ("amnesia", *SCHEMES)]
+
+
+def window(quick: bool) -> list[Config]:
+    """Table 7: the aggregate's window (state size) grows, advance 10."""
+    sizes = (100, 500) if quick else (100, 200, 300, 400, 500)
+    return [replace(BASE, window=w, scheme=s) for w in sizes for s in ("passive_standby", "upstream_backup")]
+
+
+def advance(quick: bool) -> list[Config]:
+    """Table 8: the advance shrinks (more results, faster state change), window 100."""
+    steps = (100, 10) if quick else (100, 50, 25, 10, 5)
+    return [replace(BASE, advance=a, scheme=s) for a in steps for s in ("passive_standby", "upstream_backup")]
+
+
+def chain(quick: bool) -> list[Config]:
+    """Fig. 7: a chain of 1-5 aggregates in the node."""
+    ks = (1, 3) if quick else (1, 2, 3, 4, 5)
+    return [replace(BASE, workload="chain", aggregates=k, scheme=s) for k in ks for s in SCHEMES]
+
+
+EXPERIMENTS = {"interval": interval, "classes": classes, "window": window, "advance": advance, "chain": chain}
+
+
+def cpu_overhead(run: dict[str, Any], runs: list[dict[str, Any]]) -> float | None:
+    """Both replicas' CPU over the amnesia run's of the same workload (same span), as a % of its primary's."""
+    c = run["config"]
+    base = next(
+        (
+            r
+            for r in runs
+            if r["config"]["scheme"] == "amnesia"
+            and all(r["config"][k] == c[k] for k in ("workload", "window", "advance", "aggregates"))
+            and "error" not in r
+        ),
+        None,
+    )
+    if base is None or not base["cpu_primary_s"]:
+        return None
+    mine = (run["cpu_primary_s"] + run["cpu_secondary_s"]) / run["span_s"]
+    theirs = (base["cpu_primary_s"] + base["cpu_secondary_s"]) / base["span_s"]
+    return round(100 * (mine - theirs) / (base["cpu_primary_s"] / base["span_s"]), 1)

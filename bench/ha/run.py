@@ -1,0 +1,251 @@
+"""One run of an HA experiment on the real broker: a node under the coordinator, input at a steady
+rate, kill -9 of its primary mid-run; what the failure cost and what the scheme cost before it.
+
+- **Recovery time**: from the new primary's takeover (its ROLE order) to the pre-failure state:
+  it has dropped its replay and read its inputs up to where they ended when it took over (the
+  node logs "primary caught up in N ms"). **Detection** is from the kill to the takeover, and the
+  **outage** a client sees is both (the paper's D + recovery).
+- **Overhead in bytes**, as the paper counts it: what the scheme sends besides the data
+  (passive standby's checkpoints, the acks, active standby's trims and the second copy of the
+  input its secondary reads) over the data the node reads and writes (records' keys, values
+  and headers), both over the same failure-free stretch of the run.
+- **Overhead in CPU**: both replicas' CPU seconds over that stretch (``/proc``), set beside an
+  amnesia run's (whose secondary does nothing) by the experiment.
+- **Precise**: the output after the failure equals the failure-free output, tuple for tuple.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from bench.harness import ServiceProcesses, wait_primary
+from bench.workload import PacedSources, readings_workload
+from services.client.view import StreamView
+from services.control.messages import ControlKind, ControlMessage
+from services.control.monitor import ReplicaMonitor
+from services.core.kafka import plain_consumer
+from services.deploy.local import provision
+from services.operators.reference import evaluate
+from services.spec import parse_spec
+
+AGG = "count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)"
+
+
+@dataclass(frozen=True)
+class Config:
+    scheme: str
+    interval_ms: int = 50  # M: checkpoints, acks, trims
+    workload: str = "aggregate"  # filter | aggregate | union | chain
+    window: int = 100  # ms of tuple time; at 1 tuple per ms, tuples
+    advance: int = 10
+    aggregates: int = 1  # the chain's length (workload "chain")
+    rate: int = 1000  # tuples/s in all
+    seconds: float = 10.0
+    kill_at: float = 6.0  # s into the input
+    heartbeat_ms: int = 50
+    misses: int = 5  # detection about misses x heartbeat_ms: the paper's D = 250 ms
+
+    @property
+    def label(self) -> str:
+        return f"{self.scheme} M={self.interval_ms} {self.workload}"
+
+
+def spec_text(c: Config, u: str) -> str:
+    """One node, two replicas, under ``c.scheme``."""
+    ha = f"{{scheme: {c.scheme}, interval_ms: {c.interval_ms}, heartbeat_ms: {c.heartbeat_ms}, misses: {c.misses}}}"
+    streams = [f"  in_{u}: {{schema: reading, key: sensor}}"]
+    ops: list[str] = []
+    if c.workload == "filter":
+        streams.append(f"  out_{u}: {{schema: reading, key: sensor}}")
+        ops.append(f'  f: {{type: filter, input: in_{u}, output: out_{u}, where: "seq >= 0"}}')
+    elif c.workload == "union":
+        streams += [f"  in2_{u}: {{schema: reading, key: sensor}}", f"  out_{u}: {{schema: reading, key: sensor}}"]
+        ops.append(f"  u: {{type: union, inputs: [in_{u}, in2_{u}], output: out_{u}}}")
+    else:  # aggregate, or a chain of them in the node: window, then back to readings for the next
+        prev = f"in_{u}"
+        for i in range(c.aggregates if c.workload == "chain" else 1):
+            last = i == (c.aggregates if c.workload == "chain" else 1) - 1
+            w = f"out_{u}" if last else f"w{i}_{u}"
+            streams.append(f"  {w}: {{schema: window_stat, key: key}}")
+            ops.append(
+                f"  win{i}: {{type: window, input: {prev}, output: {w}, key: sensor, size: {c.window}, "
+                f"slide: {c.advance}, aggregates: {{{AGG}}}}}"
+            )
+            if not last:
+                back = f"r{i}_{u}"
+                streams.append(f"  {back}: {{schema: reading, key: sensor}}")
+                ops.append(
+                    f"  back{i}: {{type: map, input: {w}, output: {back}, "
+                    f"fields: {{sensor: key, ts: window_end, value: avg, seq: count}}}}"
+                )
+                prev = back
+    names = [o.split(":")[0].strip() for o in ops]
+    return "\n".join(
+        [f"name: habench-{u}", "defaults: {partitions: 1}", "streams:", *streams, "operators:", *ops, "nodes:"]
+        + [f"  n: {{operators: [{', '.join(names)}], replicas: 2, ha: {ha}}}", ""]
+    )
+
+
+def inputs(c: Config, u: str) -> list[str]:
+    return [f"in_{u}", f"in2_{u}"] if c.workload == "union" else [f"in_{u}"]
+
+
+def run(c: Config, bootstrap: str) -> dict[str, Any]:
+    """One run; raises if the node does not come up or the takeover does not happen."""
+    with tempfile.TemporaryDirectory(prefix="hastream-ha-") as tmp:
+        return _run(c, bootstrap, Path(tmp))
+
+
+def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
+    u = os.urandom(4).hex()
+    path = tmp / "spec.yaml"
+    path.write_text(spec_text(c, u))
+    spec = parse_spec(path.read_text(), str(path), path)
+    provision(spec, bootstrap)
+    logs = tmp / "logs"
+    services = ServiceProcesses(spec, path, bootstrap, logs)
+    services.start()
+    procs = {r: services.procs[f"n.r{r}.p0"] for r in (0, 1)}
+    mon = ReplicaMonitor(bootstrap, spec.heartbeat_topic, 1.0)
+    names = inputs(c, u)
+    per = c.rate // len(names)
+    n = int(per * c.seconds)
+    workload = readings_workload(names, n, per, sensors=1)
+    try:
+        primary = wait_primary(mon, "n", None, 90)
+        if c.scheme == "active_standby":  # the secondary must be following before the input starts
+            _wait_log(logs / f"n.r{1 - primary}.p0.log", "secondary caught up", 60)
+        sources = PacedSources(spec, bootstrap, workload, per).start()
+        began = time.monotonic()
+        time.sleep(2.0)  # steady state
+        t0, cpu0 = time.time(), {r: _cpu_s(p.pid) for r, p in procs.items()}
+        time.sleep(max(0.0, began + c.kill_at - time.monotonic()))
+        cpu1, t1 = {r: _cpu_s(p.pid) for r, p in procs.items()}, time.time()
+        services.kill(f"n.r{primary}.p0")
+        killed = time.time()
+        wait_primary(mon, "n", primary, 30)
+        took = _wait_log(logs / f"n.r{1 - primary}.p0.log", "primary caught up in", 60, after=killed)
+        sources.join(120)
+        want = evaluate(spec, {s: [workload[s]] for s in names}, ended=True)[f"out_{u}"][0]
+        with StreamView(spec, f"out_{u}", bootstrap, stable_only=True) as view:
+            view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], 60)
+            time.sleep(0.5)
+            view.poll(timeout=0.5)
+            got = view.stable(0)
+        promoted = _log_time(logs / f"n.r{1 - primary}.p0.log", "primary at epoch", after=killed)
+        caught, ms = took
+        window = (int(t0 * 1000), int(t1 * 1000))
+        data = sum(_bytes(bootstrap, spec.topic(s), window) for s in [*names, f"out_{u}"])
+        extra = _ha_bytes(c, spec, bootstrap, window, names)
+        cpu = {r: round(cpu1[r] - cpu0[r], 3) for r in procs}
+        return {
+            "config": asdict(c),
+            "label": c.label,
+            "detection_s": round(promoted - killed, 3),
+            "recovery_ms": ms,
+            "outage_s": round(caught - killed, 3),
+            "data_bytes": data,
+            "ha_bytes": extra,
+            "overhead_pct": round(100 * extra / data, 2) if data else None,
+            "cpu_primary_s": cpu[primary],
+            "cpu_secondary_s": cpu[1 - primary],
+            "span_s": round(t1 - t0, 2),
+            "precise": got == want,
+            "results": len(want),
+            "received": len(got),
+        }
+    finally:
+        mon.close()
+        services.stop()
+
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z")
+
+
+def _log_time(path: Path, needle: str, after: float = 0.0) -> float:
+    """Wall time of the first log line with ``needle`` at or after ``after`` (nan if none)."""
+    for line in path.read_text(errors="replace").splitlines():
+        if needle in line and (m := _STAMP.match(line)):
+            t = dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=dt.UTC).timestamp()
+            if t >= after:
+                return t
+    return float("nan")
+
+
+def _wait_log(path: Path, needle: str, timeout: float, after: float = 0.0) -> tuple[float, int]:
+    """(wall time, the number after ``needle``) of the first such log line after ``after``, once written."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else ():
+            if needle in line and (m := _STAMP.match(line)):
+                t = dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=dt.UTC).timestamp()
+                if t >= after:
+                    num = re.search(re.escape(needle) + r" (\d+)", line)
+                    return t, int(num.group(1)) if num else 0
+        time.sleep(0.05)
+    raise TimeoutError(f"no '{needle}' in {path.name} after {timeout:.0f} s")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _records(bootstrap: str, topic: str) -> list[Any]:
+    c = plain_consumer(bootstrap, "habench")
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        if hi <= lo:
+            return []
+        c.assign([TopicPartition(topic, 0, lo)])
+        out: list[Any] = []
+        while len(out) < hi - lo:
+            batch = c.consume(1000, 2.0)
+            if not batch:
+                break
+            out += [m for m in batch if m.error() is None]
+        return out
+    finally:
+        c.close()
+
+
+def _size(m: Any) -> int:
+    return len(m.key() or b"") + len(m.value() or b"") + sum(len(k) + len(v or b"") for k, v in m.headers() or ())
+
+
+def _bytes(bootstrap: str, topic: str, window: tuple[int, int], keep: Any = None) -> int:
+    """Bytes of the records of ``topic`` written within ``window`` (ms) that ``keep`` accepts."""
+    lo, hi = window
+    return sum(
+        _size(m) for m in _records(bootstrap, topic) if lo <= m.timestamp()[1] < hi and (keep is None or keep(m))
+    )
+
+
+def _ha_bytes(c: Config, spec: Any, bootstrap: str, window: tuple[int, int], names: list[str]) -> int:
+    """What the scheme sent besides the data within ``window``."""
+    if c.scheme == "passive_standby":
+        return _bytes(bootstrap, spec.restart_topic("n", 0), window)
+    total = 0
+    if c.scheme in ("upstream_backup", "active_standby"):
+        total += _bytes(bootstrap, spec.acks_topic, window)
+    if c.scheme == "active_standby":
+
+        def trim(m: Any) -> bool:
+            try:
+                return ControlMessage.decode(m.value()).kind is ControlKind.TRIM
+            except Exception:  # noqa: BLE001 - not a control message of this kind
+                return False
+
+        total += _bytes(bootstrap, spec.control_topic, window, trim)
+        total += sum(_bytes(bootstrap, spec.topic(s), window) for s in names)  # the secondary reads the input too
+    return total
