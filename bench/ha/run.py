@@ -127,9 +127,9 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
         sources = PacedSources(spec, bootstrap, workload, per).start()
         began = time.monotonic()
         time.sleep(2.0)  # steady state
-        t0, cpu0 = time.time(), {r: _cpu_s(p.pid) for r, p in procs.items()}
+        t0, cpu0, ends0 = time.time(), {r: _cpu_s(p.pid) for r, p in procs.items()}, _ends(bootstrap, spec, names)
         time.sleep(max(0.0, began + c.kill_at - time.monotonic()))
-        cpu1, t1 = {r: _cpu_s(p.pid) for r, p in procs.items()}, time.time()
+        cpu1, t1, ends1 = {r: _cpu_s(p.pid) for r, p in procs.items()}, time.time(), _ends(bootstrap, spec, names)
         services.kill(f"n.r{primary}.p0")
         killed = time.time()
         wait_primary(mon, "n", primary, 30)
@@ -144,8 +144,9 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
         promoted = _log_time(logs / f"n.r{1 - primary}.p0.log", "primary at epoch", after=killed)
         caught, ms = took
         window = (int(t0 * 1000), int(t1 * 1000))
-        data = sum(_bytes(bootstrap, spec.topic(s), window) for s in [*names, f"out_{u}"])
-        extra = _ha_bytes(c, spec, bootstrap, window, names)
+        read = sum((ends1[s] - ends0[s]) * _record_size(bootstrap, spec.topic(s)) for s in names)
+        data = int(read) + _bytes(bootstrap, spec.topic(f"out_{u}"), window)
+        extra = _ha_bytes(c, spec, bootstrap, window) + (int(read) if c.scheme == "active_standby" else 0)
         cpu = {r: round(cpu1[r] - cpu0[r], 3) for r in procs}
         return {
             "config": asdict(c),
@@ -231,8 +232,24 @@ def _bytes(bootstrap: str, topic: str, window: tuple[int, int], keep: Any = None
     )
 
 
-def _ha_bytes(c: Config, spec: Any, bootstrap: str, window: tuple[int, int], names: list[str]) -> int:
-    """What the scheme sent besides the data within ``window``."""
+def _ends(bootstrap: str, spec: Any, names: list[str]) -> dict[str, int]:
+    """Each input log's end offset now (upstream backup trims them, so they are counted as they grow)."""
+    c = plain_consumer(bootstrap, "habench")
+    try:
+        return {s: c.get_watermark_offsets(TopicPartition(spec.topic(s), 0), timeout=10)[1] for s in names}
+    finally:
+        c.close()
+
+
+def _record_size(bootstrap: str, topic: str) -> float:
+    """The mean size of the records still in ``topic`` (the inputs' records are all alike)."""
+    ms = _records(bootstrap, topic)
+    return sum(_size(m) for m in ms) / len(ms) if ms else 0.0
+
+
+def _ha_bytes(c: Config, spec: Any, bootstrap: str, window: tuple[int, int]) -> int:
+    """What the scheme sent besides the data within ``window`` (active standby's second copy of the
+    input aside)."""
     if c.scheme == "passive_standby":
         return _bytes(bootstrap, spec.restart_topic("n", 0), window)
     total = 0
@@ -247,5 +264,4 @@ def _ha_bytes(c: Config, spec: Any, bootstrap: str, window: tuple[int, int], nam
                 return False
 
         total += _bytes(bootstrap, spec.control_topic, window, trim)
-        total += sum(_bytes(bootstrap, spec.topic(s), window) for s in names)  # the secondary reads the input too
     return total

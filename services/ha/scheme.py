@@ -128,11 +128,15 @@ class HaScheme(DpcScheme):
     # -- takeover ---------------------------------------------------------------------
     def _promote(self, epoch: int) -> None:
         node = self.node
+        ordered = time.monotonic()
         node.begin_writing(epoch)  # first: what the old primary writes after this is dropped by readers
         self.role, self.epoch = Role.PRIMARY, epoch
         node.set_role(Role.PRIMARY.value, epoch)
-        self._read_from(self.on_promote())
         log.info("primary at epoch %d", epoch)
+        self._read_from(self.on_promote())
+        self.promoted_at = ordered
+        if not self.recovering:  # it had the state already (an active standby): nothing to rebuild
+            log.info("primary caught up in %.0f ms", (time.monotonic() - ordered) * 1000)
 
     def _read_from(self, offsets: dict[str, int] | None) -> None:
         """Start the inputs at ``offsets`` (None: go on as they are); recovering until they are read
