@@ -266,6 +266,9 @@ def write_page(doc: dict[str, Any]) -> Path:
             elapsed=e.get("elapsed_s", "?"),
         )
         parts.append(fill(PAGE, name, table=table(doc), precise=_precise(_runs(doc, name)), run=head))
+    outages = [1000 * r["outage_s"] for e in doc["experiments"] for r in _runs(doc, e)]
+    if outages:
+        parts.insert(1, fill(PAGE, "kstreams", low=f"{min(outages):.0f}", high=f"{max(outages):.0f}"))
     path = DOCS / "ha.md"
     path.write_text("\n\n".join(parts) + "\n")
     return path

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -53,6 +54,7 @@ class Config:
     kill_at: float = 6.0  # s into the input
     heartbeat_ms: int = 50
     misses: int = 5  # detection about misses x heartbeat_ms: the paper's D = 250 ms
+    bucket: int = 10  # ms: operator time moves by buckets, and a cut (an ack) needs a bucket start
 
     @property
     def label(self) -> str:
@@ -90,7 +92,8 @@ def spec_text(c: Config, u: str) -> str:
                 prev = back
     names = [o.split(":")[0].strip() for o in ops]
     return "\n".join(
-        [f"name: habench-{u}", "defaults: {partitions: 1}", "streams:", *streams, "operators:", *ops, "nodes:"]
+        [f"name: habench-{u}", "defaults: {partitions: 1}", f"dpc: {{bucket: {c.bucket}}}", "streams:", *streams]
+        + ["operators:", *ops, "nodes:"]
         + [f"  n: {{operators: [{', '.join(names)}], replicas: 2, ha: {ha}}}", ""]
     )
 
@@ -102,7 +105,12 @@ def inputs(c: Config, u: str) -> list[str]:
 def run(c: Config, bootstrap: str) -> dict[str, Any]:
     """One run; raises if the node does not come up or the takeover does not happen."""
     with tempfile.TemporaryDirectory(prefix="hastream-ha-") as tmp:
-        return _run(c, bootstrap, Path(tmp))
+        try:
+            return _run(c, bootstrap, Path(tmp))
+        except Exception:
+            kept = Path(tempfile.gettempdir()) / f"hastream-ha-failed-{os.urandom(3).hex()}"
+            shutil.copytree(Path(tmp) / "logs", kept, dirs_exist_ok=True)
+            raise RuntimeError(f"the run failed; its logs are kept in {kept}") from None
 
 
 def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
