@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from tenacity import RetryCallState, retry, retry_if_exception, stop_after_delay, wait_exponential
 
+from services.core.errors import TrimmedError
 from services.core.tuples import RawHeaders
 
 log = logging.getLogger(__name__)
@@ -411,13 +412,16 @@ class BatchConsumer:
     rebalancing; the group id only names where committed offsets are kept.
     """
 
-    def __init__(self, bootstrap: str, group_id: str, **overrides: object) -> None:
+    def __init__(self, bootstrap: str, group_id: str, trims_fail: bool = False, **overrides: object) -> None:
+        """``trims_fail``: a position that is no longer in the log raises ``TrimmedError`` from
+        ``poll_batch`` instead of moving to the log's start (a recovery that reads from an
+        acknowledged or checkpointed position must not skip what was deleted)."""
         conf: dict[str, object] = {
             "bootstrap.servers": bootstrap,
             "group.id": group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": "error" if trims_fail else "earliest",
             "fetch.wait.max.ms": 20,
             "queued.min.messages": 20000,
             # librdkafka's default (1 s) idles the fetcher whenever its queue is full, which a
@@ -467,6 +471,12 @@ class BatchConsumer:
         if bad:
             for m in bad:
                 err = m.error()
+                if err is not None and err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    # Only with auto.offset.reset=error: the position was trimmed away (``trims_fail``).
+                    raise TrimmedError(
+                        f"{m.topic()}[{m.partition()}]: the offset to read from is no longer in the log (it was "
+                        f"trimmed or expired), so the records before the log's start are lost: {err.str()}"
+                    )
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     log.warning("consume error: %s", err)
             msgs = [m for m in msgs if m.error() is None]

@@ -80,6 +80,11 @@ class HaScheme(DpcScheme):
             node.set_role(Role.SECONDARY.value, msg.epoch)
             self._read_from(self.on_secondary())
 
+    def after_batch(self, now: float, idle: bool) -> None:
+        super().after_batch(now, idle)
+        if self.recovering and self.role is not Role.CANDIDATE:
+            self._check_recovered()  # after every batch: the recovery time is measured by it
+
     def on_check(self, now: float) -> None:
         if self.role is Role.PRIMARY:
             self._tick_raw(now)

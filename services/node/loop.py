@@ -164,7 +164,8 @@ class NodeService:
     # -- lifecycle ---------------------------------------------------------------------------
     def _connect(self) -> None:
         st, plan = self.settings, self.plan
-        self.consumer = BatchConsumer(st.bootstrap, group_id(self.name))
+        # An HA node reads from recovery positions (checkpoints, acks): a trimmed one must stop it, not skip.
+        self.consumer = BatchConsumer(st.bootstrap, group_id(self.name), trims_fail=plan.scheme.one_log)
         # Rule 4 reads a second replica of an input through a consumer of its own (services.node.ports).
         replicated = any(len(p.topics) > 1 for p in plan.inputs)
         self.fresh_consumer = BatchConsumer(st.bootstrap, group_id(self.name) + ".fresh") if replicated else None

@@ -34,7 +34,10 @@ class NodePipeline:
         # operators are fed directly, so the normal path pays nothing for the feature.
         self.logs: list[UndoLog] | None = [] if undo else None
         self._advance: list[Callable[[int], None]] = []
-        self._ports: list[tuple[Operator, int]] = []  # stateful operators and their input counts
+        # Stateful operators, and per input port how far back in node-input time its tuples reach
+        # (the spans of the stateful operators upstream of it): what the node's stream marker needs.
+        self._ports: list[tuple[Operator, list[int]]] = []
+        reach: dict[str, int] = {}
         defs = plan.operators
         ops = {d.name: build(d, plan.fields) for d in defs}
         reject = self._reject
@@ -47,8 +50,10 @@ class NodePipeline:
                 target = UndoLog(op, len(d.inputs))
                 self.logs.append(target)
             self._advance.append(target.advance)
+            back = [reach.get(s, 0) for s in d.inputs]
+            reach[d.output] = max(back) + op.span()
             if op.stateful:
-                self._ports.append((op, len(d.inputs)))
+                self._ports.append((op, back))
             for port, s in enumerate(d.inputs):
                 self.routes.setdefault(s, []).append(_port_push(target, port))
         for d in defs:
@@ -86,9 +91,16 @@ class NodePipeline:
             adv(stime)
 
     def oldest_time(self) -> int | None:
-        """Smallest stime of input still in any operator's state (its stream markers): replaying
-        the input from there onto empty operators rebuilds the state; None if they hold nothing."""
-        marks = [t for op, n in self._ports for port in range(n) if (t := op.oldest_time(port)) is not None]
+        """Smallest stime of node input the operators' state still depends on: each stream marker, moved
+        back by what the operators upstream of it need to regenerate the tuples it holds (a window behind
+        a window needs the first one's size more). Replaying the node's input from there onto empty
+        operators rebuilds the state; None if they hold nothing."""
+        marks = [
+            t - back[port]
+            for op, back in self._ports
+            for port in range(len(back))
+            if (t := op.oldest_time(port)) is not None
+        ]
         return min(marks) if marks else None
 
     # -- results computed in jobs -----------------------------------------------------------

@@ -96,6 +96,11 @@ class Operator:
     def clear(self) -> None:
         """Back to the empty state of a freshly built operator."""
 
+    def span(self) -> int:
+        """How far back in input time the inputs of one result reach: a result at time t depends on input
+        from t - span() on (a window's size, a join's ``within``; 0 for an operator without state)."""
+        return 0
+
     def oldest_time(self, port: int) -> int | None:
         """Stream marker: smallest stime of input ``port`` still contributing to the state.
 

@@ -52,6 +52,9 @@ class WindowJoin(Operator):
     def set_state(self, state: object) -> None:
         self.sides, self.order, self.watermark = cast(JoinState, state)
 
+    def span(self) -> int:
+        return self.within
+
     def oldest_time(self, port: int) -> int | None:
         """Stime of that side's oldest kept tuple (the head of its arrival order)."""
         order = self.order[port]

@@ -115,6 +115,9 @@ class WindowAggregate(Operator):
     def set_state(self, state: object) -> None:
         self.windows, self.watermark, self.late = cast(tuple[dict[int, dict[Any, Accumulator]], int | None, int], state)
 
+    def span(self) -> int:
+        return self.size
+
     def oldest_time(self, port: int) -> int | None:
         """Start of the oldest open window: only tuples from there on are in the state."""
         return min(self.windows) if self.windows else None

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from services.core.admin import TopicSpec, ensure_topics
 from services.core.errors import TrimmedError
-from services.core.kafka import BatchProducer
+from services.core.kafka import BatchConsumer, BatchProducer
 from services.core.tuples import TupleType, make_headers
 from services.log.tail import NO_WRITER, last_stable_id, offset_after_stable, writer_tail
 from services.log.trim import check_retained, trim_before
@@ -57,3 +59,31 @@ def test_a_recovery_position_before_the_log_start_fails_loudly(kafka: Any, topic
     check_retained(kafka.bootstrap, {(topic, 0): 6})  # the kept record itself is still there
     with pytest.raises(TrimmedError, match=f"{topic} partition 0 from offset 5, but the log starts at 6"):
         check_retained(kafka.bootstrap, {(topic, 0): 5})
+
+
+def test_a_consumer_reading_from_a_trimmed_position_fails_instead_of_skipping(
+    kafka: Any, topic_name: Callable[..., str]
+) -> None:
+    """A trim between the check and the read (or a position never checked) must stop an HA node's
+    reads: with the default reset the consumer would move to the log start and skip records 2..5."""
+    topic = topic_name()
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic)])
+    write(kafka.bootstrap, topic, [(S, i) for i in range(10)])
+    trim_before(kafka.bootstrap, topic, 0, 6)
+    strict = BatchConsumer(kafka.bootstrap, topic + ".strict", trims_fail=True)
+    lenient = BatchConsumer(kafka.bootstrap, topic + ".lenient")
+    try:
+        strict.assign_offsets([TopicPartition(topic, 0, 2)])
+        with pytest.raises(TrimmedError, match="no longer in the log"):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                strict.poll_batch(100, 0.5)
+        lenient.assign_offsets([TopicPartition(topic, 0, 2)])
+        got: list = []
+        deadline = time.monotonic() + 20
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += lenient.poll_batch(100, 0.5)
+        assert [m.offset() for m in got] == [6, 7, 8, 9]  # what the default does: skips 2..5 without a word
+    finally:
+        strict.close()
+        lenient.close()

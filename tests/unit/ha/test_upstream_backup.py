@@ -48,6 +48,24 @@ nodes:
   n: {operators: [both, win], replicas: 2, ha: {scheme: upstream_backup, interval_ms: 50}}
 """)
 
+# A window behind a window: the second one's state needs input from one first-window size earlier.
+CHAIN = parse_spec("""\
+name: ub3
+streams:
+  a: {schema: reading, key: sensor}
+  w1: {schema: window_stat, key: key}
+  r1: {schema: reading, key: sensor}
+  w: {schema: window_stat, key: key}
+operators:
+  win1: {type: window, input: a, output: w1, key: sensor, size: 300, slide: 100,
+         aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+  back: {type: map, input: w1, output: r1, fields: {sensor: key, ts: window_end, value: sum, seq: count}}
+  win: {type: window, input: r1, output: w, key: sensor, size: 400, slide: 200,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  n: {operators: [win1, back, win], replicas: 2, ha: {scheme: upstream_backup, interval_ms: 50}}
+""")
+
 
 def _role(role: str, epoch: int, replica: int) -> ControlMessage:
     return ControlMessage(ControlKind.ROLE, "n", 0, replica, role=role, epoch=epoch)
@@ -152,6 +170,12 @@ def test_a_takeover_from_any_ack_regenerates_the_rest_of_a_sliding_window_exactl
 @given(seed=st.integers(0, 10_000))
 def test_a_takeover_of_a_two_input_node_regenerates_the_rest_exactly(seed: int, no_broker) -> None:
     _check_takeovers(UNION, ["a", "b"], seed, 6, no_broker)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000))
+def test_a_takeover_of_a_chain_of_windows_regenerates_the_rest_exactly(seed: int, no_broker) -> None:
+    _check_takeovers(CHAIN, ["a"], seed, 6, no_broker)
 
 
 def test_without_any_ack_the_takeover_reads_the_inputs_from_their_start(no_broker) -> None:
