@@ -20,22 +20,9 @@ from services.ha import upstream_backup as ub
 from services.ha.active_standby import ActiveStandbyScheme
 from services.spec import parse_spec
 from tests.unit.dpc.fake_node import FakeMessage, FakeNode
-from tests.unit.ha.test_upstream_backup import _acks, _feed, _inputs
+from tests.unit.ha.test_upstream_backup import UNION_TEXT, _acks, _feed, _inputs
 
-SPEC = parse_spec("""\
-name: as
-streams:
-  a: {schema: reading, key: sensor}
-  b: {schema: reading, key: sensor}
-  u: {schema: reading, key: sensor}
-  w: {schema: window_stat, key: key}
-operators:
-  both: {type: union, inputs: [a, b], output: u}
-  win: {type: window, input: u, output: w, key: sensor, size: 300, slide: 100,
-        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
-nodes:
-  n: {operators: [both, win], replicas: 2, ha: {scheme: active_standby, interval_ms: 50}}
-""")
+SPEC = parse_spec(UNION_TEXT.replace("name: ub2", "name: as").replace("upstream_backup", "active_standby"))
 
 
 class Log:

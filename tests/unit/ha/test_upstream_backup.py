@@ -33,7 +33,7 @@ nodes:
   n: {operators: [win], replicas: 2, ha: {scheme: upstream_backup, interval_ms: 50}}
 """)
 
-UNION = parse_spec("""\
+UNION_TEXT = """\
 name: ub2
 streams:
   a: {schema: reading, key: sensor}
@@ -46,7 +46,8 @@ operators:
         aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
 nodes:
   n: {operators: [both, win], replicas: 2, ha: {scheme: upstream_backup, interval_ms: 50}}
-""")
+"""
+UNION = parse_spec(UNION_TEXT)
 
 # A window behind a window: the second one's state needs input from one first-window size earlier.
 CHAIN = parse_spec("""\
