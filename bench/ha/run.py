@@ -189,26 +189,30 @@ def _failure_free(spec: Any, workload: dict[str, list[Any]], names: list[str], u
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z")
 
 
-def _log_time(path: Path, needle: str, after: float = 0.0) -> float:
-    """Wall time of the first log line with ``needle`` at or after ``after`` (nan if none)."""
-    for line in path.read_text(errors="replace").splitlines():
+def _log_line(path: Path, needle: str, after: float) -> tuple[float, str] | None:
+    """(wall time, line) of the first log line with ``needle`` stamped at or after ``after``."""
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else ():
         if needle in line and (m := _STAMP.match(line)):
             t = dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=dt.UTC).timestamp()
             if t >= after:
-                return t
-    return float("nan")
+                return t, line
+    return None
+
+
+def _log_time(path: Path, needle: str, after: float = 0.0) -> float:
+    """Wall time of the first log line with ``needle`` at or after ``after`` (nan if none)."""
+    hit = _log_line(path, needle, after)
+    return hit[0] if hit else float("nan")
 
 
 def _wait_log(path: Path, needle: str, timeout: float, after: float = 0.0) -> tuple[float, int]:
     """(wall time, the number after ``needle``) of the first such log line after ``after``, once written."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for line in path.read_text(errors="replace").splitlines() if path.exists() else ():
-            if needle in line and (m := _STAMP.match(line)):
-                t = dt.datetime.fromisoformat(m.group(1)).replace(tzinfo=dt.UTC).timestamp()
-                if t >= after:
-                    num = re.search(re.escape(needle) + r" (\d+)", line)
-                    return t, int(num.group(1)) if num else 0
+        hit = _log_line(path, needle, after)
+        if hit:
+            num = re.search(re.escape(needle) + r" (\d+)", hit[1])
+            return hit[0], int(num.group(1)) if num else 0
         time.sleep(0.05)
     raise TimeoutError(f"no '{needle}' in {path.name} after {timeout:.0f} s")
 

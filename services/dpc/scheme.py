@@ -434,12 +434,16 @@ class DpcScheme:
 
     def _advance(self) -> None:
         """Move operator time to SUnion's stable frontier and tell downstream with a BOUNDARY."""
-        f = self.sunion.frontier()
+        f = self._frontier()
         if f is None or self.failed or (self.advanced is not None and f <= self.advanced):
             return
         self.advanced = f
         self._advance_operators(f, STABLE)
         self._boundary()
+
+    def _frontier(self) -> int | None:
+        """The time the operators may advance to: SUnion's stable frontier."""
+        return self.sunion.frontier()
 
     def _boundary(self) -> None:
         """BOUNDARY at the operators' time, or below the first result an operator still holds."""

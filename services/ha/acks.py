@@ -9,7 +9,8 @@ The paper's two acknowledgements map onto Kafka as follows:
   guaranteed for an output queue kept in the node's memory.
 - *level-1* (``Ack``): per input, the oldest input tuple the node's state still needs, taken
   at a *cut*: right after the operators were advanced to a bucket start (``HaScheme`` moves
-  them one bucket start at a time, so a replay makes the same calls). The state at the cut
+  them to bucket starts only, and a replay stops at the cut's, so the cut splits the output at
+  the same place in both). The state at the cut
   holds input from the operators' stream markers on (``NodePipeline.oldest_time``, the
   paper's indicators of the oldest tuple in state), so replaying each input from its acked
   tuple onto an empty node rebuilds it, and every result after the cut comes out again,

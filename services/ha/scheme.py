@@ -34,7 +34,7 @@ import time
 from services.control.messages import ControlKind, ControlMessage
 from services.coordinator.takeover import Role
 from services.core.errors import FencedError
-from services.core.tuples import STABLE, TupleType
+from services.core.tuples import TupleType
 from services.dpc.scheme import DpcScheme
 from services.dpc.states import NodeState
 from services.log.tail import output_tail
@@ -53,7 +53,7 @@ class HaScheme(DpcScheme):
         self.epoch = 0
         self.recovering = False
         self.resume_at: int | None = None  # a takeover's cut, on the way to which the operators stop
-        self.promoted_at = 0.0
+        self.promoted_at = 0.0  # when it took its current role: a recovery's time counts from it
 
     # -- the slot ---------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
@@ -78,6 +78,7 @@ class HaScheme(DpcScheme):
                 )
             self.role, self.epoch = Role.SECONDARY, msg.epoch
             node.set_role(Role.SECONDARY.value, msg.epoch)
+            self.promoted_at = time.monotonic()
             self._read_from(self.on_secondary())
 
     def after_batch(self, now: float, idle: bool) -> None:
@@ -89,8 +90,6 @@ class HaScheme(DpcScheme):
         if self.role is Role.PRIMARY:
             self._tick_raw(now)
             self._lift_floors()
-        if self.recovering and self.role is not Role.CANDIDATE:
-            self._check_recovered()
 
     def on_stop(self) -> None:
         if self.role is Role.PRIMARY:
@@ -114,18 +113,10 @@ class HaScheme(DpcScheme):
         self._collect(label)
         self._stepped(t)
 
-    def _advance(self) -> None:
-        """Move the operators to the last bucket start SUnion's stable frontier has passed, and tell
-        downstream with a BOUNDARY there."""
+    def _frontier(self) -> int | None:
+        """The last bucket start SUnion's stable frontier has passed: operators and BOUNDARY go there."""
         f = self.sunion.frontier()
-        if f is None:
-            return
-        f -= f % self.dpc.bucket
-        if self.advanced is not None and f <= self.advanced:
-            return
-        self.advanced = f
-        self._advance_operators(f, STABLE)
-        self._boundary()
+        return None if f is None else f - f % self.dpc.bucket
 
     def _stepped(self, t: int) -> None:
         """The operators were just advanced to bucket start ``t`` and their results numbered."""
@@ -133,15 +124,14 @@ class HaScheme(DpcScheme):
     # -- takeover ---------------------------------------------------------------------
     def _promote(self, epoch: int) -> None:
         node = self.node
-        ordered = time.monotonic()
+        self.promoted_at = time.monotonic()
         node.begin_writing(epoch)  # first: what the old primary writes after this is dropped by readers
         self.role, self.epoch = Role.PRIMARY, epoch
         node.set_role(Role.PRIMARY.value, epoch)
         log.info("primary at epoch %d", epoch)
         self._read_from(self.on_promote())
-        self.promoted_at = ordered
         if not self.recovering:  # it had the state already (an active standby): nothing to rebuild
-            log.info("primary caught up in %.0f ms", (time.monotonic() - ordered) * 1000)
+            log.info("primary caught up in %.0f ms", (time.monotonic() - self.promoted_at) * 1000)
 
     def _read_from(self, offsets: dict[str, int] | None) -> None:
         """Start the inputs at ``offsets`` (None: go on as they are); recovering until they are read
@@ -150,7 +140,7 @@ class HaScheme(DpcScheme):
             return
         node = self.node
         node.inputs.read_from(offsets)
-        self.recovering, self.promoted_at = True, time.monotonic()
+        self.recovering = True
         self.catch_up = node.inputs.ends()
         node.set_state(NodeState.RECOVERING)
 
