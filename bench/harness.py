@@ -179,12 +179,12 @@ def ha_role(mon: ReplicaMonitor, node: str, replica: int) -> str:
     return st.role if st is not None and st.alive(mon.timeout_s) else ""
 
 
-def wait_primary(mon: ReplicaMonitor, node: str, other_than: int | None, timeout: float) -> int:
+def wait_primary(mon: ReplicaMonitor, node: str, other_than: int | None, timeout: float, replicas: int = 2) -> int:
     """The replica of ``node`` (partition 0) that is primary, once one other than ``other_than`` says so.
     Polls every 20 ms: a takeover's time is measured by this wait."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for r in (0, 1):
+        for r in range(replicas):
             if r != other_than and ha_role(mon, node, r) == "primary":
                 return r
         time.sleep(0.02)

@@ -120,15 +120,27 @@ class DpcScheme:
         returns the image and the input offsets to replay from. ``undo``: announce an UNDO
         on each output, since it may end with tentative tuples of the process that died."""
         node = self.node
+        image = restart.load(node.settings.bootstrap, self.restart_topic, node.partition)
+        return self._resume_from(image, undo, restored=False)
+
+    def _resume_from(
+        self, image: restart.RestartImage | None, undo: bool, restored: bool
+    ) -> tuple[restart.RestartImage | None, dict[str, int]]:
+        """``_resume`` from a checkpoint already read; ``restored``: the operators hold its state
+        already (a warm standby applied it as it came), else they are given it here."""
+        node = self.node
         bootstrap = node.settings.bootstrap
-        image = restart.load(bootstrap, self.restart_topic, node.partition)
         lasts = {s: last_stable_id(bootstrap, node.outputs.topic(s), node.partition) for s in self.soutputs}
         if image is not None and self._claims_unwritten(image, lasts):
             image = None
+            if restored:
+                for op in node.pipeline.operators:
+                    op.clear()
         offsets: dict[str, int] = {}
         if image is not None:
             self._check_retained(image.offsets)
-            node.pipeline.restore(image.snapshot)
+            if not restored:
+                node.pipeline.restore(image.snapshot, image.deltas)
             self.sunion.restore(image.sunion, time.monotonic())
             for s, (next_id, boundary) in image.outputs.items():
                 if s in self.soutputs:

@@ -328,6 +328,14 @@ def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10
 
 
 @retry_transient
+def messages_after(bootstrap: str, topic: str, partition: int, start: int, timeout: float = 10) -> list[Message]:
+    """Every message of one partition from offset ``start`` to its end now, in order."""
+    with _range_consumer(bootstrap, "peek") as c:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+        return list(_read_range(c, topic, partition, start, high))
+
+
+@retry_transient
 def messages_between(bootstrap: str, topic: str, partition: int, start: int, end: int) -> list[Message]:
     """Every message of one partition from offset ``start`` up to ``end`` (excluded), in order."""
     with _range_consumer(bootstrap, "peek") as c:

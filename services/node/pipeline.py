@@ -10,7 +10,7 @@ with ``undo=True``, ``mark``/``undo``/``unmark`` (undo/redo with per-operator in
 from __future__ import annotations
 
 import pickle
-from typing import Callable
+from typing import Callable, Sequence
 
 from services.core.pickling import dumps
 from services.dpc.undo import UndoLog
@@ -123,13 +123,25 @@ class NodePipeline:
         state ``progress`` is called as it goes, and the heartbeat thread is not kept waiting."""
         return dumps([op.state() for op in self.operators], progress)
 
-    def restore(self, data: bytes) -> None:
-        """Continue from a ``snapshot()``; undrained output (produced after it) is dropped.
+    def delta(self) -> list[object]:
+        """Every operator's changes since the previous call (``Operator.delta``), live: serialize them now."""
+        return [op.delta() for op in self.operators]
+
+    def apply_delta(self, delta: list[object]) -> None:
+        """Bring the operators from the state of the previous ``delta()`` to that of this one."""
+        for op, d in zip(self.operators, delta, strict=True):
+            op.apply_delta(d)
+
+    def restore(self, data: bytes, deltas: Sequence[list[object]] = ()) -> None:
+        """Continue from a ``snapshot()`` and the ``delta()`` taken since, in order; undrained output
+        (produced after it) is dropped.
 
         With undo logs, the restored state becomes their base (a restart leaves no log).
         """
         for op, state in zip(self.operators, pickle.loads(data), strict=True):
             op.set_state(state)
+        for d in deltas:
+            self.apply_delta(d)
         for buf in self.outputs.values():
             buf.clear()
         self.rejected.clear()

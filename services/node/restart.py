@@ -24,9 +24,19 @@ An image may be far larger than a Kafka message, so it is written in chunks of
 - Every chunk and tombstone carries (header ``ht.image``) the offset of the newest complete
   manifest: a reader that finds a torn write at the end goes straight back to that image.
 
+Between images, a scheme may write **deltas** (``RestartDelta``, passive standby's checkpoints):
+what the operators changed since the previous checkpoint of the same *chain* (one writer's
+numbered sequence of checkpoints), with the rest of the state whole. An image records the chain
+and number of the checkpoint it was taken at, and every delta goes after it in the log (the
+writer thread writes images and deltas in the order they are taken). So the newest state is the
+newest complete image brought forward by the deltas that follow its manifest, numbered one after
+another from its own. A delta is keyed ``p<partition>.d<i>``, ``i`` counting from its image:
+compaction replaces it only by a delta of a newer image, and a reader stops at a gap anyway, with
+an older state that is just as consistent.
+
 The loop pickles the image (its state must not move meanwhile; ``services.core.pickling``
 lets the heartbeat thread run while it does); an ``ImageWriter`` thread chunks and writes
-it, one image at a time.
+it, one image or delta at a time. A ``Follower`` reads them as they come (a warm standby).
 """
 
 from __future__ import annotations
@@ -34,18 +44,19 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import queue
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from services.core.errors import RestartImageError
-from services.core.kafka import BatchProducer, DataProducer
+from services.core.kafka import BatchProducer, DataProducer, plain_consumer
 from services.core.pickling import dump_frames
 from services.core.tuples import RawHeaders
 from services.dpc.sunion import SUnionState
-from services.log.tail import last_message, messages_between
+from services.log.tail import last_message, messages_after, messages_between
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +68,8 @@ TOPIC_CONFIG = {
     "min.cleanable.dirty.ratio": "0.1",
     "delete.retention.ms": str(60_000),
 }
-HEADER = "ht.image"  # on chunks and tombstones: "<newest complete manifest's offset>/<slot>/<extent>"
+HEADER = "ht.image"  # on chunks, tombstones and deltas: "<newest complete manifest's offset>/<slot>/<extent>"
+DELTA_KEYS = 10_000  # a delta's key counts from its image up to this, then wraps
 
 
 @dataclass
@@ -69,6 +81,31 @@ class RestartImage:
     offsets: dict[str, int] = field(default_factory=dict)  # input topic -> next offset
     taken_ms: int = 0
     failed: bool = False  # taken during an upstream failure: ``snapshot`` is the state before it
+    chain: int = 0  # the writer's sequence of checkpoints it belongs to (0: no deltas follow it)
+    seq: int = 0  # its number in that sequence
+    deltas: list[list[object]] = field(default_factory=list)  # operator deltas read after it, to apply in order
+
+    def advance(self, delta: RestartDelta) -> None:
+        """Bring the image forward by the next delta of its chain."""
+        self.deltas.append(delta.operators)
+        self.sunion, self.outputs, self.ports, self.offsets = delta.sunion, delta.outputs, delta.ports, delta.offsets
+        self.taken_ms, self.seq = delta.taken_ms, delta.seq
+
+
+@dataclass
+class RestartDelta:
+    """A checkpoint between images: the operators' changes since checkpoint ``seq - 1`` of ``chain``
+    (``NodePipeline.delta``), the rest whole (it is small), consistent with ``offsets`` and with
+    outputs already delivered, as an image is."""
+
+    operators: list[object]
+    sunion: SUnionState
+    outputs: dict[str, tuple[int, int]]
+    ports: dict[str, tuple[int, int]]
+    offsets: dict[str, int]
+    taken_ms: int
+    chain: int
+    seq: int
 
 
 @dataclass(frozen=True)
@@ -80,6 +117,8 @@ class Manifest:
     chunks: int
     size: int  # bytes of the pickled image
     extents: tuple[int, int]  # per slot, how many chunk keys may hold a value
+    chain: int = 0  # the image's checkpoint chain and number (``RestartImage``), for a follower
+    seq: int = 0
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -88,7 +127,8 @@ class Manifest:
     def decode(cls, data: bytes | None, where: str) -> Manifest:
         try:
             d = json.loads(data or b"")
-            return cls(d["image"], d["slot"], d["chunks"], d["size"], (d["extents"][0], d["extents"][1]))
+            extents = (d["extents"][0], d["extents"][1])
+            return cls(d["image"], d["slot"], d["chunks"], d["size"], extents, d.get("chain", 0), d.get("seq", 0))
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise RestartImageError(f"{where} holds no restart image manifest where one should be: {e}") from None
 
@@ -120,6 +160,21 @@ def manifest_key(partition: int) -> bytes:
 
 def chunk_key(partition: int, slot: int, i: int) -> bytes:
     return b"p%d.%d.%d" % (partition, slot, i)
+
+
+def delta_key(partition: int, i: int) -> bytes:
+    return b"p%d.d%d" % (partition, i % DELTA_KEYS)
+
+
+def _delta(m: Message, partition: int, where: str) -> RestartDelta | None:
+    """The delta ``m`` holds, or None if it is no delta (a chunk, a tombstone, a manifest)."""
+    key, value = m.key(), m.value()
+    if value is None or not isinstance(key, bytes) or not key.startswith(b"p%d.d" % partition):
+        return None
+    d = pickle.loads(value)
+    if not isinstance(d, RestartDelta):
+        raise RestartImageError(f"{where}@{m.offset()} holds a {type(d).__name__}, not a restart delta")
+    return d
 
 
 def head(bootstrap: str, topic: str, partition: int) -> Head:
@@ -158,12 +213,25 @@ def _manifest_at(bootstrap: str, topic: str, partition: int, offset: int) -> Hea
 
 
 def load(bootstrap: str, topic: str, partition: int) -> RestartImage | None:
-    """The newest complete restart image of one node replica partition, or None."""
+    """The newest complete restart image of one node replica partition, with the deltas of its chain
+    that follow it (``RestartImage.deltas``), or None."""
+    return _load(bootstrap, topic, partition)[0]
+
+
+def _load(bootstrap: str, topic: str, partition: int) -> tuple[RestartImage | None, int]:
+    """The newest state (``load``) and the offset after the last message read."""
     h = head(bootstrap, topic, partition)
     if h.manifest is None:
-        return None
+        return None, 0
+    where = f"{topic}[{partition}]"
     msgs = messages_between(bootstrap, topic, partition, h.offset - h.manifest.chunks, h.offset)
-    return _assemble(h.manifest, msgs, partition, f"{topic}[{partition}]")
+    image = _assemble(h.manifest, msgs, partition, where)
+    after = messages_after(bootstrap, topic, partition, h.offset + 1)
+    for m in after:
+        d = _delta(m, partition, where)
+        if d is not None and d.chain == image.chain and d.seq == image.seq + 1:
+            image.advance(d)
+    return image, (after[-1].offset() or 0) + 1 if after else h.offset + 1
 
 
 def _assemble(man: Manifest, msgs: list[Message], partition: int, where: str) -> RestartImage:
@@ -179,12 +247,15 @@ def _assemble(man: Manifest, msgs: list[Message], partition: int, where: str) ->
     return image
 
 
-class ImageWriter:
-    """Writes one node replica partition's restart images from a thread, one image at a time.
+_Job = tuple[str, list[bytes], int, int]  # ("image" | "delta", pickled frames, chain, seq)
 
-    The loop only pickles its state (``write``) and goes on: neither a large image nor a slow
-    broker holds it up. A write that fails is logged, and the next image is tried at the
-    next interval. ``producer`` (for tests) must report successful deliveries.
+
+class ImageWriter:
+    """Writes one node replica partition's restart images and deltas from a thread, in order.
+
+    The loop only pickles its state (``write``, ``write_delta``) and goes on: neither a large
+    image nor a slow broker holds it up. A write that fails is logged and counted (``failed``);
+    the next one is tried all the same. ``producer`` (for tests) must report successful deliveries.
     """
 
     def __init__(
@@ -206,37 +277,73 @@ class ImageWriter:
             **{"batch.num.messages": 1, "message.max.bytes": 2 * chunk_bytes, "delivery.report.only.error": False},
         )
         self._head: Head | None = None  # read from the topic before the first write
+        self._base = (0, 0)  # chain and number of the last image written: deltas' keys count from it
+        self._jobs: queue.Queue[_Job] = queue.Queue()
+        self._taken = self._done = 0  # images taken, and written or failed (each counted by one thread)
         self._thread: threading.Thread | None = None
 
     @property
     def busy(self) -> bool:
         """An image is still being written."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._taken > self._done
 
     def write(self, image: RestartImage, progress: Callable[[], None] = lambda: None) -> None:
         """Pickle ``image`` now, on the caller's thread (calling ``progress`` as it goes), then
-        write it in the background, after the image still in flight if any."""
-        frames = dump_frames(image, progress)
-        self.wait()
-        self._thread = threading.Thread(target=self._run, args=(frames,), name=f"image-{self.topic}", daemon=True)
-        self._thread.start()
+        write it in the background, after what is in flight."""
+        self._taken += 1
+        self._put(("image", dump_frames(image, progress), image.chain, image.seq))
+
+    def write_delta(self, data: bytes, chain: int, seq: int) -> None:
+        """Write a pickled ``RestartDelta`` in the background, after what is in flight."""
+        self._put(("delta", [data], chain, seq))
+
+    def _put(self, job: _Job) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"image-{self.topic}", daemon=True)
+            self._thread.start()
+        self._jobs.put(job)
 
     def wait(self) -> None:
-        """Until the image in flight is written or has failed."""
-        if self._thread is not None:
-            self._thread.join()
+        """Until everything taken is written or has failed."""
+        self._jobs.join()
 
-    def _run(self, frames: list[bytes]) -> None:
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                self._do(*job)
+            finally:
+                self._jobs.task_done()
+
+    def _do(self, kind: str, frames: list[bytes], chain: int, seq: int) -> None:
         try:
-            self._write(b"".join(frames))
+            if kind == "image":
+                self._write(b"".join(frames), chain, seq)
+                self._base = (chain, seq)
+            else:
+                self._write_delta(frames[0], chain, seq)
         except Exception as e:  # the loop goes on: the next image is tried at the next interval
             self.failed += 1
             self._head = None  # read again: the manifest may have landed though its flush failed
-            log.warning("restart image not written to %s[%d]: %s", self.topic, self.partition, e)
+            log.warning("restart %s not written to %s[%d]: %s", kind, self.topic, self.partition, e)
             return
-        self.on_written()
+        finally:
+            if kind == "image":
+                self._done += 1
+        if kind == "image":
+            self.on_written()
 
-    def _write(self, data: bytes) -> None:
+    def _write_delta(self, data: bytes, chain: int, seq: int) -> None:
+        """One delta, keyed by its number counted from its image, and acknowledged before the next job."""
+        if self._head is None:
+            self._head = head(self.bootstrap, self.topic, self.partition)
+        h = self._head
+        index = seq - self._base[1] if self._base[0] == chain else seq
+        headers: RawHeaders = [(HEADER, b"%d/%d/%d" % (h.offset, h.slot, h.extents[h.slot]))]
+        self._producer.send(self.topic, data, delta_key(self.partition, index), self.partition, headers)
+        self._producer.flush()
+
+    def _write(self, data: bytes, chain: int, seq: int) -> None:
         """Tombstones, chunks, and once they are all acknowledged the manifest."""
         if self._head is None:
             self._head = head(self.bootstrap, self.topic, self.partition)
@@ -252,7 +359,7 @@ class ImageWriter:
         self._producer.flush()
         extents = list(h.extents)
         extents[slot] = len(chunks)
-        man = Manifest(h.image, slot, len(chunks), len(data), (extents[0], extents[1]))
+        man = Manifest(h.image, slot, len(chunks), len(data), (extents[0], extents[1]), chain, seq)
         self._head = Head(man, self._send_manifest(man), extents)
         self.last_bytes = len(data)
 
@@ -271,3 +378,73 @@ class ImageWriter:
         )
         self._producer.flush()
         return offsets[0]
+
+
+class Follower:
+    """Follows one partition's checkpoints as they are written, so that a standby holds the newest
+    state before it is needed (passive standby's warm standby).
+
+    It starts from the newest image and its deltas (``load``), then reads on: each delta that is the
+    next of its chain goes to ``on_delta``; an image it must take whole (at the start, when the
+    chain changes after a takeover, or after a missing delta) goes to ``on_image`` with its deltas.
+    ``state`` holds the rest of the newest checkpoint (SUnion, outputs, offsets), not the operators.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partition: int,
+        on_image: Callable[[RestartImage], None],
+        on_delta: Callable[[RestartDelta], None],
+    ) -> None:
+        self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
+        self.where = f"{topic}[{partition}]"
+        self.on_image, self.on_delta = on_image, on_delta
+        state, start = _load(bootstrap, topic, partition)
+        self.state: RestartImage | None = None
+        if state is not None:
+            self._took(state)
+        self.consumer = plain_consumer(bootstrap, "standby", unique=True, **{"fetch.wait.max.ms": 10})
+        self.consumer.assign([TopicPartition(topic, partition, start)])
+        self.next = start  # the offset after the last message read
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Take what has been written since the last call; returns how many messages were read."""
+        msgs = self.consumer.consume(500, timeout)
+        for m in msgs:
+            if m.error() is None:
+                self.next = (m.offset() or 0) + 1
+                self._take(m)
+        return len(msgs)
+
+    def catch_up(self, timeout: float = 10) -> RestartImage | None:
+        """Take everything written up to now; returns the newest checkpoint's state."""
+        _, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition), timeout=timeout)
+        while self.next < high:
+            if not self.poll(timeout):
+                raise RestartImageError(f"{self.where}: checkpoints up to offset {high} not read in {timeout}s")
+        return self.state
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def _take(self, m: Message) -> None:
+        st = self.state
+        if m.key() == manifest_key(self.partition):
+            man = Manifest.decode(m.value(), self.where)
+            if st is None or man.chain != st.chain or man.seq > st.seq:  # not the state it holds already
+                off = m.offset() or 0
+                chunks = messages_between(self.bootstrap, self.topic, self.partition, off - man.chunks, off)
+                self._took(_assemble(man, chunks, self.partition, self.where))
+            return
+        d = _delta(m, self.partition, self.where)
+        if d is not None and st is not None and d.chain == st.chain and d.seq == st.seq + 1:
+            st.advance(d)
+            st.deltas.clear()
+            self.on_delta(d)
+
+    def _took(self, image: RestartImage) -> None:
+        self.on_image(image)
+        image.snapshot, image.deltas = b"", []  # applied: only the rest is kept
+        self.state = image

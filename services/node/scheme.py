@@ -56,7 +56,17 @@ class Images(Protocol):
     def busy(self) -> bool:
         """An image is still being written."""
 
+    @property
+    def failed(self) -> int:
+        """Writes that failed so far."""
+
+    @property
+    def last_bytes(self) -> int:
+        """Size of the last image written."""
+
     def write(self, image: RestartImage, progress: Callable[[], None]) -> None: ...
+
+    def write_delta(self, data: bytes, chain: int, seq: int) -> None: ...
 
     def wait(self) -> None: ...
 

@@ -12,6 +12,8 @@ Besides ``push``, the DPC machinery needs from an operator (the defaults suit st
 - ``advance(stime)``: a time promise (SUnion's stable frontier), so windows close and join
   state expires without waiting for the next tuple, and the node can send a BOUNDARY;
 - ``state()``/``set_state()``: checkpoint/redo (the paper's pack/unpack state methods);
+- ``delta()``/``apply_delta()``: what changed since the last ``delta()`` (passive standby's
+  checkpoints between full images); the default is the whole state each time;
 - ``clear()``/``oldest_time(port)``: undo/redo, through ``services.dpc.undo.UndoLog``
   (the paper's clear() and findOldestTuple(stream_id));
 - ``held()``/``due()``/``flush()``: an operator whose results cost a job to compute (the
@@ -92,6 +94,18 @@ class Operator:
 
     def set_state(self, state: object) -> None:
         """Continue from a ``state()`` (the operator takes ownership of it)."""
+
+    def delta(self) -> object:
+        """What changed since the previous ``delta()``, picklable (may be live objects: the caller
+        serializes it before feeding more input). The first call after the operator was built,
+        cleared or given a state returns the whole state, since nothing before it is known.
+        An operator that does not track its changes returns the whole state every time."""
+        return self.state()
+
+    def apply_delta(self, delta: object) -> None:
+        """Bring a copy that held the state of the previous ``delta()`` (or of a ``state()``) to the
+        state of this one: a warm standby follows its primary this way."""
+        self.set_state(delta)
 
     def clear(self) -> None:
         """Back to the empty state of a freshly built operator."""

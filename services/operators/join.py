@@ -7,6 +7,7 @@ until the other side's time (or an ``advance``) has moved past it by more than `
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Any, cast
 
@@ -45,12 +46,63 @@ class WindowJoin(Operator):
         self.order: tuple[deque, deque] = (deque(), deque())
         # Per side: the time that side has reached; the other side is expired up to it - within.
         self.watermark: list[int | None] = [None, None]
+        self._untracked()
 
     def state(self) -> object:
         return (self.sides, self.order, self.watermark)
 
     def set_state(self, state: object) -> None:
         self.sides, self.order, self.watermark = cast(JoinState, state)
+        self._untracked()
+
+    def _untracked(self) -> None:
+        self.marked: list[int] | None = None  # per side, how many tuples were kept at the last delta()
+        self.expired = [0, 0]  # per side, tuples expired since then
+
+    def delta(self) -> object:
+        """Per side, how many of the tuples kept at the last call expired since, and the tuples kept
+        since in arrival order; and the watermarks. Both sides are queues (tuples leave in arrival
+        order), so a copy expires that many from its head, then appends. The first call returns the
+        whole state. Tracking costs nothing per tuple: the counts come from the queues' lengths."""
+        marked, expired = self.marked, self.expired
+        self.marked, self.expired = [len(self.order[0]), len(self.order[1])], [0, 0]
+        if marked is None:
+            return (True, self.state())
+        sides = []
+        for side in (0, 1):
+            old, gone = marked[side], expired[side]
+            order = self.order[side]
+            new = len(order) - max(0, old - gone)  # the tuples kept since the last call that are still kept
+            sides.append((min(gone, old), self._newest(side, new)))
+        return (False, (sides, list(self.watermark)))
+
+    def _newest(self, side: int, n: int) -> list[tuple[Any, tuple[int, int, Any]]]:
+        """The ``n`` newest tuples kept on ``side``, in arrival order, with their keys."""
+        order, state = self.order[side], self.sides[side]
+        keys = [k for _, k in itertools.islice(order, len(order) - n, None)]
+        per_key: dict[Any, int] = {}
+        for k in keys:
+            per_key[k] = per_key.get(k, 0) + 1
+        tails = {k: itertools.islice(state[k], len(state[k]) - c, None) for k, c in per_key.items()}
+        return [(k, next(tails[k])) for k in keys]
+
+    def apply_delta(self, delta: object) -> None:
+        full, body = cast(tuple[bool, Any], delta)
+        if full:
+            self.set_state(body)
+            return
+        sides, self.watermark = body
+        for side, (gone, new) in enumerate(sides):
+            order, state = self.order[side], self.sides[side]
+            for _ in range(gone):
+                _, k = order.popleft()
+                q = state[k]
+                q.popleft()
+                if not q:
+                    del state[k]
+            for k, entry in new:
+                state.setdefault(k, deque()).append(entry)
+                order.append((entry[0], k))
 
     def span(self) -> int:
         return self.within
@@ -114,3 +166,4 @@ class WindowJoin(Operator):
             q.popleft()
             if not q:
                 del state[k]
+            self.expired[side] += 1

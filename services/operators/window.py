@@ -108,12 +108,41 @@ class WindowAggregate(Operator):
         self.windows: dict[int, dict[Any, Accumulator]] = {}  # start -> key -> accumulator
         self.watermark: int | None = None
         self.late = 0  # tuples that arrived after some of their windows had closed
+        self.dirty: set[tuple[int, Any]] | None = None  # (start, key) changed since the last delta()
 
     def state(self) -> object:
         return (self.windows, self.watermark, self.late)
 
     def set_state(self, state: object) -> None:
         self.windows, self.watermark, self.late = cast(tuple[dict[int, dict[Any, Accumulator]], int | None, int], state)
+        self.dirty = None
+
+    def delta(self) -> object:
+        """The accumulators changed since the last call (of windows still open), the watermark and the
+        late count: the watermark says which windows closed meanwhile. Changes are tracked per
+        (window, key) from the first call on, which returns the whole state."""
+        dirty, windows = self.dirty, self.windows
+        self.dirty = set()
+        if dirty is None:
+            return (True, self.state())
+        changed: dict[int, dict[Any, Accumulator]] = {}
+        for start, k in dirty:
+            w = windows.get(start)
+            if w is not None:
+                changed.setdefault(start, {})[k] = w[k]
+        return (False, (changed, self.watermark, self.late))
+
+    def apply_delta(self, delta: object) -> None:
+        full, body = cast(tuple[bool, Any], delta)
+        if full:
+            self.set_state(body)
+            return
+        changed, self.watermark, self.late = cast(tuple[dict[int, dict[Any, Accumulator]], int | None, int], body)
+        for start, accs in changed.items():
+            self.windows.setdefault(start, {}).update(accs)
+        if self.watermark is not None:
+            for start in [s for s in self.windows if s + self.size <= self.watermark]:
+                del self.windows[start]  # closed since the last delta
 
     def span(self) -> int:
         return self.size
@@ -134,7 +163,7 @@ class WindowAggregate(Operator):
     def push(self, port: int, items: list[Item]) -> None:
         out: list[Item] = []
         tf, kf, fields = self.time, self.key, self.fields
-        size, slide, windows, nf = self.size, self.slide, self.windows, len(self.fields)
+        size, slide, windows, nf, dirty = self.size, self.slide, self.windows, len(self.fields), self.dirty
         for item in items:
             try:  # everything that can fail, before anything changes
                 t, k, values = window_input(item[0], tf, kf, fields)
@@ -155,6 +184,8 @@ class WindowAggregate(Operator):
                 if acc is None:
                     acc = w[k] = Accumulator(nf)
                 acc.add(values)
+                if dirty is not None:
+                    dirty.add((start, k))
         if out:
             self.emit(out)
 

@@ -16,6 +16,7 @@ In both the woken primary exits and writes nothing a reader takes.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -130,8 +131,12 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
         assert processes.wait_gone(procs[second], 20), "the replaced primary went on running after it woke up"
         said = (logs / f"n{second}-a.log").read_text()
         assert "failed over" in said or "replaced by" in said, said[-2000:]
-        if spec.nodes["n"].ha.scheme is Scheme.PASSIVE_STANDBY:  # it took over from a checkpoint, not from scratch
-            assert "restarting from the restart image" in said, said[-2000:]
+        if spec.nodes["n"].ha.scheme is Scheme.PASSIVE_STANDBY:  # both took over warm, from deltas they had applied
+            for f in (f"n{second}-a.log", f"n{first}-b.log"):
+                text = (logs / f).read_text()
+                assert "restarting from the restart image" in text, text[-2000:]
+                applied = re.search(r"the warm standby takes over at checkpoint \d+ \((\d+) deltas", text)
+                assert applied is not None and int(applied[1]) > 0, text[-2000:]
         if spec.nodes["n"].ha.scheme is Scheme.UPSTREAM_BACKUP:  # it rebuilt from an ack, not from the start
             assert "rebuilding from the ack of cut" in said, said[-2000:]
         if spec.nodes["n"].ha.scheme is Scheme.ACTIVE_STANDBY:  # both takeovers went on from the standby's queue

@@ -117,12 +117,17 @@ class FakeImages:
     """Writes each restart image at once and whole, as one message of the restart topic."""
 
     busy = False
+    failed = 0
+    last_bytes = 0
 
     def __init__(self, producer: FakeProducer, topic: str) -> None:
         self.producer, self.topic = producer, topic
 
     def write(self, image: Any, progress: Any = None) -> None:
         self.producer.send(self.topic, pickle.dumps(image))
+
+    def write_delta(self, data: bytes, chain: int, seq: int) -> None:
+        self.producer.send(self.topic, data)
 
     def wait(self) -> None:
         pass

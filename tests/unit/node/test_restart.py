@@ -3,6 +3,8 @@ compaction keeps the newest complete image, and a failed write never reaches the
 
 from __future__ import annotations
 
+import copy
+import pickle
 import random
 from typing import Any
 
@@ -12,7 +14,7 @@ from confluent_kafka import KafkaException
 from services.core.pickling import dump_frames
 from services.dpc.sunion import SUnionState
 from services.node import restart
-from services.node.restart import ImageWriter, RestartImage
+from services.node.restart import Follower, ImageWriter, RestartDelta, RestartImage
 from tests.unit.dpc.fake_node import CHAIN, FakeMessage, FakeNode
 
 TOPIC, CHUNK = "t.restart.n.r0", 1000
@@ -76,19 +78,70 @@ class FakeLog:
     def messages_between(self, bootstrap: str, topic: str, partition: int, start: int, end: int) -> list:
         return [m for m in self.msgs if start <= m.offset() < end]
 
+    def messages_after(self, bootstrap: str, topic: str, partition: int, start: int) -> list:
+        return [m for m in self.msgs if start <= m.offset()]
+
+    def consumer(self, bootstrap: str, role: str, **conf: Any) -> FakeLogConsumer:
+        return FakeLogConsumer(self)
+
+
+class FakeLogConsumer:
+    """Reads a ``FakeLog`` from where it is assigned, as a follower's consumer does."""
+
+    def __init__(self, log: FakeLog) -> None:
+        self.log, self.pos = log, 0
+
+    def assign(self, tps: list) -> None:
+        self.pos = tps[0].offset
+
+    def consume(self, n: int, timeout: float) -> list:
+        out = [m for m in self.log.msgs if m.offset() >= self.pos][:n]
+        if out:
+            self.pos = out[-1].offset() + 1
+        return out
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        return 0, self.log.next
+
+    def close(self) -> None:
+        pass
+
 
 @pytest.fixture
 def log(monkeypatch: Any) -> FakeLog:
     fake = FakeLog()
     monkeypatch.setattr(restart, "last_message", fake.last_message)
     monkeypatch.setattr(restart, "messages_between", fake.messages_between)
+    monkeypatch.setattr(restart, "messages_after", fake.messages_after)
+    monkeypatch.setattr(restart, "plain_consumer", fake.consumer)
     return fake
 
 
-def image(chunks: int, seed: int = 1) -> RestartImage:
+def image(chunks: int, seed: int = 1, chain: int = 0, seq: int = 0) -> RestartImage:
     """An image of ``chunks`` chunks: its operator snapshot is noise, the rest under 500 bytes."""
     noise = random.Random(seed).randbytes(chunks * CHUNK - 500)
-    return RestartImage(noise, SUnionState([None], {}, None, {}, [None]), {"out": (seed, -1)}, {}, {"in": seed})
+    sunion = SUnionState([None], {}, None, {}, [None])
+    return RestartImage(noise, sunion, {"out": (seed, -1)}, {}, {"in": seed}, chain=chain, seq=seq)
+
+
+def delta(chain: int, seq: int) -> RestartDelta:
+    """Checkpoint ``seq`` of ``chain``: its operators' delta names it, its offset is its number."""
+    return RestartDelta(
+        [f"d{seq}"], SUnionState([None], {}, None, {}, [None]), {"out": (seq, -1)}, {}, {"in": seq}, 0, chain, seq
+    )
+
+
+def write_delta(w: ImageWriter, d: RestartDelta) -> None:
+    w.write_delta(pickle.dumps(d), d.chain, d.seq)
+    w.wait()
+
+
+def brought_to(img: RestartImage, *deltas: RestartDelta) -> RestartImage:
+    """``img`` as a reader brings it forward by ``deltas``."""
+    out = copy.deepcopy(img)
+    for d in deltas:
+        out.advance(d)
+    return out
 
 
 def writer(log: FakeLog) -> ImageWriter:
@@ -189,6 +242,60 @@ def test_an_image_still_in_flight_when_the_next_is_due_makes_the_scheme_skip_tha
     node.scheme.next_image = 0.0
     node.step([], 2.0)
     assert len(node.producer.topics[node.images.topic]) == 1
+
+
+def test_the_deltas_after_the_newest_image_bring_it_forward_in_order_up_to_a_missing_one(log: FakeLog) -> None:
+    """Deltas of another chain (a replaced writer's) and those after a gap are not applied."""
+    w = writer(log)
+    write(w, image(2, 1, chain=5, seq=1))
+    for d in (delta(5, 2), delta(5, 3), delta(6, 4), delta(5, 4), delta(5, 6)):
+        write_delta(w, d)
+    assert load() == brought_to(image(2, 1, chain=5, seq=1), delta(5, 2), delta(5, 3), delta(5, 4))
+
+
+def test_a_torn_image_leaves_the_image_before_it_with_every_delta_of_the_chain(log: FakeLog) -> None:
+    """A delta follows from the checkpoint before it, image or not: a torn image loses nothing."""
+    w = writer(log)
+    write(w, image(2, 1, chain=5, seq=1))
+    write_delta(w, delta(5, 2))
+    log.crash_after(1)
+    write(w, image(2, 2, chain=5, seq=2))
+    log.crash_after(None)
+    write_delta(w, delta(5, 3))
+    assert w.failed == 1
+    assert load() == brought_to(image(2, 1, chain=5, seq=1), delta(5, 2), delta(5, 3))
+
+
+def test_compaction_keeps_the_newest_image_and_its_deltas(log: FakeLog) -> None:
+    w = writer(log)
+    seq = 1
+    for seed in (1, 2, 3):
+        write(w, image(2, seed, chain=5, seq=seq))
+        for _ in range(3 if seed < 3 else 2):
+            seq += 1
+            write_delta(w, delta(5, seq))
+        log.compact()
+    deltas = [m for m in log.msgs if (m.key() or b"").startswith(b"p0.d")]
+    assert len(deltas) == 3, "the newest image's two deltas and the third of the image before"
+    assert load() == brought_to(image(2, 3, chain=5, seq=7), delta(5, 8), delta(5, 9))
+
+
+def test_a_follower_applies_each_delta_as_it_comes_and_takes_a_new_chain_whole(log: FakeLog) -> None:
+    w = writer(log)
+    write(w, image(2, 1, chain=5, seq=1))
+    write_delta(w, delta(5, 2))
+    took: list[Any] = []
+    f = Follower("unused:9092", TOPIC, 0, lambda img: took.append(("image", img.seq, img.deltas)), took.append)
+    assert took == [("image", 2, [["d2"]])] and f.state is not None and f.state.offsets == {"in": 2}
+    write_delta(w, delta(5, 3))
+    write(w, image(2, 2, chain=5, seq=3))  # the image of the checkpoint it has: not read again
+    write_delta(w, delta(5, 5))  # 4 is missing: not applied
+    f.poll()
+    assert took[1:] == [delta(5, 3)] and f.state.seq == 3
+    write(w, image(2, 3, chain=9, seq=1))  # a new primary's first checkpoint
+    write_delta(w, delta(9, 2))
+    assert f.catch_up() is f.state and f.state.chain == 9 and f.state.seq == 2
+    assert took[2:] == [("image", 1, []), delta(9, 2)] and f.state.snapshot == b""
 
 
 def test_pickling_large_state_reports_progress_as_it_goes() -> None:
