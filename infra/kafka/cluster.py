@@ -119,6 +119,17 @@ def ensure_kafka_jars() -> Path:
     return target
 
 
+def set_client_quota(bootstrap: str, client_id: str, producer_bytes_per_s: int) -> None:
+    """Cap what the clients named ``client_id`` may write per second (a Kafka client quota; the broker
+    delays their requests past it), with Kafka's own config tool."""
+    cmd = [_java(), "-cp", f"{ensure_kafka_jars()}/*", "kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap]
+    cmd += ["--alter", "--add-config", f"producer_byte_rate={producer_bytes_per_s}"]
+    cmd += ["--entity-type", "clients", "--entity-name", client_id]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise KafkaClusterError(f"client quota for {client_id} not set: {_java_error_line(done.stdout + done.stderr)}")
+
+
 def _java_error_line(output: str) -> str:
     """The line of a JVM's output that names the failure (the exception message, not a stack frame)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith(("\tat ", "\t... "))]

@@ -106,6 +106,8 @@ class Takeovers:
         p.seen[replica] = now
         role = p.roles.get(replica)
         if reported is not None and reported[0] is Role.CANDIDATE:
+            if role is None and p.primary() is not None:  # it came up after the election: it joins as secondary
+                return [self._give(p, node, partition, replica, Role.SECONDARY, now)]
             if role is None or now - p.sent.get(replica, float("-inf")) <= p.detection_s:
                 return []  # the election takes it once due; or its order is on the way
             if role is not Role.FAILED:  # restarted within the detection time: what it held is gone,

@@ -46,6 +46,7 @@ import logging
 import pickle
 import queue
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -152,6 +153,12 @@ class Head:
     def image(self) -> int:
         """The next image's number."""
         return 0 if self.manifest is None else self.manifest.image + 1
+
+
+def client_id(topic: str) -> str:
+    """The Kafka client id of the writer of ``topic``'s images: its bandwidth can be seen in the broker's
+    metrics and capped with a client quota, apart from the node's data."""
+    return f"hastream.images.{topic}"
 
 
 def manifest_key(partition: int) -> bytes:
@@ -274,7 +281,12 @@ class ImageWriter:
         self._producer = producer or BatchProducer(
             bootstrap,
             linger_ms=0,
-            **{"batch.num.messages": 1, "message.max.bytes": 2 * chunk_bytes, "delivery.report.only.error": False},
+            **{
+                "batch.num.messages": 1,
+                "message.max.bytes": 2 * chunk_bytes,
+                "delivery.report.only.error": False,
+                "client.id": client_id(topic),
+            },
         )
         self._head: Head | None = None  # read from the topic before the first write
         self._base = (0, 0)  # chain and number of the last image written: deltas' keys count from it
@@ -421,8 +433,10 @@ class Follower:
     def catch_up(self, timeout: float = 10) -> RestartImage | None:
         """Take everything written up to now; returns the newest checkpoint's state."""
         _, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition), timeout=timeout)
+        deadline = time.monotonic() + timeout
         while self.next < high:
-            if not self.poll(timeout):
+            self.poll(0.01)  # consume() waits its whole timeout unless its count of messages comes
+            if time.monotonic() > deadline:
                 raise RestartImageError(f"{self.where}: checkpoints up to offset {high} not read in {timeout}s")
         return self.state
 

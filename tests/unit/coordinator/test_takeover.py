@@ -36,6 +36,16 @@ def test_a_lone_replica_is_elected_after_a_detection_time() -> None:
     assert t.check(D) == [Order("n", 0, 1, Role.PRIMARY, 1)]
 
 
+def test_a_replica_that_starts_after_the_election_is_made_secondary_at_once() -> None:
+    """A warm standby must follow the primary from the start: waiting for a failure would make it cold."""
+    t = pair()
+    t.heard("n", 0, 1, 0.0)
+    t.heard("n", 0, 1, D)
+    assert t.check(D) == [Order("n", 0, 1, Role.PRIMARY, 1)]
+    assert t.heard("n", 0, 0, 2.0, reported=(Role.CANDIDATE, 0)) == [Order("n", 0, 0, Role.SECONDARY, 1)]
+    assert t.role("n", 0, 0) is Role.SECONDARY
+
+
 def test_a_silent_primary_is_replaced_by_the_secondary_with_a_new_epoch() -> None:
     t = pair()
     started(t)
