@@ -6,9 +6,10 @@ it records: its outputs are flushed first, so a checkpoint never claims output t
 hold. A checkpoint is a **delta** (``restart.RestartDelta``): what the operators changed since the
 previous one (``Operator.delta``: the window's changed accumulators, the join's new and expired
 tuples), with SUnion, the next output ids and the input offsets whole. A **full image** goes
-first after each takeover, after a failed write, and whenever the deltas written since the last
-image add up to its size (``_image_due``), so that reading an image and its deltas never costs
-more than about two images. The loop only pickles: a thread writes, processing does not stop.
+first after each takeover and after a failed write; instead of a delta that weighs half the
+image or more (a small state that changes nearly whole every interval: the image costs no
+more); and besides the delta once the deltas since the last image add up to ``IMAGE_EVERY``
+images, so that a replica that joins reads at most that much more than one image. The loop only pickles: a thread writes, processing does not stop.
 The input logs keep everything (HA topics have no retention, ``services.ha.logs``), so input
 preservation holds without acknowledgements.
 
@@ -42,6 +43,7 @@ from services.node.scheme import NodeRuntime
 log = logging.getLogger(__name__)
 
 MAX_DELTAS = 1000  # deltas after one image at most: a cold takeover reads them all
+IMAGE_EVERY = 4  # an image once the deltas since the last one weigh this many images
 
 
 class PassiveStandbyScheme(HaScheme):
@@ -107,7 +109,7 @@ class PassiveStandbyScheme(HaScheme):
             self._checkpoint()
 
     def _checkpoint(self) -> None:
-        """A delta of everything since the last checkpoint, and an image when one is due."""
+        """A delta of everything since the last checkpoint, an image instead or besides when due."""
         node = self.node
         node.outputs.flush()
         node.producer.flush()
@@ -115,31 +117,35 @@ class PassiveStandbyScheme(HaScheme):
         outputs = {s: so.state() for s, so in self.soutputs.items()}
         operators = node.pipeline.delta()
         self.seq += 1
-        image = self._image_due()
-        if self.seq > 1:  # the first of a chain has no delta: nothing before it is in the chain
+        images = node.images
+        if self.seq > 1 and images.failed == self.failed_seen:  # else a delta may be missing: an image
             delta = restart.RestartDelta(
                 operators, point.sunion, outputs, point.ports, point.offsets, now_ms(), self.chain, self.seq
             )
             data = pickle.dumps(delta, protocol=pickle.HIGHEST_PROTOCOL)
-            if len(data) <= restart.CHUNK_BYTES:
-                node.images.write_delta(data, self.chain, self.seq)  # before the image: a follower needs no image
+            if not self._image_instead(len(data)):
+                images.write_delta(data, self.chain, self.seq)  # before an image: a follower needs no image
                 self.delta_bytes += len(data)
-            else:
-                image = True  # too large for a message: the image carries it
-        if image:
-            self.image_seq, self.delta_bytes, self.failed_seen = self.seq, 0, node.images.failed
-            snapshot = node.pipeline.snapshot(node.tick)
-            state = restart.RestartImage(
-                snapshot, point.sunion, outputs, point.ports, point.offsets, now_ms(), chain=self.chain, seq=self.seq
-            )
-            node.images.write(state, node.tick)  # pickled here; chunked and written in the background
+                if not self._image_besides():
+                    return
+        self.image_seq, self.delta_bytes, self.failed_seen = self.seq, 0, images.failed
+        snapshot = node.pipeline.snapshot(node.tick)
+        state = restart.RestartImage(
+            snapshot, point.sunion, outputs, point.ports, point.offsets, now_ms(), chain=self.chain, seq=self.seq
+        )
+        images.write(state, node.tick)  # pickled here; chunked and written in the background
 
-    def _image_due(self) -> bool:
-        """A full image: first in a chain, after a failed write (a delta may be missing), or once the
-        deltas since the last image add up to it (or are many): reading them costs as much as it."""
+    def _image_instead(self, size: int) -> bool:
+        """An image rather than a delta of ``size`` bytes: one too large for a message, or one that
+        weighs half the image or more (the state changed nearly whole: a small state, few keys)."""
         images = self.node.images
-        if self.seq == 1 or images.failed > self.failed_seen:
-            return True
+        return size > restart.CHUNK_BYTES or (not images.busy and 2 * size >= images.last_bytes)
+
+    def _image_besides(self) -> bool:
+        """An image after the delta: once the deltas since the last image add up to ``IMAGE_EVERY``
+        images (or are many), so that a replica that joins reads at most that much more."""
+        images = self.node.images
         if images.busy:
             return False  # the image in flight serves
-        return self.delta_bytes >= max(images.last_bytes, 1) or self.seq - self.image_seq >= MAX_DELTAS
+        many = self.seq - self.image_seq >= MAX_DELTAS
+        return many or self.delta_bytes >= IMAGE_EVERY * images.last_bytes

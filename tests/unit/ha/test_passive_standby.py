@@ -66,14 +66,22 @@ def test_a_chain_starts_with_an_image_and_goes_on_in_numbered_deltas(primary: Fa
     assert [c.seq for c in written] == [1, 2, 3, 4, 5, 6] and len({c.chain for c in written}) == 1
 
 
-def test_an_image_is_due_again_once_the_deltas_add_up_to_one(primary: FakeNode) -> None:
-    primary.images.last_bytes = 1500  # the image written at the start, as the writer reports it
-    run(primary, 8)
+def test_an_image_goes_besides_the_deltas_once_they_weigh_four_images(primary: FakeNode) -> None:
+    primary.images.last_bytes = 3000  # the image written at the start, as the writer reports it; deltas ~1 kB
+    run(primary, 20)
     written = checkpoints(primary)
     images = [c.seq for c in written if isinstance(c, RestartImage)]
-    deltas = [c.seq for c in written if isinstance(c, RestartDelta)]
-    assert images[0] == 1 and len(images) >= 2, "a second image once the deltas weigh as much"
-    assert set(images[1:]) <= set(deltas), "an image comes with the delta of its checkpoint, for a follower"
+    deltas = [c for c in written if isinstance(c, RestartDelta)]
+    assert images[0] == 1 and len(images) >= 2, "a second image once the deltas weigh four"
+    assert set(images[1:]) <= {d.seq for d in deltas}, "it comes with the delta of its checkpoint, for a follower"
+    assert sum(len(pickle.dumps(d)) for d in deltas if d.seq <= images[1]) >= 4 * 3000
+
+
+def test_an_image_goes_instead_of_a_delta_weighing_half_of_it(primary: FakeNode) -> None:
+    """A small state that changes nearly whole every interval: its image costs no more than a delta."""
+    primary.images.last_bytes = 1500
+    run(primary, 5)
+    assert all(isinstance(c, RestartImage) for c in checkpoints(primary))
 
 
 def test_a_failed_write_makes_the_next_checkpoint_an_image(primary: FakeNode) -> None:
@@ -95,8 +103,8 @@ def test_a_standby_applying_the_checkpoints_holds_the_primary_state_at_each(prim
         at_checkpoint.append(plain([op.state() for op in primary.pipeline.operators]))
 
     ps._checkpoint = recorded  # type: ignore[method-assign]
-    primary.images.last_bytes = 3000  # an image again now and then
-    run(primary, 20, keys=5)
+    primary.images.last_bytes = 3500  # an image now and then, instead of a delta or besides
+    run(primary, 30, keys=5)
     images = 0
     for c in checkpoints(primary):  # an image comes right after the delta of the same checkpoint
         if isinstance(c, RestartImage):
@@ -106,4 +114,5 @@ def test_a_standby_applying_the_checkpoints_holds_the_primary_state_at_each(prim
             scheme._take_delta(c)
         want = at_checkpoint[c.seq - 1]
         assert plain([op.state() for op in standby.pipeline.operators]) == want, f"at checkpoint {c.seq}"
-    assert images >= 2 and scheme.applied == len(at_checkpoint) - 1
+    deltas = [c for c in checkpoints(primary) if isinstance(c, RestartDelta)]
+    assert images >= 3 and len(deltas) >= 10 and scheme.applied == len(deltas)
