@@ -55,7 +55,7 @@ class PassiveStandbyScheme(HaScheme):
         self.delta_bytes = 0  # bytes of the deltas written since that image
         self.failed_seen = 0  # the image writer's failures already answered with an image
         self.follower: restart.Follower | None = None
-        self.applied = 0  # deltas a standby applied
+        self.applied = self.taken = 0  # deltas a standby applied, images it took whole
 
     # -- the standby ------------------------------------------------------------------
     def on_secondary(self) -> None:
@@ -70,6 +70,7 @@ class PassiveStandbyScheme(HaScheme):
     def _take_image(self, image: restart.RestartImage) -> None:
         self.node.pipeline.restore(image.snapshot, image.deltas)
         self.node.tick()
+        self.taken += 1
 
     def _take_delta(self, delta: restart.RestartDelta) -> None:
         self.node.pipeline.apply_delta(delta.operators)
@@ -92,8 +93,9 @@ class PassiveStandbyScheme(HaScheme):
                 follower.close()
             if state is not None:
                 log.info(
-                    "the warm standby takes over at checkpoint %d (%d deltas applied as they came)",
+                    "the warm standby takes over at checkpoint %d (%d images and %d deltas applied as they came)",
                     state.seq,
+                    self.taken,
                     self.applied,
                 )
             _, offsets = self._resume_from(state, undo=False, restored=True)

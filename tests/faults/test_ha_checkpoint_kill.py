@@ -14,6 +14,7 @@ failure.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -21,17 +22,13 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from bench.workload import PacedSources, readings_workload
 from infra.kafka.cluster import set_client_quota
-from services.client.view import StreamView
-from services.control.monitor import ReplicaMonitor
 from services.core.kafka import plain_consumer
 from services.deploy import processes
-from services.deploy.local import provision, service_commands, service_env
 from services.log.tail import messages_after
 from services.node import restart
-from services.operators.reference import evaluate
-from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
+from tests.integration.ha_rig import HaRig
+from tests.integration.helpers import ha_role, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -52,22 +49,14 @@ RATE, COUNT, SENSORS = 1000, 14_000, 100_000  # input flows on past both kills
 
 
 def test_a_primary_killed_while_writing_an_image_is_recovered_precisely(kafka: Any, tmp_path: Path) -> None:
-    spec, path = unique_spec(SPEC, tmp_path)
-    u = spec.name.split("-")[1]
-    provision(spec, kafka.bootstrap)
-    argv = dict(service_commands(spec, path))
-    env, logs = service_env(kafka.bootstrap), tmp_path / "logs"
-    logs.mkdir()
-    coordinator = CoordinatorProcess(path, kafka.bootstrap, tmp_path)
-    coordinator.start()
-    procs = [processes.spawn(argv[f"n.r{r}.p0"], logs / f"n{r}.log", env) for r in range(3)]
-    mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, 1.0)
-    workload = readings_workload([f"in_{u}"], COUNT, RATE, sensors=SENSORS)
-    topic = spec.restart_topic("n", 0)
+    rig = HaRig(kafka.bootstrap, tmp_path, SPEC, COUNT, RATE, sensors=SENSORS)
+    for r in range(3):
+        rig.start("n", r)
+    topic = rig.spec.restart_topic("n", 0)
     watch = plain_consumer(kafka.bootstrap, "test.watch", unique=True, **{"fetch.wait.max.ms": 5})
     try:
-        first = wait_primary(mon, "n", None, 60, replicas=3)
-        sources = PacedSources(spec, kafka.bootstrap, workload, RATE).start()
+        first = rig.primary("n", None, 60)
+        rig.feed()
         time.sleep(6.0)
         # From now on the images' writer may write 100 kB/s (a Kafka client quota, measured over the
         # broker's 10 s window): a new primary's first image, over 2 MB, gets its first MB out at
@@ -76,32 +65,25 @@ def test_a_primary_killed_while_writing_an_image_is_recovered_precisely(kafka: A
         set_client_quota(kafka.bootstrap, restart.client_id(topic), 100_000)
         _, end = watch.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         watch.assign([TopicPartition(topic, 0, end)])
-        processes.kill(procs[first])
-        second = wait_primary(mon, "n", first, 20, replicas=3)
+        processes.kill(rig.proc("n", first))
+        second = rig.primary("n", first)
         chunk = _first_chunk(watch)
-        processes.pause(procs[second])  # stopped at once, then killed: its image stays torn
-        processes.kill(procs[second])
+        processes.pause(rig.proc("n", second))  # stopped at once, then killed: its image stays torn
+        processes.kill(rig.proc("n", second))
         written = messages_after(kafka.bootstrap, topic, 0, chunk)
         seen = [(m.offset(), m.key(), len(m.value() or b"")) for m in written]
         assert restart.manifest_key(0) not in [m.key() for m in written], f"killed too late: the image is whole: {seen}"
         third = 3 - first - second
-        wait_for(lambda: ha_role(mon, "n", third) == "primary", 20, f"r{third} to take over")
-        sources.join(120)
-        text = (logs / f"n{third}.log").read_text()
-        assert "the warm standby takes over" in text, text[-2000:]
-
-        want = evaluate(spec, {f"in_{u}": [workload[f"in_{u}"]]}, ended=True)[f"out_{u}"][0]
-        with StreamView(spec, f"out_{u}", kafka.bootstrap, stable_only=True) as view:
-            view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], 120)
-            time.sleep(1.0)
-            view.poll(timeout=0.5)
-            got = view.stable(0)
+        wait_for(lambda: ha_role(rig.mon, "n", third) == "primary", 20, f"r{third} to take over")
+        want, got = rig.outputs(f"out_{rig.u}", 120)
+        took = re.search(
+            r"the warm standby takes over at checkpoint \d+ \(\d+ images and (\d+) deltas", rig.log("n", third)
+        )
+        assert took is not None and int(took[1]) > 0, rig.log("n", third)[-2000:]  # it followed the deltas
         assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
     finally:
         watch.close()
-        mon.close()
-        processes.stop(procs, timeout=20, resume_first=True)
-        coordinator.stop()
+        rig.close()
 
 
 def _first_chunk(watch: Any) -> int:

@@ -13,7 +13,6 @@ final output must equal the failure-free output tuple for tuple, ids 0..n-1.
 from __future__ import annotations
 
 import random
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +20,8 @@ from typing import Any
 
 import pytest
 
-from bench.workload import PacedSources, readings_workload
-from services.client.view import StreamView
-from services.control.monitor import ReplicaMonitor
 from services.deploy import processes
-from services.deploy.local import provision, service_commands, service_env
-from services.operators.reference import evaluate
-from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
+from tests.integration.ha_rig import HaRig
 
 pytestmark = pytest.mark.integration
 
@@ -75,66 +69,36 @@ def random_schedule(seed: int) -> tuple[tuple[str, str, str], list[Fault]]:
 
 def run_schedule(kafka: Any, tmp_path: Path, seed: int) -> None:
     schemes, faults = random_schedule(seed)
-    text = CHAIN.format(s1=schemes[0], s2=schemes[1], s3=schemes[2])
-    spec, path = unique_spec(text, tmp_path)
-    u = spec.name.split("-")[1]
-    provision(spec, kafka.bootstrap)
-    argv = dict(service_commands(spec, path))
-    env, logs = service_env(kafka.bootstrap), tmp_path / "logs"
-    logs.mkdir()
-    coordinator = CoordinatorProcess(path, kafka.bootstrap, tmp_path)
-    coordinator.start()
-    procs: dict[tuple[str, int], subprocess.Popen] = {}
-    runs: dict[tuple[str, int], int] = {}
-
-    def start(node: str, r: int) -> None:
-        runs[(node, r)] = runs.get((node, r), 0) + 1
-        procs[(node, r)] = processes.spawn(argv[f"{node}.r{r}.p0"], logs / f"{node}{r}-{runs[(node, r)]}.log", env)
-
+    rig = HaRig(kafka.bootstrap, tmp_path, CHAIN.format(s1=schemes[0], s2=schemes[1], s3=schemes[2]), COUNT, RATE)
     for n in NODES:
         for r in (0, 1):
-            start(n, r)
-    mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, 1.0)
-    workload = readings_workload([f"in_{u}"], COUNT, RATE)
+            rig.start(n, r)
     try:
         for n in NODES:
-            wait_primary(mon, n, None, 90)
-        sources = PacedSources(spec, kafka.bootstrap, workload, RATE).start()
+            rig.primary(n, None, 90)
+        rig.feed()
         began = time.monotonic()
         for f in faults:
             time.sleep(max(0.0, began + f.at_s - time.monotonic()))
-            victim = wait_primary(mon, f.node, None, 20)
-            p = procs[(f.node, victim)]
+            victim = rig.primary(f.node)
+            p = rig.proc(f.node, victim)
             if f.kind == "kill":
                 processes.kill(p)
-                wait_primary(mon, f.node, victim, 20)
-                start(f.node, victim)  # it rejoins as secondary
+                rig.primary(f.node, victim)
             else:
                 processes.pause(p)
-                wait_primary(mon, f.node, victim, 20)
+                rig.primary(f.node, victim)
                 time.sleep(0.3)
                 processes.resume(p)  # fenced: it must stop by itself
                 assert processes.wait_gone(p, 20), f"{f.node} r{victim} went on after it was failed over and woke up"
-                start(f.node, victim)
-            rejoined(mon, f.node, victim)
-        sources.join(120)
-        want = evaluate(spec, {f"in_{u}": [workload[f"in_{u}"]]}, ended=True)[f"out_{u}"][0]
-        with StreamView(spec, f"out_{u}", kafka.bootstrap, stable_only=True) as view:
-            view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], 90)
-            time.sleep(1.0)
-            view.poll(timeout=0.5)
-            got = view.stable(0)
+            rig.start(f.node, victim)  # it rejoins as secondary
+            rig.rejoined(f.node, victim)
+        want, got = rig.outputs(f"out_{rig.u}")
         where = f"seed {seed}: schemes {schemes}, faults {faults}"
         assert len(got) == len(want), f"{where}: {len(got)} results, failure-free {len(want)}"
         assert got == want, f"{where}: the output differs from the failure-free run"
     finally:
-        mon.close()
-        processes.stop(list(procs.values()), timeout=20, resume_first=True)
-        coordinator.stop()
-
-
-def rejoined(mon: ReplicaMonitor, node: str, replica: int) -> None:
-    wait_for(lambda: ha_role(mon, node, replica) == "secondary", 60, f"{node} r{replica} to rejoin as secondary")
+        rig.close()
 
 
 def test_ha_fault_schedule_quick(kafka: Any, tmp_path: Path) -> None:

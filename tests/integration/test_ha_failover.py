@@ -22,16 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.workload import PacedSources, readings_workload
-from services.client.view import StreamView
-from services.control.monitor import ReplicaMonitor
 from services.deploy import processes
-from services.deploy.local import provision, service_commands, service_env
 from services.ha.guarantee import gap_runs
 from services.log.tail import first_offset
-from services.operators.reference import evaluate
 from services.spec.model import Scheme
-from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
+from tests.integration.ha_rig import HaRig
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -90,72 +86,59 @@ def test_active_standby_takes_over_from_its_queue_precisely(kafka, tmp_path: Pat
 def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[float, float]]:
     """The failure-free output, the output with the two failures (stable, as a client reads it) and
     how long each takeover took after its failure."""
-    spec, path = unique_spec(text, tmp_path)
-    u = spec.name.split("-")[1]
-    provision(spec, kafka.bootstrap)
-    argv = dict(service_commands(spec, path))
-    env, logs = service_env(kafka.bootstrap), tmp_path / "logs"
-    logs.mkdir()
-    coordinator = CoordinatorProcess(path, kafka.bootstrap, tmp_path)
-    coordinator.start()
-    procs = [processes.spawn(argv[f"n.r{r}.p0"], logs / f"n{r}-a.log", env) for r in (0, 1)]
-    mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, 1.0)
-    workload = readings_workload([f"in_{u}"], COUNT, RATE)
+    rig = HaRig(kafka.bootstrap, tmp_path, text, COUNT, RATE)
+    spec, u = rig.spec, rig.u
+    scheme = spec.nodes["n"].ha.scheme
+    for r in (0, 1):
+        rig.start("n", r)
     detection_s = spec.nodes["n"].ha.detection_ms / 1000
     try:
-        first = wait_primary(mon, "n", None, 60)
-        sources = PacedSources(spec, kafka.bootstrap, workload, RATE).start()
+        first = rig.primary("n", None, 60)
+        rig.feed()
         time.sleep(3.0)
 
         # 1. kill -9 of the primary: the secondary takes over; the killed replica comes back as secondary.
-        processes.kill(procs[first])
+        processes.kill(rig.proc("n", first))
         killed_at = time.monotonic()
-        second = wait_primary(mon, "n", first, 20)
+        second = rig.primary("n", first)
         took_1 = time.monotonic() - killed_at
-        st = coordinator.status()
-        assert st["schemes"]["n"] == spec.nodes["n"].ha.scheme.value
+        st = rig.coordinator.status()
+        assert st["schemes"]["n"] == scheme.value
         assert {"node": "n", "partition": 0, "replica": second, "role": "primary"}.items() <= next(
             t for t in st["takeovers"] if t["replica"] == second
         ).items()
-        procs[first] = processes.spawn(argv[f"n.r{first}.p0"], logs / f"n{first}-b.log", env)
-        wait_for(lambda: ha_role(mon, "n", first) == "secondary", 30, "the restarted replica to rejoin as secondary")
+        rig.start("n", first)
+        rig.rejoined("n", first, 30)
         time.sleep(2.0)
 
         # 2. SIGSTOP of the new primary past the detection time: the rejoined replica takes over.
-        processes.pause(procs[second])
+        processes.pause(rig.proc("n", second))
         paused_at = time.monotonic()
-        assert wait_primary(mon, "n", second, 20) == first
+        assert rig.primary("n", second) == first
         took_2 = time.monotonic() - paused_at
         time.sleep(0.5)
-        processes.resume(procs[second])  # wakes up while input flows: fenced, it stops
-        assert processes.wait_gone(procs[second], 20), "the replaced primary went on running after it woke up"
-        said = (logs / f"n{second}-a.log").read_text()
+        processes.resume(rig.proc("n", second))  # wakes up while input flows: fenced, it stops
+        assert processes.wait_gone(rig.proc("n", second), 20), "the replaced primary went on running after it woke up"
+        said = rig.log("n", second)
         assert "failed over" in said or "replaced by" in said, said[-2000:]
-        if spec.nodes["n"].ha.scheme is Scheme.PASSIVE_STANDBY:  # both took over warm, from deltas they had applied
-            for f in (f"n{second}-a.log", f"n{first}-b.log"):
-                text = (logs / f).read_text()
+        takeovers = [rig.log("n", second), rig.log("n", first, 2)]
+        if scheme is Scheme.PASSIVE_STANDBY:  # both took over warm, from checkpoints they had applied
+            for text in takeovers:
                 assert "restarting from the restart image" in text, text[-2000:]
-                applied = re.search(r"the warm standby takes over at checkpoint \d+ \((\d+) deltas", text)
-                assert applied is not None and int(applied[1]) > 0, text[-2000:]
-        if spec.nodes["n"].ha.scheme is Scheme.UPSTREAM_BACKUP:  # it rebuilt from an ack, not from the start
+                applied = re.search(
+                    r"the warm standby takes over at checkpoint \d+ \((\d+) images and (\d+) deltas", text
+                )
+                assert applied is not None and int(applied[1]) + int(applied[2]) > 1, text[-2000:]
+        if scheme is Scheme.UPSTREAM_BACKUP:  # it rebuilt from an ack, not from the start
             assert "rebuilding from the ack of cut" in said, said[-2000:]
-        if spec.nodes["n"].ha.scheme is Scheme.ACTIVE_STANDBY:  # both takeovers went on from the standby's queue
-            for f in (f"n{second}-a.log", f"n{first}-b.log"):
-                assert "took over from the standby's queue" in (logs / f).read_text(), f
-        sources.join(60)
-        if spec.nodes["n"].ha.scheme is Scheme.UPSTREAM_BACKUP:  # the input log was trimmed as it went
+        if scheme is Scheme.ACTIVE_STANDBY:  # both takeovers went on from the standby's queue
+            for text in takeovers:
+                assert "took over from the standby's queue" in text, text[-2000:]
+        want, got = rig.outputs(f"out_{u}", 60)
+        if scheme is Scheme.UPSTREAM_BACKUP:  # the input log was trimmed as it went
             wait_for(lambda: first_offset(kafka.bootstrap, f"{spec.name}.in_{u}", 0) > COUNT // 2, 20, "a trim")
-            assert coordinator.status()["trims"] > 0
-
-        want = evaluate(spec, {f"in_{u}": [workload[f"in_{u}"]]}, ended=True)[f"out_{u}"][0]  # sources end their time
-        with StreamView(spec, f"out_{u}", kafka.bootstrap, stable_only=True) as view:
-            view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], 60)
-            time.sleep(1.0)
-            view.poll(timeout=0.5)
-            got = view.stable(0)
+            assert rig.coordinator.status()["trims"] > 0
         assert took_1 >= detection_s * 0.5 and took_2 >= detection_s * 0.5  # it waited to detect, at least
         return want, got, (took_1, took_2)
     finally:
-        mon.close()
-        processes.stop(procs, timeout=20, resume_first=True)
-        coordinator.stop()
+        rig.close()

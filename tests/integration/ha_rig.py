@@ -1,0 +1,82 @@
+"""What the HA tests on a real broker share: one spec deployed with its coordinator and every node
+replica as processes, a heartbeat monitor to see roles, paced input, and the final output beside
+the failure-free one."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.workload import PacedSources, readings_workload
+from services.client.view import StreamView
+from services.control.monitor import ReplicaMonitor
+from services.deploy import processes
+from services.deploy.local import provision, service_commands, service_env
+from services.operators.reference import evaluate
+from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
+
+
+class HaRig:
+    """``text`` (a spec template with ``{u}``) deployed on ``bootstrap``: the coordinator runs, and
+    ``start`` runs a node replica, each run with a log of its own (``log``). Input: ``count``
+    readings at ``rate`` per second on the stream ``in_{u}``, started by ``feed``."""
+
+    def __init__(self, bootstrap: str, tmp_path: Path, text: str, count: int, rate: int, sensors: int = 4) -> None:
+        self.spec, path = unique_spec(text, tmp_path)
+        self.u = self.spec.name.split("-")[1]
+        self.bootstrap, self.rate = bootstrap, rate
+        provision(self.spec, bootstrap)
+        self.argv = dict(service_commands(self.spec, path))
+        self.env, self.logs = service_env(bootstrap), tmp_path / "logs"
+        self.logs.mkdir()
+        self.coordinator = CoordinatorProcess(path, bootstrap, tmp_path)
+        self.coordinator.start()
+        self.procs: dict[tuple[str, int], subprocess.Popen] = {}
+        self.runs: dict[tuple[str, int], int] = {}
+        self.mon = ReplicaMonitor(bootstrap, self.spec.heartbeat_topic, 1.0)
+        self.input = f"in_{self.u}"
+        self.workload = readings_workload([self.input], count, rate, sensors=sensors)
+        self.sources: PacedSources | None = None
+
+    def start(self, node: str, replica: int) -> None:
+        key = (node, replica)
+        self.runs[key] = self.runs.get(key, 0) + 1
+        self.procs[key] = processes.spawn(
+            self.argv[f"{node}.r{replica}.p0"], self.logs / f"{node}{replica}-{self.runs[key]}.log", self.env
+        )
+
+    def proc(self, node: str, replica: int) -> subprocess.Popen:
+        return self.procs[(node, replica)]
+
+    def log(self, node: str, replica: int, run: int = 1) -> str:
+        """What run ``run`` of the replica wrote to its log."""
+        return (self.logs / f"{node}{replica}-{run}.log").read_text()
+
+    def primary(self, node: str, other_than: int | None = None, timeout: float = 20) -> int:
+        """The replica that says it is primary, once one other than ``other_than`` does."""
+        return wait_primary(self.mon, node, other_than, timeout, replicas=self.spec.nodes[node].replicas)
+
+    def rejoined(self, node: str, replica: int, timeout: float = 60) -> None:
+        wait_for(lambda: ha_role(self.mon, node, replica) == "secondary", timeout, f"{node} r{replica} to rejoin")
+
+    def feed(self) -> None:
+        self.sources = PacedSources(self.spec, self.bootstrap, self.workload, self.rate).start()
+
+    def outputs(self, stream: str, timeout: float = 90) -> tuple[list[Any], list[Any]]:
+        """Once the input is all sent: the failure-free output of ``stream`` (partition 0) and the stable
+        output as a client reads it, up to the failure-free run's last tuple and a second more."""
+        assert self.sources is not None
+        self.sources.join(120)
+        want = evaluate(self.spec, {self.input: [self.workload[self.input]]}, ended=True)[stream][0]
+        with StreamView(self.spec, stream, self.bootstrap, stable_only=True) as view:
+            view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], timeout)
+            time.sleep(1.0)
+            view.poll(timeout=0.5)
+            return want, view.stable(0)
+
+    def close(self) -> None:
+        self.mon.close()
+        processes.stop(list(self.procs.values()), timeout=20, resume_first=True)
+        self.coordinator.stop()
