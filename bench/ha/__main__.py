@@ -245,6 +245,27 @@ def table_chain(doc: dict[str, Any]) -> str:
     return md_table(["aggregates", "PS bw %", "PS rec ms", "AS bw %", "AS rec ms", "UB bw %", "UB rec ms"], rows)
 
 
+def table_keys(doc: dict[str, Any]) -> str:
+    runs = _runs(doc, "keys")
+    rows = []
+    for k in sorted({r["config"].get("sensors", 1) for r in runs}):
+        r = _find(runs, sensors=k, scheme="passive_standby")
+        image = r.get("image_bytes")
+        rows.append(
+            [
+                k,
+                f"{image / 1000:.1f}" if isinstance(image, int) else "–",
+                _pct(r.get("overhead_pct")),
+                _pct(r.get("images_only_pct")),
+                _pct(ex.cpu_overhead(r, runs)) if r else "–",
+                _ms(r.get("recovery_ms")),
+                "yes" if r.get("precise") else ("NO" if r else "–"),
+            ]
+        )
+    heads = ["keys", "image (kB)", "PS overhead % (bytes)", "an image every M (%)", "PS overhead % (CPU)"]
+    return md_table([*heads, "PS rec ms", "precise"], rows)
+
+
 def write_page(doc: dict[str, Any]) -> Path:
     m = doc.get("machine", {})
     parts = [fill(PAGE, "intro", machine=footer(m))]
@@ -254,6 +275,7 @@ def write_page(doc: dict[str, Any]) -> Path:
         ("window", lambda d: table_by(d, "window", "window", ex.PAPER_T7)),
         ("advance", lambda d: table_by(d, "advance", "advance", ex.PAPER_T8)),
         ("chain", table_chain),
+        ("keys", table_keys),
     ):
         e = doc["experiments"].get(name)
         if not e:

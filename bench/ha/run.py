@@ -17,6 +17,7 @@ rate, kill -9 of its primary mid-run; what the failure cost and what the scheme 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -49,6 +50,7 @@ class Config:
     window: int = 100  # ms of tuple time; at 1 tuple per ms, tuples
     advance: int = 10
     aggregates: int = 1  # the chain's length (workload "chain")
+    sensors: int = 1  # distinct keys in the input
     rate: int = 1000  # tuples/s in all
     seconds: float = 10.0
     kill_at: float = 6.0  # s into the input
@@ -127,7 +129,7 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
     names = inputs(c, u)
     per = c.rate // len(names)
     n = int(per * c.seconds)
-    workload = readings_workload(names, n, per, sensors=1)
+    workload = readings_workload(names, n, per, sensors=c.sensors)
     try:
         primary = wait_primary(mon, "n", None, 90)
         if c.scheme == "active_standby":  # the secondary must be following before the input starts
@@ -156,6 +158,7 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
         data = int(read) + _bytes(bootstrap, spec.topic(f"out_{u}"), window)
         extra = _ha_bytes(c, spec, bootstrap, window) + (int(read) if c.scheme == "active_standby" else 0)
         cpu = {r: round(cpu1[r] - cpu0[r], 3) for r in procs}
+        images = _images(bootstrap, spec, window) if c.scheme == "passive_standby" else None
         return {
             "config": asdict(c),
             "label": c.label,
@@ -165,6 +168,10 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
             "data_bytes": data,
             "ha_bytes": extra,
             "overhead_pct": round(100 * extra / data, 2) if data else None,
+            "image_bytes": images,  # passive standby: the mean image (the whole state) written meanwhile
+            "images_only_pct": (
+                round(100 * images * (t1 - t0) * 1000 / c.interval_ms / data, 2) if images and data else None
+            ),  # what an image at every checkpoint would have cost
             "cpu_primary_s": cpu[primary],
             "cpu_secondary_s": cpu[1 - primary],
             "span_s": round(t1 - t0, 2),
@@ -266,6 +273,19 @@ def _record_size(bootstrap: str, topic: str) -> float:
     """The mean size of the records still in ``topic`` (the inputs' records are all alike)."""
     ms = _records(bootstrap, topic)
     return sum(_size(m) for m in ms) / len(ms) if ms else 0.0
+
+
+def _images(bootstrap: str, spec: Any, window: tuple[int, int]) -> int | None:
+    """The mean size of the passive standby images written within ``window`` (ms), from their
+    manifests (``services.node.restart``), or of the last one before if none was."""
+    lo, hi = window
+    sizes = [
+        (m.timestamp()[1] >= lo, json.loads(m.value())["size"])
+        for m in _records(bootstrap, spec.restart_topic("n", 0))
+        if m.key() == b"p0" and m.value() and m.timestamp()[1] < hi
+    ]
+    within = [size for inside, size in sizes if inside]
+    return round(sum(within) / len(within)) if within else (sizes[-1][1] if sizes else None)
 
 
 def _ha_bytes(c: Config, spec: Any, bootstrap: str, window: tuple[int, int]) -> int:
