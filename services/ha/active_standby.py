@@ -18,7 +18,9 @@ replay), which is the paper's window of vulnerability after a rejoin.
 At a takeover the secondary writes to the log what its queue holds past the log's tail, each
 tuple it had in common with the log checked against it, and goes on: no replay, so the
 recovery takes only the detection and the order. A secondary that was behind drops what it
-computes up to the tail, checked the same way.
+computes up to the tail, checked the same way. Under ``recovery: rollback`` it writes its
+whole queue and whatever it computes, without reading the log: the tuples the log had since
+the last trim message are repeated (``services.ha.scheme``).
 """
 
 from __future__ import annotations
@@ -116,10 +118,11 @@ class ActiveStandbyScheme(UpstreamBackupScheme):
             last, bound = output_tail(bootstrap, topic, part)
             q, out = self.held[s], node.outputs.queue(s)
             ids = [e[1] for e in q if e[0] is STABLE]
-            logged = stable_after(bootstrap, topic, part, ids[0] - 1) if ids and ids[0] <= last else {}
+            check = self.precise and bool(ids) and ids[0] <= last  # rollback writes the log's tail again
+            logged = stable_after(bootstrap, topic, part, ids[0] - 1) if check else {}
             for e in q:
                 ttype, tid, stime, payload = e
-                if ttype is STABLE and tid <= last:
+                if ttype is STABLE and tid <= last and self.precise:
                     if logged.get(tid) != (stime, payload):
                         raise RestartMismatch(
                             f"{topic}[{part}]: the standby holds stable tuple {tid} as {payload!r} at {stime}, the log "

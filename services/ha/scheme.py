@@ -11,7 +11,17 @@ scheme (``Scheme.one_log``) that is one topic per stream, which a takeover conti
 2. the scheme sets its state and outputs and says where its inputs start (``on_promote``):
    amnesia goes on where the log stands (``continue_log``: ids after the last stable one,
    no result below the last boundary, which readers hold the stream to); passive standby
-   restores the last checkpoint and drops what it regenerates up to the log's tail.
+   restores the last checkpoint, upstream backup rebuilds from an acknowledgement, active
+   standby writes what it holds.
+
+What a takeover regenerates of the log's tail is where the recovery types part (section 3.1).
+Under ``recovery: precise`` the new primary drops it, each tuple checked against the one the
+log holds under its id: the log reads as the failure-free run's. Under ``recovery: rollback``
+it writes it again without reading the log back: the log then holds *repeating* duplicates,
+exact copies under the same ids, about one interval of output per failure (the paper's
+Delta), and saves the read of the log's tail. hastream's readers (nodes, ``StreamView``,
+``hastream tail``) drop a stable id they have, so what they take is precise either way; an
+application reading the log raw sees the duplicates.
 
 A primary that is told it is secondary was failed by the coordinator and replaced: it stops
 (``FencedError``) and its restart rejoins as a secondary, as the paper's returning node does.
@@ -39,6 +49,7 @@ from services.dpc.scheme import DpcScheme
 from services.dpc.states import NodeState
 from services.log.tail import output_tail
 from services.node.scheme import NodeRuntime
+from services.spec.model import Recovery
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +65,7 @@ class HaScheme(DpcScheme):
         self.recovering = False
         self.resume_at: int | None = None  # a takeover's cut, on the way to which the operators stop
         self.promoted_at = 0.0  # when it took its current role: a recovery's time counts from it
+        self.precise = node.plan.ha.guarantee is Recovery.PRECISE  # else a takeover repeats the log's tail
 
     # -- the slot ---------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
@@ -155,6 +167,12 @@ class HaScheme(DpcScheme):
         self.recovering = False
         node.set_state(NodeState.STABLE)
         log.info("%s caught up in %.0f ms", self.role.value, (time.monotonic() - self.promoted_at) * 1000)
+
+    def _skip_written(self, stream: str, last: int, undo: bool) -> None:
+        """Precise: drop what a takeover regenerates up to ``last``, each checked against the log.
+        Rollback: write it again (repeating duplicates under the same ids)."""
+        if self.precise:
+            super()._skip_written(stream, last, undo)
 
     def continue_log(self) -> None:
         """Go on where each output log stands: ids after its last stable one, nothing below its last

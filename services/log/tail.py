@@ -278,6 +278,9 @@ def first_offset(bootstrap: str, topic: str, partition: int) -> int:
         return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0]
 
 
+Stored = tuple[int, int, tuple[bytes | None, bytes | None]]  # (id, stime, (value, key)) of a stable tuple
+
+
 @retry_transient
 def stable_after(
     bootstrap: str, topic: str, partition: int, last: int
@@ -288,19 +291,29 @@ def stable_after(
     """
     with _range_consumer(bootstrap, "seek") as c:
         end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-        out: dict[int, tuple[int, tuple[bytes | None, bytes | None]]] = {}
         start, epoch = seek_after_stable(bootstrap, topic, partition, last)
-        gate = EpochGate(epoch)
-        for m in _read_range(c, topic, partition, start, end):
-            try:
-                meta = parse_headers(m.headers())
-            except HeaderError:
-                continue
-            if not gate.admits(meta.epoch):
-                continue
-            if meta.type is STABLE and meta.id > last:
-                out[meta.id] = (meta.stime, (m.value(), m.key()))
-        return out
+        return {tid: (stime, kv) for tid, stime, kv in _stable(c, topic, partition, start, end, epoch) if tid > last}
+
+
+@retry_transient
+def stable_log(bootstrap: str, topic: str, partition: int) -> list[Stored]:
+    """Every stable tuple a node's output log holds, in log order, duplicates included (a rollback
+    recovery writes some twice), fenced writers' tuples left out as readers leave them out."""
+    with _range_consumer(bootstrap, "peek") as c:
+        start, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        return list(_stable(c, topic, partition, start, end, 0))
+
+
+def _stable(c: Consumer, topic: str, partition: int, start: int, end: int, epoch: int) -> Iterator[Stored]:
+    """The stable tuples of ``topic[partition]`` from ``start`` up to ``end``, admitted by the epochs."""
+    gate = EpochGate(epoch)
+    for m in _read_range(c, topic, partition, start, end):
+        try:
+            meta = parse_headers(m.headers())
+        except HeaderError:
+            continue
+        if gate.admits(meta.epoch) and meta.type is STABLE:
+            yield meta.id, meta.stime, (m.value(), m.key())
 
 
 @retry_transient

@@ -3,11 +3,18 @@ section 8: passive standby near the sources, upstream backup further down, or an
 
 Three nodes, two replicas each, under the coordinator: a map, a sliding window and a filter
 on the window's results, each given passive standby, active standby or upstream backup by the
-seed. One to three faults per run, at random times while input flows: kill -9 of a node's
-current primary (its replica restarts and rejoins as secondary), or SIGSTOP of it past the
-detection time (it is woken up later, must exit, and is restarted). Every scheme here
-promises precise recovery for these nodes (deterministic, ``hastream validate``), so the
-final output must equal the failure-free output tuple for tuple, ids 0..n-1.
+seed, and precise or rollback recovery. One to three faults per run, at random times while
+input flows: kill -9 of a node's current primary (its replica restarts and rejoins as
+secondary), or SIGSTOP of it past the detection time (it is woken up later, must exit, and is
+restarted). Every scheme here can give precise recovery for these nodes (deterministic,
+``hastream validate``) and gives repeating rollback otherwise. So:
+
+- a client reads the failure-free output tuple for tuple, ids 0..n-1, whatever the recovery
+  (its readers drop an id they have, as every node does);
+- the log of a node with precise recovery holds each tuple once; the log of a node with
+  rollback recovery is repeating (nothing lost, duplicates identical, in order), each repeated
+  run within about an interval and a bucket of its output (and a second of slack), one per
+  failure of that node. Logs that upstream backup trimmed are left out of these log checks.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from typing import Any
 import pytest
 
 from services.deploy import processes
+from services.ha.guarantee import first_copies, repeated_runs
+from services.log.tail import first_offset
 from tests.integration.ha_rig import HaRig
 
 pytestmark = pytest.mark.integration
@@ -39,13 +48,16 @@ operators:
         aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}}}
   busy: {{type: filter, input: win_{{u}}, output: out_{{u}}, where: "count > 1"}}
 nodes:
-  n1: {{operators: [scale], replicas: 2, ha: {{scheme: {s1}, interval_ms: 50}}}}
-  n2: {{operators: [win], replicas: 2, ha: {{scheme: {s2}, interval_ms: 50}}}}
-  n3: {{operators: [busy], replicas: 2, ha: {{scheme: {s3}, interval_ms: 50}}}}
+  n1: {{operators: [scale], replicas: 2, ha: {{scheme: {s1}, recovery: {r1}, interval_ms: 50}}}}
+  n2: {{operators: [win], replicas: 2, ha: {{scheme: {s2}, recovery: {r2}, interval_ms: 50}}}}
+  n3: {{operators: [busy], replicas: 2, ha: {{scheme: {s3}, recovery: {r3}, interval_ms: 50}}}}
 """
 SCHEMES = ("passive_standby", "active_standby", "upstream_backup")
+RECOVERIES = ("precise", "rollback")
 NODES = ("n1", "n2", "n3")
+OUTPUTS = {"n1": "scaled", "n2": "win", "n3": "out"}
 RATE, COUNT = 200, 2000  # 10 s of input
+ROLLBACK_S = 0.05 + 0.1 + 1.0  # a repeated run at most: an interval, a bucket, slack for the machine
 
 
 @dataclass(frozen=True)
@@ -55,21 +67,24 @@ class Fault:
     kind: str  # "kill" or "stop"
 
 
-def random_schedule(seed: int) -> tuple[tuple[str, str, str], list[Fault]]:
-    """The seed's schemes for n1..n3 and one to three faults, at least 2.5 s apart."""
+def random_schedule(seed: int) -> tuple[tuple[str, str, str], tuple[str, str, str], list[Fault]]:
+    """The seed's schemes and recoveries for n1..n3 and one to three faults, at least 2.5 s apart."""
     rnd = random.Random(seed)
     schemes = (SCHEMES[seed % 3], SCHEMES[(seed // 3) % 3], rnd.choice(SCHEMES))
+    recoveries = (rnd.choice(RECOVERIES), rnd.choice(RECOVERIES), rnd.choice(RECOVERIES))
     faults, t = [], 1.0
     for _ in range(rnd.randint(1, 3)):
         t += rnd.uniform(0.2, 2.0)
         faults.append(Fault(round(t, 2), rnd.choice(NODES), rnd.choice(("kill", "stop"))))
         t += 2.5
-    return schemes, faults
+    return schemes, recoveries, faults
 
 
 def run_schedule(kafka: Any, tmp_path: Path, seed: int) -> None:
-    schemes, faults = random_schedule(seed)
-    rig = HaRig(kafka.bootstrap, tmp_path, CHAIN.format(s1=schemes[0], s2=schemes[1], s3=schemes[2]), COUNT, RATE)
+    schemes, recoveries, faults = random_schedule(seed)
+    s1, s2, s3 = schemes
+    r1, r2, r3 = recoveries
+    rig = HaRig(kafka.bootstrap, tmp_path, CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3), COUNT, RATE)
     for n in NODES:
         for r in (0, 1):
             rig.start(n, r)
@@ -94,11 +109,28 @@ def run_schedule(kafka: Any, tmp_path: Path, seed: int) -> None:
             rig.start(f.node, victim)  # it rejoins as secondary
             rig.rejoined(f.node, victim)
         want, got = rig.outputs(f"out_{rig.u}")
-        where = f"seed {seed}: schemes {schemes}, faults {faults}"
+        where = f"seed {seed}: schemes {schemes}, recoveries {recoveries}, faults {faults}"
         assert len(got) == len(want), f"{where}: {len(got)} results, failure-free {len(want)}"
         assert got == want, f"{where}: the output differs from the failure-free run"
+        for node, recovery in zip(NODES, recoveries, strict=True):
+            _check_log(rig, node, recovery, sum(f.node == node for f in faults), where)
     finally:
         rig.close()
+
+
+def _check_log(rig: HaRig, node: str, recovery: str, failures: int, where: str) -> None:
+    """The node's output log as its recovery type defines it (untrimmed logs only: ids from 0)."""
+    stream = f"{OUTPUTS[node]}_{rig.u}"
+    if first_offset(rig.bootstrap, rig.spec.topic(stream), 0) > 0:
+        return  # trimmed by upstream backup downstream: its start is gone
+    stored = rig.stored(stream)
+    runs = repeated_runs(stored)  # raises on a lost tuple or a duplicate that differs
+    if recovery == "precise":
+        assert runs == [], f"{where}: {node}'s log repeats {runs}"
+        return
+    per_s = len(first_copies(stored)) / (COUNT / RATE)
+    assert len(runs) <= failures, f"{where}: {node}'s log repeats {runs}: one run per failure at most"
+    assert all(len(r) <= per_s * ROLLBACK_S + 1 for r in runs), f"{where}: {node}'s log repeats {runs}"
 
 
 def test_ha_fault_schedule_quick(kafka: Any, tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ from services.client.view import StreamView
 from services.control.monitor import ReplicaMonitor
 from services.deploy import processes
 from services.deploy.local import provision, service_commands, service_env
+from services.ha.guarantee import repeated_runs
+from services.log.tail import stable_log
 from services.operators.reference import evaluate
 from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
 
@@ -75,6 +77,16 @@ class HaRig:
             time.sleep(1.0)
             view.poll(timeout=0.5)
             return want, view.stable(0)
+
+    def stored(self, stream: str) -> list[tuple[int, Any]]:
+        """What the log of ``stream`` (partition 0) holds, duplicates included: (id, (stime, value, key))."""
+        return [(tid, (stime, kv)) for tid, stime, kv in stable_log(self.bootstrap, self.spec.topic(stream), 0)]
+
+    def assert_precise(self, stream: str, want: list[Any], got: list[Any]) -> None:
+        """Precise recovery: a client reads the failure-free output, and the log holds each tuple once."""
+        assert len(got) == len(want) and got == want, f"{stream}: the output differs from the failure-free run"
+        stored = self.stored(stream)
+        assert repeated_runs(stored) == [] and len(stored) == len(want), f"{stream}: the log holds a tuple twice"
 
     def close(self) -> None:
         self.mon.close()

@@ -11,7 +11,13 @@ section 3.1) against the failure-free output:
 - active standby, precise: the same, each takeover going on from the secondary's queue (the
   second one by the replica that rejoined and caught up from an ack).
 
-In both the woken primary exits and writes nothing a reader takes.
+Precise means the log itself: it holds each id once. Under rollback recovery the same three
+schemes write again what the log had since their last checkpoint, acknowledgement or trim
+message: repeating, the log is R[0..j] ++ R[i..] at each failure with identical duplicates, at
+most about one interval of output each (the paper's Delta; here an interval, a bucket and a
+second for a loaded machine), and a client, which drops an id it has, reads R.
+
+In each the woken primary exits and writes nothing a reader takes.
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from services.deploy import processes
-from services.ha.guarantee import gap_runs
+from services.ha.guarantee import first_copies, gap_runs, repeated_runs
 from services.log.tail import first_offset
 from services.spec.model import Scheme
 from tests.integration.ha_rig import HaRig
@@ -57,11 +64,13 @@ nodes:
 UPSTREAM = WINDOW.replace("pstandby-", "ubackup-").replace("scheme: passive_standby", "scheme: upstream_backup")
 ACTIVE = WINDOW.replace("pstandby-", "astandby-").replace("scheme: passive_standby", "scheme: active_standby")
 RATE, COUNT = 200, 2400  # 12 s of input
+ROLLBACK_SLACK_S = 1.0  # a rollback repeats about one interval and one bucket of output, and this
 SLACK_S = 1.5  # beyond the detection time: the epoch claim, the order, the takeover's log reads
 
 
 def test_amnesia_loses_one_run_per_failure_and_a_woken_primary_writes_nothing(kafka, tmp_path: Path) -> None:
-    want, got, took = _two_failovers(kafka, tmp_path, MAP)
+    run = _two_failovers(kafka, tmp_path, MAP)
+    want, got, took = run.want, run.got, run.took
     runs = gap_runs(want, got)  # raises on any repeated, reordered or invented tuple
     assert 1 <= len(runs) <= 2, f"lost runs {runs}: one per failure at most"
     for r in runs:
@@ -69,23 +78,42 @@ def test_amnesia_loses_one_run_per_failure_and_a_woken_primary_writes_nothing(ka
 
 
 def test_passive_standby_recovers_precisely_from_its_checkpoints(kafka, tmp_path: Path) -> None:
-    want, got, _ = _two_failovers(kafka, tmp_path, WINDOW)
-    assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
+    _two_failovers(kafka, tmp_path, WINDOW, precise=True)
 
 
 def test_upstream_backup_rebuilds_precisely_from_the_trimmed_upstream_log(kafka, tmp_path: Path) -> None:
-    want, got, _ = _two_failovers(kafka, tmp_path, UPSTREAM)
-    assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
+    _two_failovers(kafka, tmp_path, UPSTREAM, precise=True)
 
 
 def test_active_standby_takes_over_from_its_queue_precisely(kafka, tmp_path: Path) -> None:
-    want, got, _ = _two_failovers(kafka, tmp_path, ACTIVE)
-    assert len(got) == len(want) and got == want, "the output differs from the failure-free run"
+    _two_failovers(kafka, tmp_path, ACTIVE, precise=True)
 
 
-def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[float, float]]:
-    """The failure-free output, the output with the two failures (stable, as a client reads it) and
-    how long each takeover took after its failure."""
+@pytest.mark.parametrize("text", [WINDOW, UPSTREAM, ACTIVE], ids=["passive", "upstream", "active"])
+def test_rollback_recovery_repeats_a_bounded_run_per_failure(kafka, tmp_path: Path, text: str) -> None:
+    text = text.replace("recovery: precise", "recovery: rollback").replace("-{u}", "rb-{u}")
+    run = _two_failovers(kafka, tmp_path, text)
+    want, got, stored = run.want, run.got, run.stored
+    assert len(got) == len(want) and got == want, "a client's output differs from the failure-free run"
+    runs = repeated_runs(stored)  # raises on a lost tuple or a duplicate that differs
+    assert [i for i, _ in first_copies(stored)] == list(range(len(want)))
+    assert len(runs) <= 2, f"repeated runs {runs}: one per failure at most"
+    per_s = len(want) / (COUNT / RATE)
+    bound = per_s * (run.interval_ms / 1000 + 0.1 + ROLLBACK_SLACK_S)  # an interval, a bucket (100 ms), slack
+    assert all(len(r) <= bound for r in runs), f"repeated runs {runs}, more than {bound:.0f} tuples"
+
+
+class Failovers(NamedTuple):
+    want: list  # the failure-free output
+    got: list  # the output with the two failures, stable, as a client reads it
+    took: tuple[float, float]  # how long each takeover took after its failure
+    stored: list  # what the output log holds (``HaRig.stored``)
+    interval_ms: int  # the scheme's interval
+
+
+def _two_failovers(kafka, tmp_path: Path, text: str, precise: bool = False) -> Failovers:
+    """Kill -9 of the primary, its rejoin, SIGSTOP of the new one and its wake-up, while input flows;
+    ``precise``: check the output is (``HaRig.assert_precise``)."""
     rig = HaRig(kafka.bootstrap, tmp_path, text, COUNT, RATE)
     spec, u = rig.spec, rig.u
     scheme = spec.nodes["n"].ha.scheme
@@ -139,6 +167,8 @@ def _two_failovers(kafka, tmp_path: Path, text: str) -> tuple[list, list, tuple[
             wait_for(lambda: first_offset(kafka.bootstrap, f"{spec.name}.in_{u}", 0) > COUNT // 2, 20, "a trim")
             assert rig.coordinator.status()["trims"] > 0
         assert took_1 >= detection_s * 0.5 and took_2 >= detection_s * 0.5  # it waited to detect, at least
-        return want, got, (took_1, took_2)
+        if precise:
+            rig.assert_precise(f"out_{u}", want, got)
+        return Failovers(want, got, (took_1, took_2), rig.stored(f"out_{u}"), spec.nodes["n"].ha.interval_ms)
     finally:
         rig.close()

@@ -1,7 +1,9 @@
 """Active standby over fakes: the secondary processes the same input, holds its results until the
 primary's trims say the log has them, and a takeover at any moment continues the log exactly
 (precise recovery for a deterministic node, ICDE 2005 sections 5.3 and 6), whether the
-secondary was ahead of the primary or behind, and whether it joined late from an ack."""
+secondary was ahead of the primary or behind, and whether it joined late from an ack. Under
+rollback recovery the takeover writes again what the log had since the last trim message
+(repeating: identical duplicates, nothing lost), and nothing before it."""
 
 from __future__ import annotations
 
@@ -18,11 +20,19 @@ from services.dpc.states import NodeState
 from services.ha import active_standby as act
 from services.ha import upstream_backup as ub
 from services.ha.active_standby import ActiveStandbyScheme
+from services.ha.guarantee import first_copies, repeated_runs
 from services.spec import parse_spec
 from tests.unit.dpc.fake_node import FakeMessage, FakeNode
 from tests.unit.ha.test_upstream_backup import UNION_TEXT, _acks, _feed, _inputs
 
-SPEC = parse_spec(UNION_TEXT.replace("name: ub2", "name: as").replace("upstream_backup", "active_standby"))
+SPECS = {
+    r: parse_spec(
+        UNION_TEXT.replace("name: ub2", "name: as").replace(
+            "scheme: upstream_backup", f"scheme: active_standby, recovery: {r}, merge: time"
+        )
+    )
+    for r in ("precise", "rollback")
+}
 
 
 class Log:
@@ -80,7 +90,9 @@ def _trims(src: FakeNode, dst: FakeNode, seen: int) -> int:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000))
-def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed: int, log: Log) -> None:
+@pytest.mark.parametrize("recovery", ["precise", "rollback"])
+def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed: int, recovery: str, log: Log) -> None:
+    SPEC = SPECS[recovery]
     rnd = random.Random(seed)
     log.writers.clear()
     ref = FakeNode(SPEC, "n", replica=0)
@@ -129,10 +141,19 @@ def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed
     trimmed = max((c.ids["w"] for c in primary.controls if c.kind is ControlKind.TRIM), default=-1)
     assert all(e[1] > trimmed for e in held if e[0] is STABLE), "the secondary held what the log already had"
     # The primary fails here; the secondary takes over and reads the rest.
+    tail = log.tail()[0]
+    at = secondary.scheme.soutputs["w"].next_id  # the secondary's next result
     _role(secondary, "primary", 9)
     log.writers.append(secondary)
     rest: list[FakeMessage] = pending[k:]
     _feed(secondary, rest, rnd)
     got = log.stable()
-    assert got == want, f"join at {join_at}, failure at {fail_at} of {len(msgs)}, secondary at {k} of {len(pending)}"
+    where = f"join at {join_at}, failure at {fail_at} of {len(msgs)}, secondary at {k} of {len(pending)}"
+    if recovery == "precise":
+        assert got == want, where
+    else:  # the log's tuples since the last trim message (or since the secondary, if behind) come again
+        runs = repeated_runs(got)
+        assert first_copies(got) == want, where
+        assert all(r.start >= min(trimmed + 1, at) and r.stop - 1 <= tail for r in runs), f"{where}: repeated {runs}"
+        assert len(runs) <= 1, f"{where}: one rollback per failure, got {runs}"
     assert secondary.states[-1] is NodeState.STABLE
