@@ -36,6 +36,8 @@ from services.control.messages import ControlKind, ControlMessage
 from services.control.monitor import ReplicaMonitor
 from services.core.kafka import plain_consumer
 from services.deploy.local import provision
+from services.ha.guarantee import NotRepeatingRecovery, first_copies, repeated_runs
+from services.log.tail import stable_log
 from services.operators.reference import evaluate
 from services.spec import parse_spec
 
@@ -45,6 +47,7 @@ AGG = "count: count, sum: sum(value), avg: avg(value), min: min(value), max: max
 @dataclass(frozen=True)
 class Config:
     scheme: str
+    recovery: str = "precise"  # or rollback (amnesia: gap, whatever this says)
     interval_ms: int = 50  # M: checkpoints, acks, trims
     workload: str = "aggregate"  # filter | aggregate | union | chain
     window: int = 100  # ms of tuple time; at 1 tuple per ms, tuples
@@ -60,12 +63,17 @@ class Config:
 
     @property
     def label(self) -> str:
-        return f"{self.scheme} M={self.interval_ms} {self.workload}"
+        rollback = " rollback" if self.recovery == "rollback" and self.scheme != "amnesia" else ""
+        return f"{self.scheme}{rollback} M={self.interval_ms} {self.workload}"
 
 
 def spec_text(c: Config, u: str) -> str:
     """One node, two replicas, under ``c.scheme``."""
-    ha = f"{{scheme: {c.scheme}, interval_ms: {c.interval_ms}, heartbeat_ms: {c.heartbeat_ms}, misses: {c.misses}}}"
+    recovery = "" if c.scheme == "amnesia" else f" recovery: {c.recovery},"
+    ha = (
+        f"{{scheme: {c.scheme},{recovery} interval_ms: {c.interval_ms}, heartbeat_ms: {c.heartbeat_ms}, "
+        f"misses: {c.misses}}}"
+    )
     streams = [f"  in_{u}: {{schema: reading, key: sensor}}"]
     ops: list[str] = []
     if c.workload == "filter":
@@ -151,6 +159,8 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
             time.sleep(0.5)
             view.poll(timeout=0.5)
             got = view.stable(0)
+        stored = [(tid, (stime, kv)) for tid, stime, kv in stable_log(bootstrap, spec.topic(f"out_{u}"), 0)]
+        repeated = _repeated(stored, len(want))
         promoted = _log_time(logs / f"n.r{1 - primary}.p0.log", "primary at epoch", after=killed)
         caught, ms = took
         window = (int(t0 * 1000), int(t1 * 1000))
@@ -175,13 +185,24 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
             "cpu_primary_s": cpu[primary],
             "cpu_secondary_s": cpu[1 - primary],
             "span_s": round(t1 - t0, 2),
-            "precise": got == want,
+            "precise": got == want and repeated == 0,  # the log itself: each tuple once
+            "client_exact": got == want,  # what a client reads, which drops an id it has
+            "duplicates": repeated,  # tuples the log holds twice (rollback); None: not repeating
             "results": len(want),
             "received": len(got),
         }
     finally:
         mon.close()
         services.stop()
+
+
+def _repeated(stored: list[tuple[int, Any]], results: int) -> int | None:
+    """How many tuples the log holds again, if it is repeating with all ``results`` (else None)."""
+    try:
+        runs = repeated_runs(stored)
+    except NotRepeatingRecovery:
+        return None
+    return sum(len(r) for r in runs) if len(first_copies(stored)) == results else None
 
 
 def _failure_free(spec: Any, workload: dict[str, list[Any]], names: list[str], u: str) -> list[Any]:
