@@ -9,7 +9,9 @@ detecting, so that one party decides and a paused primary cannot go on believing
 - when the primary fails, the lowest-numbered live secondary becomes primary with the
   partition's epoch bumped, which fences the old primary's writes;
 - a failed replica that is heard again, a restarted process or a paused one that woke up,
-  rejoins as secondary at the current epoch;
+  rejoins as secondary at the current epoch; but a primary that was only slow (its heartbeats
+  held while a takeover read Kafka) and reports the current epoch, with no one elected since,
+  stays primary;
 - with no primary (at start, or after both failed) the lowest-numbered live replica is elected
   once every replica has been heard or a detection time has passed.
 
@@ -115,6 +117,11 @@ class Takeovers:
         elif role is None and reported is not None and reported[0] is not Role.FAILED:
             return self._adopt(p, node, partition, replica, reported, now)
         if role is Role.FAILED:  # back: a new process, or an old one that woke up
+            if reported == (Role.PRIMARY, p.epoch) and p.primary() is None:
+                # The primary stood still past the detection time (a takeover's reads on a loaded
+                # machine, a pause) and no one took over: its epoch is still the newest, no one
+                # else wrote, so it stays primary rather than being demoted and elected again.
+                return [self._give(p, node, partition, replica, Role.PRIMARY, now)]
             return [self._give(p, node, partition, replica, Role.SECONDARY, now)]
         if role is not None and reported is not None and reported != (role, p.epoch):
             if now - p.sent.get(replica, float("-inf")) > p.detection_s:  # its order was lost or is late

@@ -154,3 +154,29 @@ def test_a_primary_restarted_within_the_detection_time_is_failed_over() -> None:
     assert orders == [Order("n", 0, 0, Role.SECONDARY, 1)]
     t.heard("n", 0, 1, 0.4)
     assert t.check(0.4) == [Order("n", 0, 1, Role.PRIMARY, 2), Order("n", 0, 0, Role.SECONDARY, 2)]
+
+
+def test_a_new_primary_slower_than_the_detection_time_with_no_one_to_replace_it_stays_primary() -> None:
+    """A takeover's reads held the new primary's heartbeats past the detection time while the old
+    primary was dead: demoting it (and electing it again at a new epoch) stopped it, with no one left."""
+    t = pair()
+    started(t)
+    t.heard("n", 0, 1, 0.3)
+    assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # replica 0 died
+    assert t.check(0.6) == []  # replica 1 is busy taking over: silent, failed, and no one is left
+    assert t.role("n", 0, 1) is Role.FAILED
+    assert t.heard("n", 0, 1, 0.9, reported=(Role.PRIMARY, 2)) == [Order("n", 0, 1, Role.PRIMARY, 2)]
+    assert t.check(0.9) == [] and t.role("n", 0, 1) is Role.PRIMARY and t.epoch("n", 0) == 2
+
+
+def test_a_slow_primary_replaced_meanwhile_rejoins_as_secondary() -> None:
+    t = Takeovers({"n": (3, D)})
+    for r in (0, 1, 2):
+        t.heard("n", 0, r, 0.0)
+    t.check(0.0)
+    t.heard("n", 0, 1, 0.3)
+    t.heard("n", 0, 2, 0.3)
+    assert t.check(0.3)[0] == Order("n", 0, 1, Role.PRIMARY, 2)
+    t.heard("n", 0, 2, 0.6)
+    assert t.check(0.6)[0] == Order("n", 0, 2, Role.PRIMARY, 3)  # replica 1 fell silent: 2 took over
+    assert t.heard("n", 0, 1, 0.9, reported=(Role.PRIMARY, 2)) == [Order("n", 0, 1, Role.SECONDARY, 3)]
