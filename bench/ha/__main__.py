@@ -180,7 +180,7 @@ def _guarantee(r: dict[str, Any]) -> str:
         return "precise"
     dups = r.get("duplicates")
     if _recovery(r) == "rollback" and dups is not None and r.get("client_exact", r["precise"]):
-        return f"repeating, {dups} duplicates"
+        return f"repeating, {dups} duplicate{'' if dups == 1 else 's'}"
     return "gap" if _recovery(r) == "gap" else "NOT precise"
 
 
