@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from services.control.messages import Heartbeat, now_ms
@@ -65,6 +67,7 @@ class HeartbeatSender:
         self.role = ""  # an HA scheme's replica: its role (``services.coordinator.takeover.Role``)
         self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
         self.ticked = time.monotonic()
+        self.working_until = 0.0  # monotonic: blocking work on the loop that counts as progress (``working``)
         self.sent_at: float | None = None  # monotonic time of the last heartbeat handed to the producer
         self.stalled = False
         self._producer = producer or BatchProducer(bootstrap, linger_ms=0, **{"compression.type": "none"})
@@ -84,6 +87,18 @@ class HeartbeatSender:
     def tick(self, now: float | None = None) -> None:
         """The loop made progress (at monotonic ``now``): heartbeats may go on."""
         self.ticked = time.monotonic() if now is None else now
+
+    @contextmanager
+    def working(self, limit_s: float) -> Iterator[None]:
+        """Blocking work on the loop that is progress, each step bounded by its own timeout (a takeover's
+        reads of Kafka): heartbeats go on through it, for ``limit_s`` at most. Held back, they made the
+        coordinator fail a new primary whose reads outlasted the detection time on a loaded machine."""
+        self.working_until = time.monotonic() + limit_s
+        try:
+            yield
+        finally:
+            self.working_until = 0.0
+            self.tick()
 
     def report(self, stable: int, boundary_ms: int, lag: int) -> None:
         """How far the output has come and how much input waits: carried by the next heartbeats."""
@@ -112,7 +127,7 @@ class HeartbeatSender:
 
     def due(self, now: float) -> bool:
         """Whether a heartbeat goes out now: only while the loop ticked within ``stall_s``."""
-        stalled = self.stall_s is not None and now - self.ticked > self.stall_s
+        stalled = self.stall_s is not None and now - self.ticked > self.stall_s and now > self.working_until
         if stalled != self.stalled:
             self.stalled = stalled
             if stalled:

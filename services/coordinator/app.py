@@ -263,6 +263,7 @@ class Coordinator:
                 except (DecodeError, ValueError) as e:
                     log.warning("skipping a heartbeat that cannot be read: %s", e)
                     continue
+                self.takeovers.intake(time.monotonic())  # the coordinator reads heartbeats: silence means something
                 if beat.node in self.takeovers.nodes and self.caught_up:
                     reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
                     heard = self.takeovers.heard(beat.node, beat.partition, beat.replica, time.monotonic(), reported)

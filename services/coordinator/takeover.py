@@ -13,7 +13,10 @@ detecting, so that one party decides and a paused primary cannot go on believing
   held while a takeover read Kafka) and reports the current epoch, with no one elected since,
   stays primary;
 - with no primary (at start, or after both failed) the lowest-numbered live replica is elected
-  once every replica has been heard or a detection time has passed.
+  once every replica has been heard or a detection time has passed;
+- silence is evidence only while the coordinator hears heartbeats at all (``intake``, its own
+  included): when it has read none for a detection time, its own reading stalled (a loaded
+  machine, a slow broker), not every replica at once, and no replica is failed for it.
 
 Each decision is an ``Order`` the coordinator sends on the control topic. A replica reports
 its role and epoch in its heartbeats; one that disagrees with the table gets its order again.
@@ -75,6 +78,11 @@ class Takeovers:
         self.nodes = nodes
         self.claim = claim
         self._pairs: dict[tuple[str, int], _Pair] = {}
+        self.read_at = float("-inf")  # when the coordinator last read any heartbeat
+
+    def intake(self, now: float) -> None:
+        """A heartbeat of anyone (the coordinator's own too) was read at ``now``."""
+        self.read_at = now
 
     def role(self, node: str, partition: int, replica: int) -> Role | None:
         p = self._pairs.get((node, partition))
@@ -104,6 +112,7 @@ class Takeovers:
         if node not in self.nodes:
             return []
         replicas, detection_s = self.nodes[node]
+        self.intake(now)
         p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
         p.seen[replica] = now
         role = p.roles.get(replica)
@@ -133,8 +142,9 @@ class Takeovers:
         orders: list[Order] = []
         for (node, partition), p in sorted(self._pairs.items()):
             live = p.live(now)
+            blind = now - self.read_at > p.detection_s  # nothing read lately: the silence may be ours
             for r, role in sorted(p.roles.items()):
-                if role is not Role.FAILED and r not in live:
+                if role is not Role.FAILED and r not in live and not blind:
                     p.roles[r] = Role.FAILED
             if p.primary() is None and live and (len(p.seen) == p.replicas or now - p.known_since >= p.detection_s):
                 orders.extend(self._elect(p, node, partition, live, now))

@@ -53,6 +53,11 @@ from services.spec.model import Recovery
 
 log = logging.getLogger(__name__)
 
+# A takeover's reads of Kafka (checkpoints, acks, the log's tail) may outlast the detection time on
+# a loaded machine; heartbeats go on through them, this long at most, so the coordinator does not
+# fail the new primary for them. A kill or a SIGSTOP still stops every heartbeat at once.
+TAKEOVER_S = 10.0
+
 
 class HaScheme(DpcScheme):
     """The part every HA scheme shares; a scheme says where its inputs start when it takes over (``on_promote``)."""
@@ -91,7 +96,8 @@ class HaScheme(DpcScheme):
             self.role, self.epoch = Role.SECONDARY, msg.epoch
             node.set_role(Role.SECONDARY.value, msg.epoch)
             self.promoted_at = time.monotonic()
-            self._read_from(self.on_secondary())
+            with node.working(TAKEOVER_S):
+                self._read_from(self.on_secondary())
 
     def after_batch(self, now: float, idle: bool) -> None:
         super().after_batch(now, idle)
@@ -141,7 +147,8 @@ class HaScheme(DpcScheme):
         self.role, self.epoch = Role.PRIMARY, epoch
         node.set_role(Role.PRIMARY.value, epoch)
         log.info("primary at epoch %d", epoch)
-        self._read_from(self.on_promote())
+        with node.working(TAKEOVER_S):
+            self._read_from(self.on_promote())
         if not self.recovering:  # it had the state already (an active standby): nothing to rebuild
             log.info("primary caught up in %.0f ms", (time.monotonic() - self.promoted_at) * 1000)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from contextlib import AbstractContextManager
 
 from confluent_kafka import Message
 
@@ -145,6 +146,9 @@ class NodeService:
 
     def tick(self) -> None:
         self.heartbeat.tick()
+
+    def working(self, limit_s: float) -> AbstractContextManager[None]:
+        return self.heartbeat.working(limit_s)
 
     def send_control(self, msg: ControlMessage) -> None:
         self.producer.send(self.plan.control_topic, msg.encode())

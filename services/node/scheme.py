@@ -11,6 +11,7 @@ itself: it works on the node's inputs, operators and output queues.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -106,6 +107,10 @@ class NodeRuntime(Protocol):
 
     def tick(self) -> None:
         """Long work on the loop made progress: heartbeats go on only while it does."""
+
+    def working(self, limit_s: float) -> AbstractContextManager[None]:
+        """Blocking work on the loop that is progress (a takeover's reads): heartbeats go on through it,
+        for ``limit_s`` at most."""
 
     def send_control(self, msg: ControlMessage) -> None: ...
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from services.control.heartbeat import HeartbeatSender
@@ -40,6 +41,17 @@ def test_heartbeats_stop_while_the_loop_makes_no_progress_and_resume_when_it_doe
     assert not hb.due(101.2), "a loop stuck for longer than the failure timeout must look failed"
     hb.tick(101.3)
     assert hb.due(101.4)
+
+
+def test_heartbeats_go_on_through_work_that_is_progress_up_to_its_limit() -> None:
+    """A takeover's reads of Kafka block the loop; they are progress, not a stall, for a while."""
+    hb, _ = sender(stall_s=1.0)
+    t0 = hb.ticked
+    with hb.working(5.0):
+        assert hb.due(t0 + 3.0), "a takeover reading Kafka for longer than the stall time looked failed"
+        assert not hb.due(t0 + 6.1), "work that runs past its limit is a stall"
+    assert hb.due(time.monotonic()), "the work's end is progress"
+    assert not hb.due(time.monotonic() + 1.5), "after it, the loop must tick again"
 
 
 def test_a_sender_without_a_loop_to_watch_never_stalls() -> None:

@@ -78,6 +78,7 @@ def test_a_failed_secondary_changes_nothing_for_the_primary() -> None:
 def test_after_both_failed_the_first_to_return_leads() -> None:
     t = pair()
     started(t)
+    t.intake(0.3)  # the coordinator's own heartbeat: it reads, the replicas are silent
     assert t.check(0.3) == []  # no one left to take over
     t.heard("n", 0, 1, 1.0)  # its order: secondary (it was failed) ...
     assert t.check(1.0) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # ... then elected, since no primary lives
@@ -163,6 +164,7 @@ def test_a_new_primary_slower_than_the_detection_time_with_no_one_to_replace_it_
     started(t)
     t.heard("n", 0, 1, 0.3)
     assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # replica 0 died
+    t.intake(0.55)  # the coordinator reads heartbeats (its own): replica 1 alone is silent
     assert t.check(0.6) == []  # replica 1 is busy taking over: silent, failed, and no one is left
     assert t.role("n", 0, 1) is Role.FAILED
     assert t.heard("n", 0, 1, 0.9, reported=(Role.PRIMARY, 2)) == [Order("n", 0, 1, Role.PRIMARY, 2)]
@@ -180,3 +182,14 @@ def test_a_slow_primary_replaced_meanwhile_rejoins_as_secondary() -> None:
     t.heard("n", 0, 2, 0.6)
     assert t.check(0.6)[0] == Order("n", 0, 2, Role.PRIMARY, 3)  # replica 1 fell silent: 2 took over
     assert t.heard("n", 0, 1, 0.9, reported=(Role.PRIMARY, 2)) == [Order("n", 0, 1, Role.SECONDARY, 3)]
+
+
+def test_no_replica_is_failed_while_the_coordinator_reads_no_heartbeat_at_all() -> None:
+    """Every replica silent at once for a detection time is the coordinator's own stall (its reading
+    of the heartbeat topic fell behind on a loaded machine): failing them all began a storm of
+    takeovers, each primary replaced as soon as elected."""
+    t = pair()
+    started(t)
+    assert t.check(0.4) == [] and t.role("n", 0, 0) is Role.PRIMARY and t.role("n", 0, 1) is Role.SECONDARY
+    t.heard("n", 0, 1, 0.5)  # the late heartbeats come in: the secondary's, not the primary's
+    assert t.check(0.5) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # now the primary's silence means it failed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 from collections import defaultdict
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -237,6 +238,9 @@ class FakeNode:
 
     def tick(self) -> None:
         self.ticks += 1
+
+    def working(self, limit_s: float) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def deadletter(self, msg: Any, reason: str) -> None:
         self.outputs.deadletter(self.plan.deadletter_topic, msg, reason, "fake")
