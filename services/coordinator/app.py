@@ -266,7 +266,9 @@ class Coordinator:
                 self.takeovers.intake(time.monotonic())  # the coordinator reads heartbeats: silence means something
                 if beat.node in self.takeovers.nodes and self.caught_up:
                     reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
-                    heard = self.takeovers.heard(beat.node, beat.partition, beat.replica, time.monotonic(), reported)
+                    now = time.monotonic()
+                    sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
+                    heard = self.takeovers.heard(beat.node, beat.partition, beat.replica, now, reported, sent_at)
                     await self._send_orders(heard)
                 if beat.node == COORDINATOR:
                     if not self.caught_up and beat.pid == os.getpid() and beat.epoch == self.started_ms:

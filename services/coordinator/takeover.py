@@ -107,14 +107,18 @@ class Takeovers:
         replica: int,
         now: float,
         reported: tuple[Role, int] | None = None,
+        sent_at: float | None = None,
     ) -> list[Order]:
-        """A heartbeat came from the replica; ``reported`` is the role and epoch it says it has."""
+        """A heartbeat came from the replica; ``reported`` is the role and epoch it says it has, as of
+        ``sent_at`` (when it was sent, on the clock of ``now``; None: just now)."""
         if node not in self.nodes:
             return []
         replicas, detection_s = self.nodes[node]
         self.intake(now)
         p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
         p.seen[replica] = now
+        if sent_at is not None and sent_at < p.sent.get(replica, float("-inf")):
+            reported = None  # sent before its last order, read late: it says nothing of that order
         role = p.roles.get(replica)
         if reported is not None and reported[0] is Role.CANDIDATE:
             if role is None and p.primary() is not None:  # it came up after the election: it joins as secondary

@@ -193,3 +193,15 @@ def test_no_replica_is_failed_while_the_coordinator_reads_no_heartbeat_at_all() 
     assert t.check(0.4) == [] and t.role("n", 0, 0) is Role.PRIMARY and t.role("n", 0, 1) is Role.SECONDARY
     t.heard("n", 0, 1, 0.5)  # the late heartbeats come in: the secondary's, not the primary's
     assert t.check(0.5) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # now the primary's silence means it failed
+
+
+def test_a_report_sent_before_its_order_and_read_late_demotes_no_one() -> None:
+    """A candidate's heartbeat sent before its order, read after a detection time (the coordinator's
+    reading lagged), looked like a restart: the new primary was demoted as soon as elected."""
+    t = pair()
+    started(t)  # replica 0 is given the primary's role at 0.0
+    t.heard("n", 0, 1, 0.35)
+    assert t.heard("n", 0, 0, 0.4, reported=(Role.CANDIDATE, 0), sent_at=-0.01) == []
+    assert t.role("n", 0, 0) is Role.PRIMARY
+    # the same report sent after the order: a restart, whose state is gone
+    assert t.heard("n", 0, 0, 0.45, reported=(Role.CANDIDATE, 0), sent_at=0.44) == [Order("n", 0, 0, Role.SECONDARY, 1)]
