@@ -14,7 +14,7 @@ from services.client.view import StreamView
 from services.control.monitor import ReplicaMonitor
 from services.deploy import processes
 from services.deploy.local import provision, service_commands, service_env
-from services.ha.guarantee import repeated_runs
+from services.ha.guarantee import first_copies, repeated_runs
 from services.log.tail import stable_log
 from services.operators.reference import evaluate
 from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
@@ -87,6 +87,17 @@ class HaRig:
         assert len(got) == len(want) and got == want, f"{stream}: the output differs from the failure-free run"
         stored = self.stored(stream)
         assert repeated_runs(stored) == [] and len(stored) == len(want), f"{stream}: the log holds a tuple twice"
+
+    def assert_repeating(self, stream: str, failures: int, run_s: float, input_s: float) -> list[range]:
+        """Repeating rollback recovery: the log of ``stream`` loses nothing and repeats identical tuples
+        in order (``repeated_runs`` raises otherwise), at most one run per failure, each at most
+        ``run_s`` of its output (its rate taken over ``input_s`` of input); returns the runs."""
+        stored = self.stored(stream)
+        runs = repeated_runs(stored)
+        bound = len(first_copies(stored)) / input_s * run_s
+        assert len(runs) <= failures, f"{stream}: the log repeats {runs}: one run per failure at most"
+        assert all(len(r) <= bound for r in runs), f"{stream}: the log repeats {runs}, more than {bound:.0f} tuples"
+        return runs
 
     def close(self) -> None:
         self.mon.close()

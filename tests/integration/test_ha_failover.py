@@ -31,7 +31,7 @@ from typing import NamedTuple
 import pytest
 
 from services.deploy import processes
-from services.ha.guarantee import first_copies, gap_runs, repeated_runs
+from services.ha.guarantee import first_copies, gap_runs
 from services.log.tail import first_offset
 from services.spec.model import Scheme
 from tests.integration.ha_rig import HaRig
@@ -96,14 +96,10 @@ def test_active_standby_takes_over_from_its_queue_precisely(kafka, tmp_path: Pat
 
 @pytest.mark.parametrize("scheme", ["passive_standby", "upstream_backup", "active_standby"])
 def test_rollback_recovery_repeats_a_bounded_run_per_failure(kafka, tmp_path: Path, scheme: str) -> None:
-    run = _two_failovers(kafka, tmp_path, ROLLBACK_MAP.replace("SCHEME", scheme))
-    want, got, stored = run.want, run.got, run.stored
+    run = _two_failovers(kafka, tmp_path, ROLLBACK_MAP.replace("SCHEME", scheme), rollback=True)
+    want, got, runs = run.want, run.got, run.repeated
     assert len(got) == len(want) and got == want, "a client's output differs from the failure-free run"
-    runs = repeated_runs(stored)  # raises on a lost tuple or a duplicate that differs
-    assert [i for i, _ in first_copies(stored)] == list(range(len(want)))
-    assert len(runs) <= 2, f"repeated runs {runs}: one per failure at most"
-    bound = RATE * (run.interval_ms / 1000 + 0.1 + ROLLBACK_SLACK_S)  # an interval, a bucket (100 ms), slack
-    assert all(len(r) <= bound for r in runs), f"repeated runs {runs}, more than {bound:.0f} tuples"
+    assert [i for i, _ in first_copies(run.stored)] == list(range(len(want)))
     # A map writes every 5 ms and the checkpoints, acks or trims go every 500 ms: a takeover that
     # wrote nothing again both times would have dropped what it regenerated (precise).
     assert runs, "no takeover wrote again what the log had since its checkpoint, ack or trim message"
@@ -114,12 +110,13 @@ class Failovers(NamedTuple):
     got: list  # the output with the two failures, stable, as a client reads it
     took: tuple[float, float]  # how long each takeover took after its failure
     stored: list  # what the output log holds (``HaRig.stored``)
-    interval_ms: int  # the scheme's interval
+    repeated: list[range]  # the runs it repeats (``rollback``)
 
 
-def _two_failovers(kafka, tmp_path: Path, text: str, precise: bool = False) -> Failovers:
+def _two_failovers(kafka, tmp_path: Path, text: str, precise: bool = False, rollback: bool = False) -> Failovers:
     """Kill -9 of the primary, its rejoin, SIGSTOP of the new one and its wake-up, while input flows;
-    ``precise``: check the output is (``HaRig.assert_precise``)."""
+    ``precise``: check the output is (``HaRig.assert_precise``); ``rollback``: check the log is
+    repeating, each run within an interval, a bucket (100 ms) and a slack (``HaRig.assert_repeating``)."""
     rig = HaRig(kafka.bootstrap, tmp_path, text, COUNT, RATE)
     spec, u = rig.spec, rig.u
     scheme = spec.nodes["n"].ha.scheme
@@ -175,6 +172,8 @@ def _two_failovers(kafka, tmp_path: Path, text: str, precise: bool = False) -> F
         assert took_1 >= detection_s * 0.5 and took_2 >= detection_s * 0.5  # it waited to detect, at least
         if precise:
             rig.assert_precise(f"out_{u}", want, got)
-        return Failovers(want, got, (took_1, took_2), rig.stored(f"out_{u}"), spec.nodes["n"].ha.interval_ms)
+        run_s = spec.nodes["n"].ha.interval_ms / 1000 + 0.1 + ROLLBACK_SLACK_S
+        repeated = rig.assert_repeating(f"out_{u}", 2, run_s, COUNT / RATE) if rollback else []
+        return Failovers(want, got, (took_1, took_2), rig.stored(f"out_{u}"), repeated)
     finally:
         rig.close()
