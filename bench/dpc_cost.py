@@ -86,7 +86,7 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
         assert not scheme.failed and svc.stats.tentative == 0, "a failure-free pass went tentative"
 
     def sunion_only() -> None:
-        su = SUnion(1, spec.dpc.bucket, spec.node_delay_s(node), spec.dpc.failure_policy)
+        su = SUnion(1, spec.dpc.bucket, spec.node_delay_s(node), spec.dpc.failure_policy, in_order=True)
         push = su.push
         tid = 0
         for items in batches:

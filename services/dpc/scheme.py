@@ -78,7 +78,13 @@ class DpcScheme:
         plan = node.plan
         self.dpc = plan.dpc
         self.sunion = SUnion(
-            len(plan.inputs), self.dpc.bucket, plan.delay_s, self.dpc.failure_policy, self.dpc.max_kept, plan.hold_s
+            len(plan.inputs),
+            self.dpc.bucket,
+            plan.delay_s,
+            self.dpc.failure_policy,
+            self.dpc.max_kept,
+            plan.hold_s,
+            in_order=plan.in_order,
         )
         self.soutputs = {o.stream: SOutput() for o in plan.outputs}
         self.reconciler = reconciler(plan.reconciliation, node.pipeline)

@@ -22,6 +22,14 @@ the first on, ``redo()`` gives their stable serialization; an input that failed 
 meanwhile leaves the later ones kept, so a flapping input still lets the node reconcile
 what is settled.
 
+A node with one input (``in_order``) needs no serialization across inputs: Kafka gives every
+replica that input's tuples in the same order, so its serialization is that order. Its stable
+tuples go out at once while the node is not in a failure, before any boundary passes their
+bucket, and later ones of the same bucket go out after them. A tuple whose time is below the
+newest stable one's takes that one's bucket, so no bucket ever reorders the input, on the way
+out, in a tentative bucket or in redo. Boundaries still drive the operators' time, the output
+BOUNDARY and failure handling. docs/dpc.md says why every replica stays identical.
+
 Inputs are Kafka logs, so stable tuples need not be buffered for checkpoint/redo: a node
 replays them by seeking back to the offsets recorded with its checkpoint. The same holds
 for the failure's input: once the kept buckets hold more than ``max_kept`` tuples, SUnion
@@ -88,6 +96,7 @@ class SUnionState:
     emitted_below: int | None
     kept: dict[int, list[STuple]]
     progress: list[int | None]
+    high: int | None = None  # an in-order input's newest stable stime
 
 
 class SUnion:
@@ -106,9 +115,12 @@ class SUnion:
         policy: str = Policy.PROCESS,
         max_kept: int | None = None,
         hold_s: float | None = None,
+        in_order: bool = False,
     ) -> None:
         if inputs < 1 or bucket_ms < 1 or delay_s < 0 or (max_kept is not None and max_kept < 0):
             raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1, delay_s >= 0 and max_kept >= 0")
+        if in_order and inputs != 1:
+            raise ValueError("only a SUnion of one input can keep that input's order")
         if policy not in FAILURE_POLICIES:
             raise ValueError(f"SUnion policy must be 'process' or 'delay', got {policy!r}")
         self.inputs, self.bucket_ms, self.delay_s = inputs, bucket_ms, delay_s
@@ -130,6 +142,8 @@ class SUnion:
         # When the tuples of buckets an UNDO emptied first came: their corrections are the same data,
         # so they wait only what is left of the wait (the delay bound counts from the first arrival).
         self.emptied: dict[int, float] = {}
+        self.in_order = in_order
+        self.high: int | None = None  # in_order: the newest stable stime; no later tuple takes an earlier bucket
 
     # -- restart image ----------------------------------------------------------
     def state(self) -> SUnionState:
@@ -140,6 +154,7 @@ class SUnion:
             self.emitted_below,
             {k: list(b.tuples) for k, b in self.kept.items()},
             list(self.progress),
+            self.high,
         )
 
     def restore(self, st: SUnionState, now: float) -> None:
@@ -147,6 +162,7 @@ class SUnion:
         if len(st.boundaries) != self.inputs:
             raise ValueError(f"SUnion state has {len(st.boundaries)} inputs, this SUnion {self.inputs}")
         self.boundaries, self.emitted_below, self.progress = list(st.boundaries), st.emitted_below, list(st.progress)
+        self.high = st.high
         self.pending = {k: Bucket(now, list(ts)) for k, ts in st.pending.items()}
         self.kept = {k: Bucket(now, list(ts)) for k, ts in st.kept.items()}
         self.progressed_at = [None if p is None else now for p in self.progress]
@@ -191,6 +207,12 @@ class SUnion:
             self.rejected.append(t)  # the input broke its boundary promise
             return
         k = stime // self.bucket_ms
+        if self.in_order:
+            high = self.high
+            if high is not None and stime < high:
+                k = high // self.bucket_ms  # behind an earlier tuple: its bucket, so the input's order holds
+            elif ttype is STABLE:
+                self.high = stime
         if self.emitted_below is not None and k < self.emitted_below:
             # A bucket already passed without this input (emitted tentatively, or skipped
             # while empty): the tuple is part of its correction, unless the failure spilled
@@ -268,19 +290,24 @@ class SUnion:
                 del self.pending[k]
                 continue
             failed = self.in_failure()
-            if self._complete(k) and b.clean() and not failed:
+            complete = self._complete(k)
+            passed = k + 1
+            if (complete or self.in_order) and b.clean() and not failed:
                 label = STABLE
+                if not complete:
+                    passed = k  # in order, at once: the rest of the bucket follows
             elif (due is not None and k <= due) or (process and (failed or not b.clean()) and self._passed(k, now)):
                 label = TENTATIVE  # overdue, or can only be tentative and need not wait
             else:
                 break
-            b.tuples.sort(key=STuple.order)
+            if not self.in_order:
+                b.tuples.sort(key=STuple.order)
             yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax) for t in b.tuples]
             del self.pending[k]
             if label is TENTATIVE and self.spilled_from is None:
                 self.kept[k] = b  # the caller got copies, so later corrections only change b
                 self._kept_more(len(b.tuples))
-            self.emitted_below = k + 1 if self.emitted_below is None else max(self.emitted_below, k + 1)
+            self.emitted_below = passed if self.emitted_below is None else max(self.emitted_below, passed)
         if self.emptied and self.emitted_below is not None:
             self.emptied = {e: at for e, at in self.emptied.items() if e >= self.emitted_below}
 
@@ -393,7 +420,7 @@ class SUnion:
             label,
             [
                 STuple(label, t.port, t.id, t.stime, t.rec, t.tmax)
-                for t in sorted(self.kept[k].tuples, key=STuple.order)
+                for t in (self.kept[k].tuples if self.in_order else sorted(self.kept[k].tuples, key=STuple.order))
             ],
         )
 

@@ -78,6 +78,12 @@ class NodePlan:
         """How long a replica may stay silent before it counts as failed (and a stalled one may be replaced)."""
         return self.dpc.failure_timeout / 1000 if self.scheme is Scheme.DPC else self.ha.detection_ms / 1000
 
+    @property
+    def in_order(self) -> bool:
+        """One input, read as its log orders it: no serialization across inputs is needed
+        (``services.dpc.sunion``). An ingress's raw records are ordered by time within its lateness."""
+        return len(self.inputs) == 1 and self.inputs[0].ingress is None
+
     def output(self, stream: str) -> OutputPlan:
         return next(o for o in self.outputs if o.stream == stream)
 

@@ -353,3 +353,82 @@ def test_a_bucket_refilled_by_corrections_after_an_undo_keeps_the_wait_it_had_se
     assert [(t.type, t.rec) for t in su.poll(3.05)] == [(TupleType.TENTATIVE, "corrected")], (
         "the data has waited here since 2.0: due at 3.0, not 1 s after its correction came"
     )
+
+
+# -- one input, in its own order ---------------------------------------------------------------
+
+
+def test_one_input_in_order_goes_out_at_once_before_any_boundary() -> None:
+    su = SUnion(1, BUCKET, delay_s=60, in_order=True)
+    su.push(0, TupleType.STABLE, 0, 3, "a", 0.0)
+    assert [(t.type, t.rec) for t in su.poll(0.0)] == [(TupleType.STABLE, "a")]
+    su.push(0, TupleType.STABLE, 1, 5, "b", 0.0)  # the same bucket, after it went out
+    assert [(t.type, t.rec) for t in su.poll(0.0)] == [(TupleType.STABLE, "b")]
+    assert not su.in_failure() and su.frontier() is None, "no boundary yet: nothing promised downstream"
+    su.boundary(0, 20)
+    assert su.frontier() == 20
+
+
+@st.composite
+def unordered_input(draw: Any) -> list[tuple[int, int]]:
+    """(id, stime) of one input's stable tuples: times jump back and forth, never below the boundary
+    the input had sent before them (boundaries are the ``None`` entries)."""
+    out: list[Any] = []
+    bound, newest = 0, 0
+    for i in range(draw(st.integers(1, 30))):
+        stime = draw(st.integers(bound, bound + 40))
+        newest = max(newest, stime)
+        out.append((i, stime))
+        if draw(st.booleans()):
+            bound = draw(st.integers(bound, newest))
+            out.append((None, bound))
+    return out
+
+
+def _stable_run(su: SUnion, events: list[tuple[Any, int]], polls: list[bool], now: float = 0.0) -> list[int]:
+    got: list[int] = []
+    for n, (tid, stime) in enumerate(events):
+        if tid is None:
+            su.boundary(0, stime, now)
+        else:
+            su.push(0, TupleType.STABLE, tid, stime, tid, now)
+        if polls[n % len(polls)]:
+            got += [t.id for t in su.poll(now) if t.type is TupleType.STABLE]
+    return got + [t.id for t in su.poll(now) if t.type is TupleType.STABLE]
+
+
+@settings(max_examples=200, deadline=None)
+@given(unordered_input(), st.lists(st.booleans(), min_size=1, max_size=6), st.integers(0, 30))
+def test_one_input_keeps_its_order_failure_free_and_through_a_failure_and_its_redo(
+    events: list[tuple[Any, int]], polls: list[bool], cut: int
+) -> None:
+    """Every replica reads the input in the same order, so that order is the serialization: failure-free
+    at once in any poll pattern, and through a tentative stretch, its UNDO and the redo of the kept
+    buckets, as the stable sequence a restart or the other replica gives."""
+    ids = [tid for tid, _ in events if tid is not None]
+    calm = SUnion(1, BUCKET, delay_s=60, in_order=True)
+    assert _stable_run(calm, events + [(None, END)], polls) == ids, "stable at once, in arrival order"
+
+    # A replica whose input goes tentative after ``cut`` events, then is corrected by the same stable tuples.
+    su = SUnion(1, BUCKET, delay_s=0, in_order=True)
+    before, after = events[:cut], events[cut:]
+    got = _stable_run(su, before, polls)
+    last = max((tid for tid, _ in before if tid is not None), default=-1)
+    newest = max((s for _, s in before), default=0)
+    for j in range(3):  # tentative tuples past the last stable one: they go out, the node is in a failure
+        su.push(0, TupleType.TENTATIVE, last + 1 + j, newest + 7 * j, "t", 1.0)
+    tentative = su.poll(1.0)
+    assert tentative and all(t.type is TupleType.TENTATIVE for t in tentative) and su.in_failure()
+    su.undo(0)
+    for tid, stime in after:
+        if tid is None:
+            su.boundary(0, stime, 2.0)
+        else:
+            su.push(0, TupleType.STABLE, tid, stime, tid, 2.0)
+        assert all(t.type is TupleType.TENTATIVE for t in su.poll(2.0)), "in a failure until reconciled"
+    su.boundary(0, END, 2.0)
+    su.poll(2.0)
+    assert su.can_reconcile()
+    got += [t.id for t in su.redo()]
+    got += [t.id for t in su.poll(2.0)]
+    assert got == ids, "the redo serializes as the failure-free pass did"

@@ -39,7 +39,7 @@ def _uncoalesced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(outputs_module, "_carrier", lambda q: None)
 
 
-@pytest.mark.parametrize("cuts", [1, 4, 1000])
+@pytest.mark.parametrize("cuts", [2, 4, 1000])  # one message a poll: n1 (one input) sends each result at once
 def test_a_boundary_rides_on_the_last_result_of_a_batch_and_readers_see_the_same_stream(
     monkeypatch: pytest.MonkeyPatch, cuts: int
 ) -> None:
