@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-faults test test-all lint bench jars clean
+.PHONY: demo demo-faults test test-all lint bench peers jars clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("hastream needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -44,6 +44,12 @@ test-all: jars
 
 bench: $(VENV)/.jars-kafka
 	$(PY) -m bench.throughput
+
+# The benchmark's peer, Quix Streams, in a virtualenv of its own: it pins an older confluent-kafka.
+PEERS := $(or $(HASTREAM_HOME),.hastream)/peers
+peers:
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install -q 'quixstreams==3.28.1' 'fastavro==1.13.1'
 
 clean:
 	$(VENV)/bin/hastream down --kafka 2>/dev/null || true

@@ -274,7 +274,7 @@ def node_run(
         raise fail(f"node '{node}' has replicas 0..{s.nodes[node].replicas - 1}; got --replica {replica}")
     service_logging(f"{node}.r{replica}.p{partition}")
     try:
-        stats = NodeService(s, node, partition, replica, settings).run()
+        stats = NodeService(s, node, partition, replica, settings).run(own_process=True)
     except HastreamError as e:  # e.g. a restart that would renumber its output: say why, in one line
         raise fail(str(e)) from None
     out.print(

@@ -7,6 +7,7 @@ goes to the dead-letter topic and the service keeps running.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import time
@@ -37,6 +38,19 @@ from services.spec.plan import plan_node
 
 log = logging.getLogger(__name__)
 
+GC_YOUNG = 50_000  # container allocations between young collections (Python's default: 700)
+
+
+def tune_gc() -> None:
+    """Collect less on the hot path. A node's tuples die by reference count, so the young
+    collections Python runs every 700 allocations (a few per batch) find nothing and cost a scan
+    each. What start-up built (clients, plan, codecs, compiled expressions) lives as long as the
+    process: frozen, no collection scans it again. Cycles are still collected, just less often."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG, older, oldest)
+
 
 class NodeService:
     """Replica ``replica`` of partition ``partition`` of node ``node``."""
@@ -57,12 +71,17 @@ class NodeService:
         self.metrics = NodeMetrics(self)
         self.metrics_server: MetricsServer | None = None
 
-    def run(self, max_idle_s: float | None = None) -> NodeStats:
-        """Process until SIGTERM/SIGINT, or (for tests) ``max_idle_s`` without input once input has started."""
+    def run(self, max_idle_s: float | None = None, own_process: bool = False) -> NodeStats:
+        """Process until SIGTERM/SIGINT, or (for tests) ``max_idle_s`` without input once input has started.
+
+        ``own_process``: the process runs this node alone, so its garbage collector is tuned for it (``tune_gc``).
+        """
         self._connect()
         clean = False
         try:
             self._start()
+            if own_process:
+                tune_gc()
             self._loop(max_idle_s)
             clean = True
         finally:
