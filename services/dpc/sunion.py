@@ -302,7 +302,10 @@ class SUnion:
                 break
             if not self.in_order:
                 b.tuples.sort(key=STuple.order)
-            yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax) for t in b.tuples]
+            if label is STABLE:  # all stable already, and the bucket is not kept: no copies
+                yield k, label, b.tuples
+            else:
+                yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax) for t in b.tuples]
             del self.pending[k]
             if label is TENTATIVE and self.spilled_from is None:
                 self.kept[k] = b  # the caller got copies, so later corrections only change b
