@@ -278,6 +278,15 @@ class SUnion:
         if not self.pending:
             return
         keys = sorted(self.pending)
+        if self.in_order and len(keys) > 1 and not self.in_failure():
+            pending = self.pending
+            if all(pending[k].tuples and pending[k].clean() for k in keys):
+                # All stable, in order: one run through the operators rather than one per bucket.
+                yield keys[0], STABLE, [t for k in keys for t in pending[k].tuples]
+                pending.clear()
+                last = keys[-1]
+                self._passed_up_to(last + 1 if self._complete(last) else last)
+                return
         # The last bucket holding a tuple that has waited its full delay: everything up to
         # it must go now, tentatively if not stable.
         process = self.policy is Policy.PROCESS
@@ -310,8 +319,12 @@ class SUnion:
             if label is TENTATIVE and self.spilled_from is None:
                 self.kept[k] = b  # the caller got copies, so later corrections only change b
                 self._kept_more(len(b.tuples))
-            self.emitted_below = passed if self.emitted_below is None else max(self.emitted_below, passed)
-        if self.emptied and self.emitted_below is not None:
+            self._passed_up_to(passed)
+
+    def _passed_up_to(self, k: int) -> None:
+        """Buckets below ``k`` have gone out (or were skipped)."""
+        self.emitted_below = k if self.emitted_below is None else max(self.emitted_below, k)
+        if self.emptied:
             self.emptied = {e: at for e, at in self.emptied.items() if e >= self.emitted_below}
 
     def poll(self, now: float) -> list[STuple]:
