@@ -53,7 +53,7 @@ from services.node import restart
 from services.node.ingress import RawReader
 from services.node.ports import InputPort, Move
 from services.node.scheme import NodeRuntime
-from services.operators.base import _ignore
+from services.operators.base import Item, _ignore
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,9 @@ class InputPoint:
 
 
 class DpcScheme:
+    # A node with one input takes it in its log order, without buckets (``services.dpc.sunion``).
+    pass_through = True
+
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node
         plan = node.plan
@@ -84,11 +87,12 @@ class DpcScheme:
             self.dpc.failure_policy,
             self.dpc.max_kept,
             plan.hold_s,
-            in_order=plan.in_order,
+            in_order=plan.in_order and self.pass_through,
         )
         self.soutputs = {o.stream: SOutput() for o in plan.outputs}
         self.reconciler = reconciler(plan.reconciliation, node.pipeline)
         self.entries = [node.pipeline.entry(i.stream) for i in plan.inputs]
+        self.direct: list[Item] = []  # (record, stime) of stable tuples taken past SUnion in this batch
         self.restart_topic = plan.restart_topics[node.replica]
         self.state = NodeState.STABLE
         self.failed = False  # processed tentative input since the last reconciliation
@@ -225,6 +229,7 @@ class DpcScheme:
         node = self.node
         su, by_topic, stats = self.sunion, node.inputs.by_topic, node.stats
         bounds = su.boundaries
+        direct, in_order = self.direct, su.in_order and not self.failed
         for m in msgs:
             topic = m.topic() or ""
             port, fresh = by_topic.get(topic), False
@@ -274,7 +279,13 @@ class DpcScheme:
                     if bound is not None and stime < bound:
                         raise ValueError(f"stime {stime} is below the input's boundary {bound}")
                     rec = port.decode(m.value())
-                    su.push(i, t, tid, stime, rec, now, tm)
+                    if t is STABLE and in_order and not su.pending:
+                        # One input in order, nothing pending before it, no failure: no bucket to wait in.
+                        direct.append((rec, stime))
+                        if stime > su.high:
+                            su.high = stime
+                    else:
+                        su.push(i, t, tid, stime, rec, now, tm)
                     if t is STABLE:
                         port.last_stable = tid
                         if carried is not None:  # a BOUNDARY rode on the tuple
@@ -403,11 +414,22 @@ class DpcScheme:
 
     # -- processing --------------------------------------------------------------------
     def after_batch(self, now: float, idle: bool) -> None:
+        if self.direct:
+            self._run_direct()
         for bucket in self.sunion.buckets(now):
             self._run(*bucket)
         self._advance()
         if self.node.pipeline.due(now):
             self._flush()
+
+    def _run_direct(self) -> None:
+        """The stable tuples of one input in order that went past SUnion (nothing was pending before
+        them and the node is not in a failure, ``before_batch``): one run, as SUnion would give them."""
+        items, self.direct = self.direct, []
+        self._advance_operators(items[0][1] // self.dpc.bucket * self.dpc.bucket, STABLE)
+        self.entries[0](items)
+        self.t_in = items[-1][1]
+        self._collect(STABLE)
 
     def _run(self, k: int, label: TupleType, tuples: list[STuple]) -> None:
         """Push one bucket through the operators, run by run of one input.

@@ -96,7 +96,7 @@ class SUnionState:
     emitted_below: int | None
     kept: dict[int, list[STuple]]
     progress: list[int | None]
-    high: int | None = None  # an in-order input's newest stable stime
+    high: int = NO_TIME  # an in-order input's newest stable stime
 
 
 class SUnion:
@@ -143,7 +143,7 @@ class SUnion:
         # so they wait only what is left of the wait (the delay bound counts from the first arrival).
         self.emptied: dict[int, float] = {}
         self.in_order = in_order
-        self.high: int | None = None  # in_order: the newest stable stime; no later tuple takes an earlier bucket
+        self.high = NO_TIME  # in_order: the newest stable stime; no later tuple takes an earlier bucket
 
     # -- restart image ----------------------------------------------------------
     def state(self) -> SUnionState:
@@ -162,7 +162,7 @@ class SUnion:
         if len(st.boundaries) != self.inputs:
             raise ValueError(f"SUnion state has {len(st.boundaries)} inputs, this SUnion {self.inputs}")
         self.boundaries, self.emitted_below, self.progress = list(st.boundaries), st.emitted_below, list(st.progress)
-        self.high = st.high
+        self.high = NO_TIME if st.high is None else st.high  # None: an image from before in-order inputs
         self.pending = {k: Bucket(now, list(ts)) for k, ts in st.pending.items()}
         self.kept = {k: Bucket(now, list(ts)) for k, ts in st.kept.items()}
         self.progressed_at = [None if p is None else now for p in self.progress]
@@ -209,7 +209,7 @@ class SUnion:
         k = stime // self.bucket_ms
         if self.in_order:
             high = self.high
-            if high is not None and stime < high:
+            if stime < high:
                 k = high // self.bucket_ms  # behind an earlier tuple: its bucket, so the input's order holds
             elif ttype is STABLE:
                 self.high = stime

@@ -62,6 +62,10 @@ TAKEOVER_S = 10.0
 class HaScheme(DpcScheme):
     """The part every HA scheme shares; a scheme says where its inputs start when it takes over (``on_promote``)."""
 
+    # Checkpoints, acks and trims cut the input at bucket starts, and a takeover replays to such a
+    # cut: every input, one too, goes through SUnion's buckets.
+    pass_through = False
+
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
         self.sunion.delay_s = self.sunion.hold_s = float("inf")  # never tentative: wait for the input

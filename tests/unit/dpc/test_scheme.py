@@ -573,3 +573,54 @@ def test_a_restart_image_of_a_spilled_failure_is_its_start_and_a_restart_from_it
     healthy.step([healthy.message("b", STABLE, i, i * 10, reading(i)) for i in range(30)], 0.0)
     healthy.step([healthy.message("b", BOUNDARY, 29, 300)], 0.0)
     assert second.stable("c") == healthy.stable("c")
+
+
+def _out_of_order(jitter: list[int]) -> list[tuple[int, int | None]]:
+    """(stime, boundary after it or None) of a stream whose times go back by up to 25 ms; each
+    boundary is the smallest time still to come, so the stream keeps its promises."""
+    times = [10 * i + j for i, j in enumerate(jitter)]
+    later = [min(times[i + 1 :], default=10**6) for i in range(len(times))]
+    return [(t, later[i] if i % 5 == 4 else None) for i, t in enumerate(times)]
+
+
+def _one_input(node: FakeNode, stream: list[tuple[int, int | None]], ids: range, ttype: Any = STABLE) -> list:
+    msgs = []
+    for i in ids:
+        stime, bound = stream[i]
+        msgs.append(node.message("b", ttype, i, stime, {"sensor": f"s{i % 3}", "ts": stime, "value": 1.0, "seq": i}))
+        if bound is not None and ttype is STABLE:
+            msgs.append(node.message("b", BOUNDARY, i, bound))
+    return msgs
+
+
+def test_a_node_with_one_input_sends_its_stable_results_in_the_poll_that_brought_the_input() -> None:
+    n2 = FakeNode(CHAIN, "n2")
+    n2.step(_one_input(n2, [(10 * i, None) for i in range(5)], range(5)), 0.0)  # no boundary yet
+    assert [(t, tid) for t, tid, _, _ in n2.written("c")] == [(STABLE, i) for i in range(5)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.integers(0, 25), min_size=40, max_size=40),
+    st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    st.integers(1, 30),
+)
+def test_a_node_with_one_input_keeps_its_order_through_a_failure_and_its_redo(
+    jitter: list[int], cuts: list[int], fail_at: int
+) -> None:
+    """Each replica takes the input in its log order (times going back included), whatever its polls, and
+    a replica whose input went tentative for a while redoes it to the very same stable output."""
+    stream = _out_of_order(jitter)
+    healthy = FakeNode(CHAIN, "n2", replica=1)
+    run(healthy, _one_input(healthy, stream, range(40)) + [healthy.message("b", BOUNDARY, 39, 10**6)], cuts)
+    assert [r["seq"] for _, r in healthy.stable("c")] == list(range(40)), "the input's order, not its times'"
+
+    failing = FakeNode(CHAIN, "n2")
+    run(failing, _one_input(failing, stream, range(fail_at)), cuts, now=0.0)
+    run(failing, _one_input(failing, stream, range(fail_at, 40), TENTATIVE), cuts, now=1.0)  # n1 in failure
+    failing.step([], 1.0 + failing.plan.delay_s)
+    assert failing.scheme.failed and failing.stats.tentative > 0
+    healed = [failing.message("b", UNDO, fail_at - 1, 0)] + _one_input(failing, stream, range(fail_at, 40))
+    run(failing, healed + [failing.message("b", BOUNDARY, 39, 10**6)], cuts, now=3.0)
+    assert failing.stats.reconciliations == 1 and not failing.scheme.failed
+    assert failing.stable("c") == healthy.stable("c")
