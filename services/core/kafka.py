@@ -546,7 +546,8 @@ class BatchProducer:
         }
         conf.update(overrides)
         self._errors: list[str] = []
-        self._p = Producer(observed({**conf, "error_cb": self._on_error}))
+        # One delivery callback for every message (only failures are reported): none set per message.
+        self._p = Producer(observed({**conf, "error_cb": self._on_error, "on_delivery": self.on_delivery}))
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
@@ -569,7 +570,7 @@ class BatchProducer:
         """Queue one message; waits for queue room instead of failing when full."""
         while True:
             try:
-                self._p.produce(topic, value, key, partition=partition, headers=headers, on_delivery=self.on_delivery)
+                self._p.produce(topic, value, key, partition=partition, headers=headers)
                 return
             except BufferError:
                 self._p.poll(0.05)

@@ -97,7 +97,7 @@ class Outputs:
         if self.guard is not None:
             self.guard()
         part, send = self.partition, self.producer.send
-        produce, on_delivery = self.producer.raw.produce, self.producer.on_delivery
+        produce = self.producer.raw.produce  # failures reach the producer's delivery callback
         sent = 0
         for s, q in self.queues.items():
             if not q:
@@ -113,7 +113,7 @@ class Outputs:
                     headers = headers_of(ttype, tid, stime)
                 value, key = payload if payload is not None else (None, None)
                 try:
-                    produce(topic, value, key, part, headers=headers, on_delivery=on_delivery)
+                    produce(topic, value, key, part, headers=headers)
                 except BufferError:  # queue full: the wrapper waits for room
                     send(topic, value, key, part, headers)
             sent += len(q)

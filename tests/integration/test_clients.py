@@ -405,3 +405,17 @@ def test_stop_source_holds_a_live_producer_and_its_tuples_arrive_late(kafka, spe
     assert max(lags) > 800  # held tuples reached Kafka about 1.2 s after they were made
     bounds = [m for m in msgs if parse_headers(m.headers()).type is TupleType.BOUNDARY]
     assert {m.partition() for m in bounds} == {0, 1} and len(bounds) >= 2 * 10
+
+
+def test_a_message_the_broker_refuses_fails_the_producers_flush(kafka) -> None:
+    """Only failures come back from the broker (no callback per message): one still fails the flush."""
+    from confluent_kafka import KafkaException
+
+    topic = f"refuses-{os.getpid()}-{time.monotonic_ns()}"
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic, 1, 1, {"max.message.bytes": "2000"})])
+    p = BatchProducer(kafka.bootstrap)
+    p.send(topic, b"small", partition=0)
+    p.flush()
+    p.send(topic, os.urandom(20_000), partition=0)  # random: compression cannot bring it under the limit
+    with pytest.raises(KafkaException, match="delivery failed"):
+        p.flush()
