@@ -2,14 +2,26 @@
 
     python -m bench.throughput [--tuples N] [--quick] [--bootstrap HOST:PORT] [--profile]
 
-Three processors move the same kind of input (``reading`` tuples with ``ht.*`` headers, written
-by ``SourceWriter``) from one input topic to an output topic:
+Six processors move the same input (``reading`` tuples with ``ht.*`` headers, written by
+``SourceWriter``) from one input topic to an output topic:
 
 * ``bare``: a bare confluent-kafka loop (consume a batch, produce each message's value, key and
   headers, flush, commit): what one Python process can move at best, the baseline;
+* ``avro``: the same loop doing the filter+map node's work by hand: decode each reading with the
+  parsed schema, filter, map, encode, produce (no headers): the floor for any Python processor
+  of Avro records;
 * ``filter+map``: a ``NodeService`` running a filter that keeps every tuple and a map, like the
   demo's ingest node, so it writes as many tuples as the bare loop;
-* ``window``: a ``NodeService`` running a keyed sliding-window aggregate.
+* ``window``: a ``NodeService`` running a keyed sliding-window aggregate;
+* ``quix filter+map`` and ``quix window``: the same two as a Quix Streams application
+  (``bench/quix_app.py``, in the virtualenv ``make peers`` builds under ``$HASTREAM_HOME/peers``,
+  since Quix Streams pins an older confluent-kafka; its rows are skipped with a message without it).
+
+Before any figure is quoted, the results of every processor's first run are decoded and compared
+(``compare_outputs``): the Avro loop's and Quix's filter+map record for record with the node's,
+each of Quix's windows with the window node's (Quix leaves the windows of the last event times
+open, having no end of input). The goals (``check_goals``) are checked against the baselines of
+the same run.
 
 The nodes run the full Borealis DPC machinery of a failure-free deployment (one replica): input
 SUnion, SOutput numbering, heartbeat and monitor threads, a persisted checkpoint every
@@ -42,12 +54,9 @@ Definitions (also written to the JSON file):
   node it is the input tuple that closed the window (the first one, in log order, whose event
   time is >= the window end; event time is the wall clock at generation, so windows close in real
   time). Inputs of the first second (warm-up) and after the source's last periodic boundary
-  (released early by the final one) are not counted. A node holds each tuple until a boundary
-  passes the end of its SUnion bucket, so its latency includes up to ``dpc.bucket`` plus
-  ``dpc.boundary_interval``: DPC's price for replica-consistent order. A window closes as soon
-  as a boundary passes its end, so its wait is up to one ``dpc.boundary_interval``, and where in
-  that interval depends on the phase of the source's boundary ticks against the window ends
-  (drifting slowly during a run): a short run samples few phases.
+  (released early by the final one) are not counted. A node with one input passes its stable
+  tuples through as they arrive (``services.dpc.sunion``), so neither waits for a boundary: the
+  window closes on the first tuple past its end, as Quix's does.
 * DPC cost (phase 3, in process, no Kafka): CPU per tuple of SUnion and SOutput beside the
   operators themselves (``bench/dpc_cost.py``).
 
