@@ -11,7 +11,9 @@ records go through:
   state: ``SUnion.push`` per tuple and a BOUNDARY per batch, then the node's own ``_step``
   (``SUnion.poll``, the operators, ``SOutput`` numbering, ``advance`` and the output BOUNDARY);
 * ``SUnion`` alone (push, boundary, poll) and ``SOutput`` alone (numbering the operators'
-  output), to split the difference between the two.
+  output), to split the difference between the two. SUnion here serializes its one input by
+  buckets, as the paper's does every input; a hastream node with one input passes its stable
+  tuples past it (``services.dpc.sunion``), and ``node step`` does what that node does.
 
 Batches are ``batch`` tuples with one BOUNDARY each (the input's boundary at the batch's
 largest stime), so every batch is released STABLE by the next poll, like a live input whose
@@ -76,9 +78,13 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
         push = su.push
         tid = 0
         for items in batches:
-            for rec, stime in items:
-                push(0, STABLE, tid, stime, rec, now)
-                tid += 1
+            if su.in_order:  # one input: its stable tuples go past SUnion, as ``DpcScheme._take_in_order`` sends them
+                scheme.direct.extend(items)
+                su.high = max(su.high, max(st for _, st in items))
+            else:
+                for rec, stime in items:
+                    push(0, STABLE, tid, stime, rec, now)
+                    tid += 1
             su.boundary(0, items[-1][1])
             step(now, False)
             for q in queues:
@@ -86,7 +92,7 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
         assert not scheme.failed and svc.stats.tentative == 0, "a failure-free pass went tentative"
 
     def sunion_only() -> None:
-        su = SUnion(1, spec.dpc.bucket, spec.node_delay_s(node), spec.dpc.failure_policy, in_order=True)
+        su = SUnion(1, spec.dpc.bucket, spec.node_delay_s(node), spec.dpc.failure_policy)
         push = su.push
         tid = 0
         for items in batches:
