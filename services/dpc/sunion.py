@@ -162,7 +162,7 @@ class SUnion:
         if len(st.boundaries) != self.inputs:
             raise ValueError(f"SUnion state has {len(st.boundaries)} inputs, this SUnion {self.inputs}")
         self.boundaries, self.emitted_below, self.progress = list(st.boundaries), st.emitted_below, list(st.progress)
-        self.high = NO_TIME if st.high is None else st.high  # None: an image from before in-order inputs
+        self.high = st.high
         self.pending = {k: Bucket(now, list(ts)) for k, ts in st.pending.items()}
         self.kept = {k: Bucket(now, list(ts)) for k, ts in st.kept.items()}
         self.progressed_at = [None if p is None else now for p in self.progress]
