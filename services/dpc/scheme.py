@@ -234,7 +234,9 @@ class DpcScheme:
 
     def _take_in_order(self, msgs: list[Message], now: float) -> None:
         """One input in order and no failure: its next stable tuple, the usual message, goes straight
-        to the operators (``direct``, no bucket to wait in); any other message through ``_take``."""
+        to the operators (``direct``, no bucket to wait in); any other message through ``_take`` to
+        SUnion, and the rest of the batch after it, so the input's order holds (``after_batch`` runs
+        ``direct`` first)."""
         su, port, direct = self.sunion, self.node.inputs.ports[0], self.direct
         topic, gate, decode, bounds = port.topic, port.gate, port.decode, su.boundaries
         for m in msgs:
@@ -265,7 +267,6 @@ class DpcScheme:
         node = self.node
         su, by_topic, stats = self.sunion, node.inputs.by_topic, node.stats
         bounds = su.boundaries
-        direct, in_order = self.direct, su.in_order and not self.failed
         for m in msgs:
             topic = m.topic() or ""
             port, fresh = by_topic.get(topic), False
@@ -315,13 +316,7 @@ class DpcScheme:
                     if bound is not None and stime < bound:
                         raise ValueError(f"stime {stime} is below the input's boundary {bound}")
                     rec = port.decode(m.value())
-                    if t is STABLE and in_order and not su.pending:
-                        # One input in order, nothing pending before it, no failure: no bucket to wait in.
-                        direct.append((rec, stime))
-                        if stime > su.high:
-                            su.high = stime
-                    else:
-                        su.push(i, t, tid, stime, rec, now, tm)
+                    su.push(i, t, tid, stime, rec, now, tm)
                     if t is STABLE:
                         port.last_stable = tid
                         if carried is not None:  # a BOUNDARY rode on the tuple
