@@ -23,7 +23,7 @@ from quixstreams import Application
 from quixstreams.dataframe.windows import Count, Max, Mean, Min, Sum
 from quixstreams.models.serializers import Deserializer, Serializer
 
-FINAL_STIME = b"%d" % 2**62  # the source's last BOUNDARY: stop there
+FINAL = ("ht.stime", b"%d" % 2**62)  # the header of the source's last BOUNDARY: stop there
 
 
 def _report(kind: str, **data: Any) -> None:
@@ -80,7 +80,7 @@ def main(raw: str) -> None:
         if now - seen["report"] > 0.2:
             _report("progress", consumed=seen["consumed"])
             seen["report"] = now
-        if value is None and headers and (b"ht.stime", FINAL_STIME) in headers or seen["consumed"] >= job["stop_after"]:
+        if (value is None and headers and FINAL in headers) or seen["consumed"] >= job["stop_after"]:
             seen["last_at"] = now
             app.stop()
 

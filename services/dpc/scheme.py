@@ -245,15 +245,18 @@ class DpcScheme:
                 continue
             try:
                 got = admit(m.headers(), gate)
-                if got is None or got[0] is not STABLE or got[1] != port.last_stable + 1:
+                bound = bounds[0]
+                if (
+                    got is None
+                    or got[0] is not STABLE
+                    or got[1] != port.last_stable + 1
+                    or (bound is not None and got[2] < bound)
+                ):
                     self._take([m], now)
                     continue
                 _, tid, stime, carried = got
-                bound = bounds[0]
-                if bound is not None and stime < bound:
-                    raise ValueError(f"stime {stime} is below the input's boundary {bound}")
                 rec = decode(m.value())
-            except (HeaderError, DecodeError, KeyError, TypeError, ValueError):
+            except (HeaderError, DecodeError):
                 self._take([m], now)  # says why, the same way
                 continue
             direct.append((rec, stime))

@@ -624,3 +624,23 @@ def test_a_node_with_one_input_keeps_its_order_through_a_failure_and_its_redo(
     run(failing, healed + [failing.message("b", BOUNDARY, 39, 10**6)], cuts, now=3.0)
     assert failing.stats.reconciliations == 1 and not failing.scheme.failed
     assert failing.stable("c") == healthy.stable("c")
+
+
+def test_bad_input_to_a_node_with_one_input_is_deadlettered_with_its_reason_and_the_node_goes_on() -> None:
+    """The short path of a one-input node hands every message it cannot take to the general one, which says why."""
+    n1 = FakeNode(CHAIN, "n1")
+    rec = {"sensor": "s0", "ts": 10, "value": 1.0, "seq": 0}
+    good = n1.message("a", STABLE, 0, 10, rec)
+    bound = n1.message("a", BOUNDARY, 0, 50)
+    late = n1.message("a", STABLE, 1, 20, dict(rec, ts=20, seq=1))  # below the boundary just promised
+    garbage = n1.message("a", STABLE, 1, 60, rec)
+    garbage._value = b"\xff\xff"  # not Avro
+    no_headers = FakeMessage(garbage.topic(), good.value(), [], 99)
+    last = n1.message("a", STABLE, 1, 70, dict(rec, ts=70, seq=7))
+    n1.step([good, bound, late, garbage, no_headers, last], 0.0)
+    reasons = [h["ht.error"].decode() for h in n1.deadletters()]
+    assert len(reasons) == 3 and n1.stats.deadlettered == 3
+    assert "below the input's boundary" in reasons[0]
+    assert "not valid Avro" in reasons[1]
+    assert "headers" in reasons[2]
+    assert [r["seq"] for _, r in n1.stable("b")] == [0, 7], "the good tuples on either side go through"
