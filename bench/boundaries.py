@@ -7,7 +7,7 @@ replica each, real processes) runs on an embedded broker. ``hastream produce``'s
 wall-clock readings at the rate for S seconds, then keeps the source open and idle for S
 more seconds, as a live source with nothing to say. Every topic of the chain is then read
 from the start and its records counted: data tuples, standalone BOUNDARY records, and
-boundaries that rode on a data tuple (the ``ht.bound`` header). The share quoted is standalone
+boundaries that rode on a data tuple (a bound in its ``ht`` header). The share quoted is standalone
 boundaries over all records, while the source sent and while it was idle. Results go to
 ``bench/results/boundaries.json``.
 """

@@ -3,7 +3,7 @@
 Runs in its own virtualenv (Quix Streams pins a confluent-kafka older than hastream's), so it
 imports nothing of hastream: the job comes as JSON on the command line, the Avro schemas as
 files, and it reports on stdout in the JSON lines ``bench.throughput``'s workers write.
-It reads the same input topic as the hastream node (Avro ``reading`` values with ``ht.*``
+It reads the same input topic as the hastream node (Avro ``reading`` values with the ``ht``
 headers, BOUNDARY messages without a value, which it skips) and writes Avro records, one per
 result: a ``reading`` per input tuple for filter+map, a ``window_stat`` per closed window.
 Event time is the reading's ``ts`` field, as in hastream.
@@ -23,7 +23,12 @@ from quixstreams import Application
 from quixstreams.dataframe.windows import Count, Max, Mean, Min, Sum
 from quixstreams.models.serializers import Deserializer, Serializer
 
-FINAL = ("ht.stime", b"%d" % 2**62)  # the header of the source's last BOUNDARY: stop there
+FINAL_STIME = b"%d" % 2**62  # the stime of the source's last BOUNDARY: stop there
+
+
+def _is_final(headers: Any) -> bool:
+    """The source's last BOUNDARY: its ``ht`` header (TYPE,id,stime,...) names stime 2**62."""
+    return any(k == "ht" and v.split(b",")[:3:2] == [b"BOUNDARY", FINAL_STIME] for k, v in headers or ())
 
 
 def _report(kind: str, **data: Any) -> None:
@@ -80,7 +85,7 @@ def main(raw: str) -> None:
         if now - seen["report"] > 0.2:
             _report("progress", consumed=seen["consumed"])
             seen["report"] = now
-        if (value is None and headers and FINAL in headers) or seen["consumed"] >= job["stop_after"]:
+        if (value is None and _is_final(headers)) or seen["consumed"] >= job["stop_after"]:
             seen["last_at"] = now
             app.stop()
 

@@ -2,7 +2,7 @@
 
     python -m bench.throughput [--tuples N] [--quick] [--bootstrap HOST:PORT] [--profile]
 
-Six processors move the same input (``reading`` tuples with ``ht.*`` headers, written by
+Six processors move the same input (``reading`` tuples with the ``ht`` header, written by
 ``SourceWriter``) from one input topic to an output topic:
 
 * ``bare``: a bare confluent-kafka loop (consume a batch, produce each message's value, key and
@@ -128,7 +128,7 @@ PEERS = ("quix filter+map", "quix window")  # run in their own virtualenv (``pee
 PEERS_VENV = "peers"  # under HASTREAM_HOME: `make peers` installs Quix Streams there
 FINAL_BOUNDARY = END_OF_TIME  # the sources' last BOUNDARY: nothing more will come, every bucket is complete
 NOT_RESULTS = ("TENTATIVE", "UNDO", "REC_DONE")
-DATA = "DATA"  # a peer's (or the Avro loop's) output record: no ht.* headers
+DATA = "DATA"  # a peer's (or the Avro loop's) output record: no ht header
 RESULTS_TYPES = ("STABLE", DATA)  # must never appear in a failure-free node's output
 
 console = Console(stderr=True, highlight=False)  # progress and status
@@ -583,7 +583,7 @@ class Worker:
 @dataclass
 class OutMsg:
     append_ms: int
-    type: str  # ht.type
+    type: str  # the ht header's TYPE
     id: int
     stime: int
     value: bytes | None

@@ -20,13 +20,13 @@ def schema(
     spec: SpecArg,
     stream: Annotated[str, typer.Argument(help="Stream whose schema to print.")],
     header: Annotated[
-        bool, typer.Option("--header", help="Print the ht.schema header value (<name>:<fingerprint>) instead.")
+        bool, typer.Option("--header", help="Print the schema field of the ht header (<name>:<fingerprint>) instead.")
     ] = False,
 ) -> None:
     """Print the Avro schema (JSON) of a stream's values: what a plain Kafka client decodes them with.
 
     Values are schemaless Avro (no magic byte, no registry id); every message names its
-    schema and fingerprint in its ht.schema header, which --header prints for comparison.
+    schema and fingerprint in the schema field of its ht header, which --header prints for comparison.
     """
     from services.core.codec import schema_header, schema_json
 

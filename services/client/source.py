@@ -36,9 +36,9 @@ def wall_ms() -> int:
 
 
 class SourceWriter:
-    """Produces records of one source stream with ``ht.*`` headers, and BOUNDARY tuples.
+    """Produces records of one source stream with the ``ht`` header, and BOUNDARY tuples.
 
-    ``ht.id`` is dense per partition and continues across writer restarts; ``ht.stime``
+    The tuple id is dense per partition and continues across writer restarts; the ``stime``
     is the record's ``ts`` field (event time), or the wall clock if it has none.
     ``wall_clock=True`` says the records' ``ts`` is the wall clock at generation (a live
     source), so a boundary may promise "now" even when no tuple was sent for a while.
@@ -126,7 +126,7 @@ class SourceWriter:
 
         ``stime`` defaults to the largest stime sent (the wall clock if the writer's tuple
         time is the wall clock). Boundaries never go back in time, and one that would not move
-        time on is not sent. ``ht.id`` is the last id sent on the partition (-1 if none).
+        time on is not sent. The id is the last one sent on the partition (-1 if none).
         Returns the boundary's stime, or None when nothing was sent (no tuple sent, no wall
         clock, or time has not moved).
         """

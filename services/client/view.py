@@ -12,12 +12,12 @@ TENTATIVE ids continue after the last stable id; UNDO(L) voids every tentative t
 the last stable id not undone) and the stable corrections L+1, ... follow; REC_DONE(L) ends
 a reconciliation; BOUNDARY(stime B) promises no later tuple has stime < B; a stable tuple
 with an id at or below the last stable id is a duplicate (after a restart or a switch); a
-message with a lower ``ht.epoch`` than one already read comes from a replaced copy of the
+message with a lower epoch than one already read comes from a replaced copy of the
 writer and is dropped.
 
 Switching follows the paper's rules as node input ports do (``services.node.ports``): to a
 stable replica after the last stable id, voiding the tentative tuples held; to a replica in
-a failure keeping them, and taking only tentative tuples past their t_max (``ht.tmax``);
+a failure keeping them, and taking only tentative tuples past their t_max;
 away from a reconciling replica by reading its corrections and, meanwhile, a fresh
 replica's new tentative tuples, until the corrected stream's REC_DONE.
 """

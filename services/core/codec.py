@@ -3,7 +3,7 @@
 Schemas live in ``schemas/<name>.avsc`` (hastream's own) and in the directory a spec names
 with ``schemas:`` (a user's, beside the spec; ``use_schema_dir``). A codec is built per
 schema and reused, so no message ever pays for schema parsing. Every message names its
-schema in an ``ht.schema`` header, ``<name>:<fingerprint>``, the fingerprint being the
+schema in the ``schema`` field of its ``ht`` header, ``<name>:<fingerprint>``, the fingerprint being the
 CRC-64-AVRO of the schema's parsing canonical form (as Avro's single-object encoding
 uses): a reader checks it against ``hastream schema STREAM``.
 """
@@ -96,7 +96,7 @@ def fingerprint(name: str) -> str:
 
 @cache
 def schema_header(name: str) -> bytes:
-    """The ``ht.schema`` value of the messages of schema ``name``: ``<name>:<fingerprint>``."""
+    """The ``schema`` field of the messages of schema ``name``: ``<name>:<fingerprint>``."""
     return f"{name}:{fingerprint(name)}".encode()
 
 

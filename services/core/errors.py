@@ -37,7 +37,7 @@ class DecodeError(HastreamError, ValueError):
 
 
 class HeaderError(HastreamError, ValueError):
-    """A message whose ht.* headers are missing or malformed."""
+    """A message whose ht header is missing or malformed."""
 
 
 class RestartImageError(HastreamError, ValueError):

@@ -1,9 +1,13 @@
-"""The tuple model and the one header codec: the only code that reads or writes ``ht.*`` headers.
+"""The tuple model and the one header codec: the only code that reads or writes ``ht*`` headers.
 
-Headers are the contract with outside clients (kcat, any Kafka client), so values are
-plain ASCII: the type name and decimal integers. The data path reads them with
-``read_headers`` and writes them with a ``header_writer``; both are a few dict and bytes
-operations per tuple, with the constant parts built once.
+Headers are the contract with outside clients (kcat, any Kafka client), so values are plain
+ASCII. hastream writes one header per tuple, ``ht``: ``TYPE,id,stime,replica,epoch,schema``,
+plus a seventh field on a STABLE tuple that a BOUNDARY follows (its stime) and on a TENTATIVE
+tuple (its t_max). One header, not one per field: Kafka clients copy each header on produce
+and on consume, and six of them cost a node a fifth of its CPU per tuple. Readers also take the
+older form, one header per field (``ht.type``, ``ht.id``, ...), which a hand-written producer
+may find easier. The data path reads with ``admit``/``read_headers`` and writes with a
+``header_writer``: one split and two ``int`` per tuple read, one ``%`` per tuple written.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ STABLE, TENTATIVE, BOUNDARY, UNDO, REC_DONE, EPOCH = (
     TupleType.EPOCH,
 )
 
+H_TUPLE = "ht"  # the packed header: TYPE,id,stime,replica,epoch,schema[,bound on STABLE | t_max on TENTATIVE]
+# The older form, one header per field, still read (a hand-written producer's, or an older hastream's).
 H_TYPE = "ht.type"
 H_ID = "ht.id"
 H_STIME = "ht.stime"
@@ -68,51 +74,59 @@ HeaderWriter = Callable[[TupleType, int, int], Headers]
 def header_writer(replica: int = 0, epoch: int = 0, schema: bytes | None = None) -> HeaderWriter:
     """The headers of the tuples one writer (a node replica, a source, a Spark stage) sends to one stream.
 
-    The writer's replica, epoch and schema (``ht.schema``, ``codec.schema_header``) are
-    encoded once; per tuple only its type, id and time. A closure, not a method: it costs
-    no more per tuple than building the list in place.
+    The writer's replica, epoch and schema (``codec.schema_header``) are formatted once, into one
+    pattern per type; per tuple only its id and time are. A closure, not a method: it costs no
+    more per tuple than building the list in place.
     """
-    type_bytes, rep, ep = TYPE_BYTES, (H_REPLICA, b"%d" % replica), (H_EPOCH, b"%d" % epoch)
-    if schema is None:
+    tail = b"%d,%d,%s" % (replica, epoch, (schema or b"").replace(b"%", b"%%"))
+    patterns = {t: TYPE_BYTES[t] + b",%d,%d," + tail for t in TupleType}
 
-        def headers(ttype: TupleType, tid: int, stime: int) -> Headers:
-            return [(H_TYPE, type_bytes[ttype]), (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), rep, ep]
+    def headers(ttype: TupleType, tid: int, stime: int, _k: str = H_TUPLE) -> Headers:
+        return [(_k, patterns[ttype] % (tid, stime))]
 
-        return headers
-    sc = (H_SCHEMA, schema)
+    return headers
 
-    def with_schema(ttype: TupleType, tid: int, stime: int) -> Headers:
-        return [(H_TYPE, type_bytes[ttype]), (H_ID, b"%d" % tid), (H_STIME, b"%d" % stime), rep, ep, sc]
 
-    return with_schema
+def _extended(headers: Headers, field: int) -> Headers:
+    """A writer's headers with a seventh field on ``ht``."""
+    (k, v), *rest = headers
+    assert k == H_TUPLE and isinstance(v, bytes), "headers from header_writer start with ht"
+    return [(k, v + b",%d" % field), *rest]
 
 
 def with_bound(headers: Headers, bound: int) -> Headers:
     """A STABLE tuple's headers carrying the BOUNDARY that follows it: one record instead of two."""
-    return headers + [(H_BOUND, b"%d" % bound)]
+    return _extended(headers, bound)
 
 
 def with_tmax(headers: Headers, tmax: int) -> Headers:
     """A TENTATIVE tuple's headers with its t_max: a reader that changes replica skips what it has."""
-    return headers + [(H_TMAX, b"%d" % tmax)]
+    return _extended(headers, tmax)
+
+
+def _packed(headers: RawHeaders) -> bytes | None:
+    """The value of the ``ht`` header, None if there is none (the older form, or no headers)."""
+    if isinstance(headers, dict):
+        v = headers.get(H_TUPLE)
+    else:
+        v = next((v for k, v in headers or () if k == H_TUPLE), None)
+    return v.encode() if isinstance(v, str) else v
 
 
 def tmax_of(headers: RawHeaders) -> int | None:
-    """A tentative tuple's t_max (``ht.tmax``), None if absent or malformed."""
-    for k, v in headers.items() if isinstance(headers, dict) else headers or ():
-        if k == H_TMAX:
-            try:
-                return int(v)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                return None
-    return None
+    """A tentative tuple's t_max, None if absent or malformed."""
+    try:
+        return parse_headers(headers).tmax
+    except HeaderError:
+        return None
 
 
 def carries_bound(headers: RawHeaders) -> bool:
-    """Whether a boundary rides on the message (``ht.bound``), for scans that need no more of it."""
-    if isinstance(headers, dict):
-        return H_BOUND in headers
-    return any(kv[0] == H_BOUND for kv in headers or ())
+    """Whether a boundary rides on the message, for scans that need no more of it."""
+    try:
+        return parse_headers(headers).bound is not None
+    except HeaderError:
+        return False
 
 
 def make_headers(ttype: TupleType, tid: int, stime: int, replica: int = 0, epoch: int = 0) -> Headers:
@@ -127,14 +141,22 @@ Head = tuple[TupleType, int, int, int | None]
 def read_headers(headers: RawHeaders, _types: dict[bytes, TupleType] = _TYPE_BY_BYTES) -> Head:
     """(type, id, stime, bound) of one incoming tuple, on the hot path; raises HeaderError saying what is wrong.
 
-    ``bound`` is the ``ht.bound`` header: a BOUNDARY at that stime follows the tuple."""
+    ``bound``: a BOUNDARY at that stime follows the tuple."""
+    hs: Any = headers  # a list of pairs whose first is ht, as hastream's writers write; else the slow path
     try:
-        hd: dict[str, Any] = dict(headers)  # type: ignore[arg-type]  # None raises TypeError: handled below
-        b = hd.get(H_BOUND)
-        return _types[hd[H_TYPE]], int(hd[H_ID]), int(hd[H_STIME]), None if b is None else int(b)
-    except (KeyError, TypeError, ValueError):
-        parse_headers(headers)  # raises with the precise reason
-        raise HeaderError("malformed ht.* headers") from None
+        k, v = hs[0]
+        if k == H_TUPLE:
+            f = v.split(b",")
+            t = _types[f[0]]
+            n = len(f)
+            if n == 6:
+                return t, int(f[1]), int(f[2]), None
+            if n == 7:
+                return t, int(f[1]), int(f[2]), int(f[6]) if t is STABLE else None
+    except (LookupError, TypeError, ValueError, AttributeError):
+        pass
+    meta = parse_headers(headers)  # any other form, or the precise reason it is wrong
+    return meta.type, meta.id, meta.stime, meta.bound
 
 
 class EpochGate:
@@ -171,39 +193,50 @@ def admit(
     headers: RawHeaders,
     gate: EpochGate,
     _types: dict[bytes, TupleType] = _TYPE_BY_BYTES,
-    _e: str = H_EPOCH,
-    _t: str = H_TYPE,
-    _i: str = H_ID,
-    _s: str = H_STIME,
-    _b: str = H_BOUND,
+    _k: str = H_TUPLE,
+    _stable: TupleType = STABLE,
 ) -> Head | None:
     """``read_headers`` for a reader that follows a writer's epochs: None for a fenced writer's message.
 
-    On the hot path: the header names are bound once, as the types are."""
+    On the hot path: the names it compares with are bound once."""
+    hs: Any = headers  # a list of pairs whose first is ht, as hastream's writers write; else the slow path
     try:
-        hd: dict[str, Any] = dict(headers)  # type: ignore[arg-type]  # None raises TypeError: handled below
-        raw = hd.get(_e)
-        if raw != gate.raw and not gate.admits(raw):
-            return None
-        b = hd.get(_b)
-        return _types[hd[_t]], int(hd[_i]), int(hd[_s]), None if b is None else int(b)
-    except (KeyError, TypeError, ValueError):
-        parse_headers(headers)  # raises with the precise reason
-        raise HeaderError("malformed ht.* headers") from None
+        k, v = hs[0]
+        if k == _k:
+            f = v.split(b",")
+            t = _types[f[0]]
+            n = len(f)
+            if n == 6 or n == 7:
+                e = f[4]
+                if e != gate.raw and not gate.admits(e):
+                    return None
+                return t, int(f[1]), int(f[2]), int(f[6]) if n == 7 and t is _stable else None
+    except (LookupError, TypeError, ValueError, AttributeError):
+        pass
+    meta = parse_headers(headers)  # any other form, or the precise reason it is wrong
+    if not gate.admits(b"%d" % meta.epoch):
+        return None
+    return meta.type, meta.id, meta.stime, meta.bound
 
 
 def peek(headers: RawHeaders) -> tuple[TupleType | None, int | None, int]:
     """Type, id and epoch of a message, for scans that skip what they cannot use: None for a type
     or id its headers do not name, epoch 0 if absent or malformed."""
-    hd: dict[str, Any] = dict(headers or ())
-    t = _TYPE_BY_BYTES.get(hd.get(H_TYPE) or b"")
+    v = _packed(headers)
+    if v is not None:
+        f = v.split(b",")
+        tv, iv, ev = f[0], f[1] if len(f) > 1 else b"", f[4] if len(f) > 4 else b""
+    else:
+        hd: dict[str, Any] = dict(headers or ())
+        tv, iv, ev = hd.get(H_TYPE) or b"", hd.get(H_ID) or b"", hd.get(H_EPOCH) or b""
+    t = _TYPE_BY_BYTES.get(tv.encode() if isinstance(tv, str) else tv)
     tid: int | None
     try:
-        tid = int(hd.get(H_ID) or b"")
+        tid = int(iv)
     except ValueError:
         tid = None
     try:
-        return t, tid, int(hd.get(H_EPOCH) or 0)
+        return t, tid, int(ev or 0)
     except ValueError:
         return t, tid, 0
 
@@ -230,31 +263,57 @@ def deadletter_headers(
 
 @dataclass(slots=True)
 class TupleMeta:
-    """The parsed ht.* headers of one message."""
+    """The parsed ``ht`` header (or headers) of one message."""
 
     type: TupleType
     id: int
     stime: int
     replica: int = 0
     epoch: int = 0
-    bound: int | None = None  # a BOUNDARY at this stime follows the tuple (``ht.bound``, on STABLE tuples)
-    schema: str = ""  # ``ht.schema``: <name>:<fingerprint> of the value's Avro schema ("" if absent)
+    bound: int | None = None  # a BOUNDARY at this stime follows the tuple (on STABLE tuples)
+    schema: str = ""  # <name>:<fingerprint> of the value's Avro schema ("" if absent)
+    tmax: int | None = None  # on a TENTATIVE tuple: the tuple time of the last input processed before it
+
+
+PACKED_FIELDS = "TYPE,id,stime,replica,epoch,schema"
 
 
 def parse_headers(headers: RawHeaders) -> TupleMeta:
-    """Parse ht.* headers; raises HeaderError naming what is wrong."""
+    """Parse the ``ht`` header, or the older ``ht.*`` headers; raises HeaderError naming what is wrong."""
     if not headers:
-        raise HeaderError("missing ht.* headers")
+        raise HeaderError("missing ht header")
+    v = _packed(headers)
+    return _parse_legacy(headers) if v is None else _parse_packed(v)
+
+
+def _parse_packed(v: bytes) -> TupleMeta:
+    f = v.split(b",")
+    if len(f) not in (6, 7):
+        raise HeaderError(f"ht header {v[:200]!r} has {len(f)} fields, not {PACKED_FIELDS}[,bound or t_max]")
+    ttype = _TYPE_BY_BYTES.get(f[0])
+    if ttype is None:
+        raise HeaderError(f"unknown tuple type {f[0]!r} in {H_TUPLE}")
+    try:
+        tid, stime, replica, epoch = int(f[1]), int(f[2]), int(f[3]), int(f[4])
+        extra = int(f[6]) if len(f) == 7 else None
+    except ValueError as e:
+        raise HeaderError(f"malformed header value in {H_TUPLE}: {e}") from None
+    bound = extra if ttype is STABLE else None
+    tmax = extra if ttype is TENTATIVE else None
+    return TupleMeta(ttype, tid, stime, replica, epoch, bound, f[5].decode(errors="replace"), tmax)
+
+
+def _parse_legacy(headers: RawHeaders) -> TupleMeta:
     ttype: TupleType | None = None
     tid = stime = None
     replica = epoch = 0
-    bound: int | None = None
+    bound = tmax = None
     schema = ""
-    pairs: list[tuple[str, Any]] = list(headers.items()) if isinstance(headers, dict) else list(headers)
+    pairs: list[tuple[str, Any]] = list(headers.items()) if isinstance(headers, dict) else list(headers or ())
     try:
         for k, v in pairs:
             if k == H_TYPE:
-                ttype = _TYPE_BY_BYTES.get(v)
+                ttype = _TYPE_BY_BYTES.get(v.encode() if isinstance(v, str) else v)
                 if ttype is None:
                     raise HeaderError(f"unknown tuple type {v!r} in {H_TYPE}")
             elif k == H_ID:
@@ -267,6 +326,8 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
                 epoch = int(v)
             elif k == H_BOUND:
                 bound = int(v)
+            elif k == H_TMAX:
+                tmax = int(v)
             elif k == H_SCHEMA:
                 schema = v.decode() if isinstance(v, bytes) else str(v)
     except (TypeError, ValueError) as e:
@@ -274,12 +335,12 @@ def parse_headers(headers: RawHeaders) -> TupleMeta:
             raise
         raise HeaderError(f"malformed header value: {e}") from None
     if ttype is None:
-        raise HeaderError(f"missing {H_TYPE} header")
+        raise HeaderError(f"missing {H_TUPLE} header (or {H_TYPE})")
     if tid is None:
         raise HeaderError(f"missing {H_ID} header")
     if stime is None:
         raise HeaderError(f"missing {H_STIME} header")
-    return TupleMeta(ttype, tid, stime, replica, epoch, bound, schema)
+    return TupleMeta(ttype, tid, stime, replica, epoch, bound, schema, tmax)
 
 
 def headers_dict(headers: RawHeaders) -> dict[str, str]:

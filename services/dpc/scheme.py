@@ -304,7 +304,7 @@ class DpcScheme:
                     if tid <= port.last_stable:
                         if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
                             raise ContractError(
-                                f"ht.id {tid} goes backwards (the stream is at {port.last_stable}): "
+                                f"tuple id {tid} goes backwards (the stream is at {port.last_stable}): "
                                 "an input stream has one writer; feed it from several through an ingress"
                             )
                         if carried is not None:  # the boundary after it may be news: replicas' stable streams agree
@@ -312,7 +312,7 @@ class DpcScheme:
                         continue  # a duplicate after a restart or a switch
                     if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
                         if port.upstream is None:  # a source has one log and one writer: nothing to read again
-                            raise ContractError(f"ht.id {tid} jumps past {port.last_stable}: the source skipped ids")
+                            raise ContractError(f"tuple id {tid} jumps past {port.last_stable}: the source skipped ids")
                         port.report_gap(tid)
                         stats.gaps += 1
                         continue

@@ -57,7 +57,7 @@ from services.dpc.policies import FAILURE_POLICIES, Policy
 @dataclass(slots=True)
 class STuple:
     """One serialized tuple: its type, which input it came from, its id there, time and record;
-    a tentative one also its t_max (``ht.tmax``)."""
+    a tentative one also its t_max (from its ``ht`` header)."""
 
     type: TupleType
     port: int

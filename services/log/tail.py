@@ -29,10 +29,8 @@ from services.core.tuples import (
     UNDO,
     EpochGate,
     TupleType,
-    carries_bound,
     parse_headers,
     peek,
-    tmax_of,
 )
 
 # What a backward scan needs of a message: type, id, epoch, whether a boundary rides on it, and
@@ -75,8 +73,12 @@ def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -
 
 def _meta(m: Message) -> Meta:
     headers = m.headers()
-    t, tid, epoch = peek(headers)
-    return t, tid, epoch, carries_bound(headers), tmax_of(headers) if t is TENTATIVE else None
+    try:
+        meta = parse_headers(headers)
+    except HeaderError:  # a scan skips what it cannot use
+        t, tid, epoch = peek(headers)
+        return t, tid, epoch, False, None
+    return meta.type, meta.id, meta.epoch, meta.bound is not None, meta.tmax if meta.type is TENTATIVE else None
 
 
 def _backward(
@@ -130,7 +132,7 @@ def seek_after_stable(
     Tuples after the returned offset are all newer than ``last_stable``, except stable
     duplicates with a smaller id when the topic has not caught up, which readers drop by
     id. ``last_stable`` -1 means from the beginning. When a boundary rides on stable tuple
-    ``last_stable`` (``ht.bound``), the offset is that tuple's own: the reader drops it as a
+    ``last_stable`` (a bound in its ``ht``), the offset is that tuple's own: the reader drops it as a
     duplicate but takes the boundary, which this replica may never repeat (an ended stream).
     """
     if last_stable >= 0:
@@ -244,17 +246,16 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
 
 def _bound_meta(m: Message) -> Meta:
     """``Meta`` with the boundary a message gives in place of a t_max: a BOUNDARY's stime, or a
-    stable tuple's ``ht.bound`` (None: it gives none)."""
+    stable tuple's bound (None: it gives none)."""
     headers = m.headers()
-    t, tid, epoch = peek(headers)
-    bound: int | None = None
-    if t is BOUNDARY or (t is STABLE and carries_bound(headers)):
-        try:
-            meta = parse_headers(headers)
-        except HeaderError:
-            return None, None, epoch, False, None
-        bound = meta.stime if t is BOUNDARY else meta.bound
-    return t, tid, epoch, bound is not None, bound
+    try:
+        meta = parse_headers(headers)
+    except HeaderError:  # skipped as in ``_meta``; a boundary that cannot be read is no tuple at all
+        t, tid, epoch = peek(headers)
+        return (None, None, epoch, False, None) if t is BOUNDARY else (t, tid, epoch, False, None)
+    t = meta.type
+    bound = meta.stime if t is BOUNDARY else meta.bound if t is STABLE else None
+    return t, meta.id, meta.epoch, bound is not None, bound
 
 
 @retry_transient
@@ -320,7 +321,7 @@ def _stable(c: Consumer, topic: str, partition: int, start: int, end: int, epoch
 def last_message(bootstrap: str, topic: str, partition: int, timeout: float = 10) -> Message | None:
     """The newest message of one partition, or None if it is empty.
 
-    Services read it at start to continue their dense ``ht.id`` sequence. A partition that
+    Services read it at start to continue their dense tuple id sequence. A partition that
     has messages but does not deliver the newest in time raises (a retriable timeout),
     rather than look empty and restart the sequence at 0.
     """
@@ -361,7 +362,7 @@ class WriterTail:
 
     next_id: int  # the id that continues the dense sequence (0 in an empty partition)
     epoch: int  # that writer's epoch (0: no hastream writer wrote here)
-    stime: int  # the ``ht.stime`` of its newest message
+    stime: int  # the stime of its newest message
     written_ms: int  # when that message was written (its Kafka timestamp), 0 if none
     boundary: bool  # that message is a BOUNDARY
 
@@ -385,8 +386,8 @@ def _writer_view(m: Message) -> WriterTail | None:
 def writer_tail(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> WriterTail:
     """The newest message a hastream source writer (``services.client.source``) wrote in one partition.
 
-    Messages of other clients (no ``ht.epoch``, or none of its tuple types) are passed over, so
-    another client's ``ht.id`` never decides where the writer's sequence goes on.
+    Messages of other clients (no epoch, or none of its tuple types) are passed over, so
+    another client's tuple id never decides where the writer's sequence goes on.
     """
     for rows in _backward(bootstrap, topic, partition, chunk, _writer_view):
         for _, tail in reversed(rows):

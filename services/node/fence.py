@@ -6,7 +6,7 @@ incarnation claims an epoch: it sends a claim heartbeat and takes its offset + 1
 than any earlier incarnation's since Kafka hands out offsets in one order. It waits a
 moment (a copy still running sees the claim and stops), writes an EPOCH tuple to each of
 its output partitions and only then reads its logs to restart. Every tuple it writes
-carries the epoch (``ht.epoch``), and so do its heartbeats.
+carries the epoch (the ``epoch`` field of ``ht``), and so do its heartbeats.
 
 Readers drop a lower epoch after a higher one (``services.core.tuples.EpochGate``). The
 replaced copy stops itself: before each flush it checks whether the monitor has seen a

@@ -1,4 +1,4 @@
-"""The ingress: how a node reads a raw topic that any Kafka client writes, with no ``ht.*`` headers.
+"""The ingress: how a node reads a raw topic that any Kafka client writes, with no ``ht`` header.
 
 In Borealis, sources reach the query network through an ingress that owns the input
 contract. Here a stream declared with ``ingress:`` is fed by a node of its own (its

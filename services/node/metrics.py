@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 REASONS = (
     ("does not fit stream", "schema_mismatch"),
     ("missing", "missing_headers"),
-    ("malformed ht.", "malformed_headers"),
     ("malformed header", "malformed_headers"),
+    ("ht header", "malformed_headers"),
     ("unknown tuple type", "malformed_headers"),
     ("not valid avro", "invalid_avro"),
     ("empty message value", "invalid_avro"),

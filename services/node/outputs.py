@@ -3,11 +3,11 @@
 Each replica writes ``<spec>.<stream>.r<k>``, partition = the node's partition. A scheme encodes
 its results with ``encode`` (a record that does not fit the stream's schema is rejected
 there, before it gets an id), then appends ``Out`` records (type, id, stime, payload or
-None) to ``queue(stream)``; ``flush`` adds the ``ht.*`` headers and waits until Kafka has
+None) to ``queue(stream)``; ``flush`` adds the ``ht`` header and waits until Kafka has
 them all, so whatever a restart image records as written is written. A queue that ends
 with a stable tuple and a BOUNDARY (a bucket's results, then the frontier past it: the
 usual end of a batch) is written as one record, the boundary riding on the tuple
-(``ht.bound``), so a stream with data carries no boundary records of its own. ``begin`` sets the
+(a field of its ``ht`` header), so a stream with data carries no boundary records of its own. ``begin`` sets the
 incarnation's epoch (``services.node.fence``); ``guard`` runs before each flush.
 """
 

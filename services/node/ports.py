@@ -10,7 +10,7 @@ one of the paper's switches (``Move``):
 1. and 2. to a STABLE replica: right after the last stable tuple the reader has (stable
    ids are the same on every replica); the reader's tentative tuples are replaced.
 3. to a replica in UPSTREAM_FAILURE (or recovering): the reader keeps its tentative tuples
-   and reads only tentative tuples beyond them, by their t_max (``ht.tmax``, the tuple time
+   and reads only tentative tuples beyond them, by their t_max (a field of ``ht``, the tuple time
    of the last input tuple processed before each), so none is received twice.
 4. away from a replica in STABILIZATION: the reader keeps reading it in the background for
    its corrections (UNDO, stable tuples, REC_DONE) while new tentative tuples come from a

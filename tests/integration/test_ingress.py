@@ -1,4 +1,4 @@
-"""Plain Kafka producers feed a deployment through its ingress: no ``ht.*`` headers, two at once.
+"""Plain Kafka producers feed a deployment through its ingress: no ``ht`` header, two at once.
 
 Two confluent-kafka producers, as users have them (JSON values, the sensor as the key, the
 default partitioner), write the raw topic of an ingress-fed stream of a running deployment

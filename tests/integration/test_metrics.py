@@ -65,7 +65,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 
 def _garbage(bootstrap: str, topic: str, next_id: int, epoch: int) -> None:
-    """Two bad messages: one with a payload that is not Avro, one without ht.* headers."""
+    """Two bad messages: one with a payload that is not Avro, one without the ht header."""
     p = Producer({"bootstrap.servers": bootstrap})
     # the writer's next id, epoch and a time in order: only the payload is wrong
     headers = make_headers(TupleType.STABLE, next_id, 1_750_000_000_000, epoch=epoch)

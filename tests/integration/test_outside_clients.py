@@ -44,21 +44,23 @@ nodes:
 """
 
 
-def _read_plain(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple[dict, bytes | None]]:
+def _read_plain(bootstrap: str, topic: str, timeout: float = 60) -> list[tuple[list[bytes], bytes | None]]:
     """The README's recipe: a plain consumer, from the start to the stream's final boundary (a
-    BOUNDARY record, or an ht.bound header, at the end of time)."""
+    BOUNDARY record, or a bound riding on a STABLE one, at the end of time). Each message as the
+    fields of its ``ht`` header (``TYPE,id,stime,replica,epoch,schema[,bound]``) and its value."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "outside", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, 0, 0)])
-    got: list[tuple[dict, bytes | None]] = []
+    got: list[tuple[list[bytes], bytes | None]] = []
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             for m in c.consume(100, 0.5):
                 if m.error() is not None:
                     continue
-                h = dict(m.headers() or [])
-                got.append((h, m.value()))
-                bound = h.get("ht.stime") if h.get("ht.type") == b"BOUNDARY" else h.get("ht.bound")
+                ht = dict(m.headers() or []).get("ht")
+                f = ht.split(b",") if isinstance(ht, bytes) else []
+                got.append((f, m.value()))
+                bound = f[2] if f[:1] == [b"BOUNDARY"] else f[6] if f[:1] == [b"STABLE"] and len(f) == 7 else None
                 if bound is not None and int(bound) >= END_OF_TIME - 1000:
                     return got
     finally:
@@ -93,8 +95,8 @@ def test_a_user_schema_beside_the_spec_and_a_plain_consumer_reading_the_output(k
     finally:
         hastream("down", u_spec.name, env=env)
 
-    assert all(h.get("ht.schema") == header.encode() for h, _ in msgs), "every message names its schema"
-    stable = [(h, value) for h, value in msgs if h.get("ht.type") == b"STABLE"]
+    assert all(f[5] == header.encode() for f, _ in msgs), "every message names its schema"
+    stable = [(f, value) for f, value in msgs if f[0] == b"STABLE"]
     decoded = [fastavro.schemaless_reader(io.BytesIO(value or b""), schema, None) for _, value in stable]
     assert decoded == want
-    assert [int(h["ht.id"]) for h, _ in stable] == list(range(len(want)))
+    assert [int(f[1]) for f, _ in stable] == list(range(len(want)))

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.control.messages import ControlKind
-from services.core.tuples import REC_DONE, UNDO
+from services.core.tuples import REC_DONE, UNDO, read_headers
 from services.dpc.states import NodeState
 from services.node.metrics import reason_label
 from services.spec import parse_spec
@@ -89,7 +89,7 @@ def interleave(xs: list[FakeMessage], ys: list[FakeMessage]) -> list[FakeMessage
     """Both sources' messages merged by the time in their headers, as they would arrive."""
 
     def t(m: FakeMessage) -> int:
-        return int(dict(m.headers())["ht.stime"])
+        return read_headers(m.headers())[2]
 
     return sorted(xs + ys, key=t)
 
@@ -642,5 +642,5 @@ def test_bad_input_to_a_node_with_one_input_is_deadlettered_with_its_reason_and_
     assert len(reasons) == 3 and n1.stats.deadlettered == 3
     assert "below the input's boundary" in reasons[0]
     assert "not valid Avro" in reasons[1]
-    assert "headers" in reasons[2]
+    assert "missing ht header" in reasons[2]
     assert [r["seq"] for _, r in n1.stable("b")] == [0, 7], "the good tuples on either side go through"

@@ -15,12 +15,13 @@ from services.node.scheme import NodeStats
 
 
 def test_dead_letter_reasons_map_to_few_labels() -> None:
-    assert reason_label("missing ht.* headers") == "missing_headers"
+    assert reason_label("missing ht header") == "missing_headers"
     assert reason_label("missing ht.id header") == "missing_headers"
-    assert reason_label("malformed ht.* headers") == "malformed_headers"
+    assert reason_label("ht header b'STABLE,1' has 2 fields, not TYPE,id,...") == "malformed_headers"
+    assert reason_label("malformed header value in ht: invalid literal") == "malformed_headers"
     assert reason_label("unknown tuple type 'X' in ht.type") == "malformed_headers"
     assert reason_label("not valid Avro for schema 'reading': EOFError: ") == "invalid_avro"
-    assert reason_label("malformed input: ValueError: ht.id 7 jumps past 3: the source skipped ids") == "id_jump"
+    assert reason_label("malformed input: ValueError: tuple id 7 jumps past 3: the source skipped ids") == "id_jump"
     assert reason_label("malformed input: ValueError: stime 5 is below the input's boundary 9") == "late"
     assert reason_label("does not fit stream 'out': bad type", rejected=True) == "schema_mismatch"
     assert reason_label("ZeroDivisionError: division by zero", rejected=True) == "operator_error"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from services.client.source import readings
-from services.core.tuples import H_BOUND, UNDO, carries_bound, make_headers, read_headers
+from services.core.tuples import UNDO, carries_bound, make_headers, read_headers, with_bound
 from services.node import outputs as outputs_module
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, FakeMessage, FakeNode, source_messages
 
@@ -84,7 +84,7 @@ def test_a_reader_that_has_the_tuple_a_boundary_rode_on_still_takes_the_boundary
     first = node.message("b", STABLE, 0, 100, rec)
     node.step([first], 0.0)
     assert port.last_stable == 0 and node.scheme.sunion.boundaries == [None]
-    again = FakeMessage(port.topic, first.value(), make_headers(STABLE, 0, 100) + [(H_BOUND, b"%d" % END)], 1)
+    again = FakeMessage(port.topic, first.value(), with_bound(make_headers(STABLE, 0, 100), END), 1)
     node.step([again], 0.0)
     assert node.scheme.sunion.boundaries == [END]
     assert len(node.stable("c")) == 1, "the duplicate is not processed twice"
