@@ -6,6 +6,13 @@ schema and reused, so no message ever pays for schema parsing. Every message nam
 schema in the ``schema`` field of its ``ht`` header, ``<name>:<fingerprint>``, the fingerprint being the
 CRC-64-AVRO of the schema's parsing canonical form (as Avro's single-object encoding
 uses): a reader checks it against ``hastream schema STREAM``.
+
+Per record, fastavro's ``schemaless_writer`` and ``schemaless_reader`` spend more on their own
+setup (walking the parsed schema for its named types, an options dict, an encoder object) than
+on a small record itself: 0.5 of 1.9 µs to encode a ``reading`` and 0.3 of 1.4 µs to decode
+one. A codec calls the two functions they wrap, ``write_data`` and ``_read_data``, with that
+setup done once per schema, after checking at import that they give the public functions'
+bytes and records; if a fastavro release changes them, the public functions are used.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import io
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import fastavro
 from fastavro.schema import SchemaParseException, to_parsing_canonical_form
@@ -115,20 +122,96 @@ def record_fields(name: str) -> list[dict[str, Any]]:
 ENCODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, ArithmeticError)
 
 
+# The functions fastavro's schemaless_writer and schemaless_reader wrap, with their options as those
+# pass them by default: (buffer, record, schema, named schemas, field name, options) and (stream,
+# schema, named schemas, reader schema, options). None if this fastavro does not have them as checked.
+Writer = Callable[[bytearray, Any, Any, dict, str, dict], None]
+Reader = Callable[[io.BytesIO, Any, dict, Any, dict], Any]
+_WRITE_OPTIONS = {"strict": False, "strict_allow_default": False, "disable_tuple_notation": False}
+_READ_OPTIONS = {
+    "return_record_name": False,
+    "return_record_name_override": False,
+    "handle_unicode_errors": "strict",
+    "return_named_type": False,
+    "return_named_type_override": False,
+}
+_PROBE_SCHEMA = {
+    "type": "record",
+    "name": "hastream.Probe",
+    "fields": [
+        {"name": "s", "type": "string"},
+        {"name": "n", "type": "long"},
+        {"name": "x", "type": "double"},
+        {"name": "b", "type": "boolean"},
+        {"name": "o", "type": ["null", "string"]},
+        {"name": "a", "type": {"type": "array", "items": "int"}},
+        {"name": "e", "type": {"type": "enum", "name": "hastream.Colour", "symbols": ["RED", "BLUE"]}},
+        {"name": "c", "type": "hastream.Colour"},
+    ],
+}
+_PROBE = {"s": "sensör", "n": -(2**40), "x": 0.1, "b": True, "o": None, "a": [1, -2], "e": "BLUE", "c": "RED"}
+
+
+def _wrapped() -> tuple[Writer, Reader] | None:
+    """fastavro's ``write_data`` and ``_read_data``, if they give what the public functions give for a probe."""
+    try:
+        from fastavro._read import _read_data  # type: ignore[attr-defined]  # not in its stubs
+        from fastavro._write import write_data  # type: ignore[attr-defined]
+
+        named: dict = {}
+        schema = fastavro.parse_schema(_PROBE_SCHEMA, named)
+        buf = bytearray()
+        write_data(buf, _PROBE, schema, named, "", _WRITE_OPTIONS)
+        public = io.BytesIO()
+        fastavro.schemaless_writer(public, schema, _PROBE)
+        back = _read_data(io.BytesIO(bytes(buf)), schema, {"writer": named, "reader": {}}, None, _READ_OPTIONS)
+        ok = bytes(buf) == public.getvalue() and back == _PROBE
+        return (write_data, _read_data) if ok else None
+    except Exception:  # any change in them: the public functions serve
+        return None
+
+
+_WRAPPED = _wrapped()
+
+
 class Codec:
     """Schemaless Avro encoder/decoder for one parsed schema; safe to share between threads."""
 
-    __slots__ = ("name", "schema")
+    __slots__ = ("name", "schema", "named", "encode", "_read")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, wrapped: tuple[Writer, Reader] | None = _WRAPPED, schema: Any = None) -> None:
         self.name = name
-        self.schema = load_schema(name)
+        self.schema = load_schema(name) if schema is None else fastavro.parse_schema(schema)
+        self.named: dict = {}  # the schema's named types, as fastavro's functions gather them per call
+        fastavro.parse_schema(self.schema, self.named)
+        self.encode: Callable[[dict[str, Any]], bytes] = self._encoder(wrapped)
+        schema, named = self.schema, self.named
+        if wrapped is None:
+            self._read: Callable[[io.BytesIO], Any] = lambda bio: fastavro.schemaless_reader(bio, schema, None)
+        else:
+            read_data, both = wrapped[1], {"writer": named, "reader": {}}  # the reader's named types: none
+            self._read = lambda bio: read_data(bio, schema, both, None, _READ_OPTIONS)
 
-    def encode(self, record: dict[str, Any]) -> bytes:
-        # A buffer per call: a shared one lets concurrent threads interleave their writes.
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, self.schema, record)
-        return buf.getvalue()
+    def _encoder(self, wrapped: tuple[Writer, Reader] | None) -> Callable[[dict[str, Any]], bytes]:
+        """``encode(record)``: a closure with everything but the record bound, since it runs per tuple."""
+        schema, named, options = self.schema, self.named, _WRITE_OPTIONS
+        if wrapped is None:
+            writer, BytesIO = fastavro.schemaless_writer, io.BytesIO
+
+            def public(record: dict[str, Any]) -> bytes:
+                buf = BytesIO()  # a buffer per call: a shared one lets concurrent threads interleave their writes
+                writer(buf, schema, record)
+                return buf.getvalue()
+
+            return public
+        write_data = wrapped[0]
+
+        def encode(record: dict[str, Any]) -> bytes:
+            buf = bytearray()
+            write_data(buf, record, schema, named, "", options)
+            return bytes(buf)
+
+        return encode
 
     def decode(self, payload: bytes | None) -> dict[str, Any]:
         """Decode; raises DecodeError for bytes that are not this schema's Avro."""
@@ -136,7 +219,7 @@ class Codec:
             raise DecodeError("empty message value")
         bio = io.BytesIO(payload)
         try:
-            rec = fastavro.schemaless_reader(bio, self.schema, None)
+            rec = self._read(bio)
         except Exception as e:  # fastavro raises many types on garbage input
             raise DecodeError(f"not valid Avro for schema '{self.name}': {type(e).__name__}: {e}") from None
         if bio.tell() != len(payload):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.codec import codec_for
+from services.core.codec import _PROBE_SCHEMA, _WRAPPED, ENCODE_ERRORS, Codec, codec_for
 from services.core.errors import DecodeError, ExprError, HeaderError
+from services.core.paths import SCHEMA_DIR
 from services.core.tuples import RawHeaders, TupleType, make_headers, parse_headers
 from services.spec.expr import compile_expr
 
@@ -44,10 +47,62 @@ def test_codec_roundtrip(sensor: str, ts: int, value: float, seq: int) -> None:
     assert c.decode(c.encode(rec)) == rec
 
 
+def _values(schema: Any, named: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Values of an Avro schema as fastavro parsed it (every type the project's schemas and the probe use)."""
+    if isinstance(schema, str):
+        return named[schema] if schema in named else PRIMITIVES[schema]
+    if isinstance(schema, list):
+        return st.one_of([_values(s, named) for s in schema])
+    t = schema["type"]
+    if t == "record":
+        fields = {f["name"]: _values(f["type"], named) for f in schema["fields"]}
+        named[schema["name"]] = strategy = st.fixed_dictionaries(fields)
+        return strategy
+    if t == "enum":
+        named[schema["name"]] = strategy = st.sampled_from(schema["symbols"])
+        return strategy
+    if t == "array":
+        return st.lists(_values(schema["items"], named), max_size=3)
+    if t == "map":
+        return st.dictionaries(st.text(max_size=5), _values(schema["values"], named), max_size=3)
+    return _values(t, named)
+
+
+PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
+    "null": st.none(),
+    "boolean": st.booleans(),
+    "int": st.integers(-(2**31), 2**31 - 1),
+    "long": st.integers(-(2**63), 2**63 - 1),
+    "double": st.floats(allow_nan=False),
+    "string": st.text(max_size=10),
+    "bytes": st.binary(max_size=10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SCHEMA_DIR.glob("*.avsc")) + ["probe"])
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_codec_gives_what_fastavros_public_functions_give(name: str, data: st.DataObject) -> None:
+    """A codec calls what fastavro's schemaless_writer and _reader wrap: the same bytes and records
+    for every schema, and the same refusal of a record that does not fit."""
+    assert _WRAPPED is not None, "this fastavro no longer has the functions the codec calls: it runs slower"
+    schema = _PROBE_SCHEMA if name == "probe" else None  # the probe: a named type used by name, an enum, a union
+    fast, public = Codec(name, _WRAPPED, schema), Codec(name, None, schema)
+    rec = data.draw(_values(fast.schema, {}))
+    assert fast.encode(rec) == public.encode(rec)
+    assert fast.decode(fast.encode(rec)) == public.decode(public.encode(rec)) == rec
+    bad = dict.fromkeys(rec, object())  # no field takes it but a boolean
+    with pytest.raises(ENCODE_ERRORS):
+        fast.encode(bad)
+    with pytest.raises(ENCODE_ERRORS):
+        public.encode(bad)
+
+
 @pytest.mark.parametrize("payload", [b"", b"\xff\xff\xff\xff", b"\x02a", None])
-def test_codec_rejects_garbage(payload: bytes | None) -> None:
+@pytest.mark.parametrize("wrapped", [_WRAPPED, None], ids=["wrapped", "public"])
+def test_codec_rejects_garbage(payload: bytes | None, wrapped: Any) -> None:
     with pytest.raises(DecodeError):
-        codec_for("reading").decode(payload)
+        Codec("reading", wrapped).decode(payload)
 
 
 def test_codec_rejects_trailing_bytes() -> None:
