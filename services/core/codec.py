@@ -174,10 +174,15 @@ def _wrapped() -> tuple[Writer, Reader] | None:
 _WRAPPED = _wrapped()
 
 
+def _public_read(bio: io.BytesIO, schema: Any, named: dict, reader_schema: Any, options: dict) -> Any:
+    """``schemaless_reader`` called as ``_read_data`` is: it gathers the named types and options itself."""
+    return fastavro.schemaless_reader(bio, schema, reader_schema)
+
+
 class Codec:
     """Schemaless Avro encoder/decoder for one parsed schema; safe to share between threads."""
 
-    __slots__ = ("name", "schema", "named", "encode", "_read")
+    __slots__ = ("name", "schema", "named", "encode", "decode")
 
     def __init__(self, name: str, wrapped: tuple[Writer, Reader] | None = _WRAPPED, schema: Any = None) -> None:
         self.name = name
@@ -185,12 +190,7 @@ class Codec:
         self.named: dict = {}  # the schema's named types, as fastavro's functions gather them per call
         fastavro.parse_schema(self.schema, self.named)
         self.encode: Callable[[dict[str, Any]], bytes] = self._encoder(wrapped)
-        schema, named = self.schema, self.named
-        if wrapped is None:
-            self._read: Callable[[io.BytesIO], Any] = lambda bio: fastavro.schemaless_reader(bio, schema, None)
-        else:
-            read_data, both = wrapped[1], {"writer": named, "reader": {}}  # the reader's named types: none
-            self._read = lambda bio: read_data(bio, schema, both, None, _READ_OPTIONS)
+        self.decode: Callable[[bytes | None], dict[str, Any]] = self._decoder(wrapped)
 
     def _encoder(self, wrapped: tuple[Writer, Reader] | None) -> Callable[[dict[str, Any]], bytes]:
         """``encode(record)``: a closure with everything but the record bound, since it runs per tuple."""
@@ -213,20 +213,27 @@ class Codec:
 
         return encode
 
-    def decode(self, payload: bytes | None) -> dict[str, Any]:
-        """Decode; raises DecodeError for bytes that are not this schema's Avro."""
-        if payload is None:
-            raise DecodeError("empty message value")
-        bio = io.BytesIO(payload)
-        try:
-            rec = self._read(bio)
-        except Exception as e:  # fastavro raises many types on garbage input
-            raise DecodeError(f"not valid Avro for schema '{self.name}': {type(e).__name__}: {e}") from None
-        if bio.tell() != len(payload):
-            raise DecodeError(f"not valid Avro for schema '{self.name}': {len(payload) - bio.tell()} trailing bytes")
-        if not isinstance(rec, dict):
-            raise DecodeError(f"schema '{self.name}' is not a record schema")
-        return rec
+    def _decoder(self, wrapped: tuple[Writer, Reader] | None) -> Callable[[bytes | None], dict[str, Any]]:
+        """``decode(payload)``, raising DecodeError for bytes that are not this schema's Avro; a closure as ``encode``."""
+        name, schema, BytesIO = self.name, self.schema, io.BytesIO
+        named, options = {"writer": self.named, "reader": {}}, _READ_OPTIONS  # the reader's named types: none
+        read_data = _public_read if wrapped is None else wrapped[1]
+
+        def decode(payload: bytes | None) -> dict[str, Any]:
+            if payload is None:
+                raise DecodeError("empty message value")
+            bio = BytesIO(payload)
+            try:
+                rec = read_data(bio, schema, named, None, options)
+            except Exception as e:  # fastavro raises many types on garbage input
+                raise DecodeError(f"not valid Avro for schema '{name}': {type(e).__name__}: {e}") from None
+            if bio.tell() != len(payload):
+                raise DecodeError(f"not valid Avro for schema '{name}': {len(payload) - bio.tell()} trailing bytes")
+            if not isinstance(rec, dict):
+                raise DecodeError(f"schema '{name}' is not a record schema")
+            return rec
+
+        return decode
 
 
 @cache

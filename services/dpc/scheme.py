@@ -237,34 +237,43 @@ class DpcScheme:
         to the operators (``direct``, no bucket to wait in); any other message through ``_take`` to
         SUnion, and the rest of the batch after it, so the input's order holds (``after_batch`` runs
         ``direct`` first)."""
-        su, port, direct = self.sunion, self.node.inputs.ports[0], self.direct
+        su, port, append = self.sunion, self.node.inputs.ports[0], self.direct.append
         topic, gate, decode, bounds = port.topic, port.gate, port.decode, su.boundaries
-        for m in msgs:
-            if m.topic() != topic or port.gap is not None or port.tmax is not None or su.pending:
-                self._take([m], now)
-                continue
+        if port.gap is not None or port.tmax is not None or su.pending:
+            self._take(msgs, now)
+            return
+        last, high, bound = port.last_stable, su.high, bounds[0]  # kept in locals: written back before _take
+        for i, m in enumerate(msgs):
             try:
                 got = admit(m.headers(), gate)
-                bound = bounds[0]
                 if (
-                    got is None
-                    or got[0] is not STABLE
-                    or got[1] != port.last_stable + 1
-                    or (bound is not None and got[2] < bound)
+                    got is not None
+                    and got[0] is STABLE
+                    and got[1] == last + 1
+                    and (bound is None or got[2] >= bound)
+                    and m.topic() == topic
                 ):
-                    self._take([m], now)
-                    continue
-                _, tid, stime, carried = got
-                rec = decode(m.value())
+                    append((decode(m.value()), got[2]))
+                    _, last, stime, carried = got
+                else:
+                    got = None
             except (HeaderError, DecodeError):
-                self._take([m], now)  # says why, the same way
+                got = None
+            if got is None:
+                port.last_stable, su.high = last, high
+                self._take([m], now)  # the general path, which also says why a message is bad
+                if port.gap is not None or port.tmax is not None or su.pending:
+                    self._take(msgs[i + 1 :], now)  # SUnion's buckets keep the input's order from here
+                    return
+                last, high, bound = port.last_stable, su.high, bounds[0]
                 continue
-            direct.append((rec, stime))
-            if stime > su.high:
-                su.high = stime
-            port.last_stable = tid
+            if stime > high:
+                high = stime
             if carried is not None:  # a BOUNDARY rode on the tuple
+                port.last_stable, su.high = last, high
                 su.boundary(0, carried, now)
+                bound = bounds[0]
+        port.last_stable, su.high = last, high
 
     def _take(self, msgs: list[Message], now: float) -> None:
         node = self.node
