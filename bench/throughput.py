@@ -402,7 +402,7 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
     seen: dict[str, float | None] = {"first_at": None, "last_at": None, "report": 0.0, "state_bytes": 0.0}
     for op in svc.pipeline.holders:  # a Spark window: sample its segments' size after every flush
         _sample_after_flush(op, seen)
-    open_inputs, before_batch, flush = svc.inputs.open, scheme.before_batch, svc.outputs.flush
+    open_inputs, before_batch, outputs = svc.inputs.open, scheme.before_batch, svc.outputs
 
     def metered_open(
         consumer: BatchConsumer, offsets: dict[str, int] | None, fresh: BatchConsumer | None = None
@@ -424,16 +424,23 @@ def _run_node(job: Job, st: Settings) -> dict[str, Any]:
             # final boundary has made every pending bucket stable.
             svc.running = False
 
-    def metered_flush() -> int:
-        n = flush()
-        if n:
-            seen["last_at"] = time.time()
-        return n
+    def metered(write: Callable[[], int]) -> Callable[[], int]:
+        """``Outputs.write`` or ``flush``, noting when the last one that sent or waited for output returned."""
 
-    # Observing the node means replacing three of its methods on these instances.
+        def metered_write() -> int:
+            pending = outputs.unacked
+            n = write()
+            if n or pending:
+                seen["last_at"] = time.time()
+            return n
+
+        return metered_write
+
+    # Observing the node means replacing four of its methods on these instances.
     svc.inputs.open = metered_open  # type: ignore[method-assign]
     scheme.before_batch = metered_batch  # type: ignore[method-assign]
-    svc.outputs.flush = metered_flush  # type: ignore[method-assign]
+    outputs.flush = metered(outputs.flush)  # type: ignore[method-assign]
+    outputs.write = metered(outputs.write)  # type: ignore[method-assign]
     prof = cProfile.Profile() if job.profile_out else None
     if prof:
         prof.enable()

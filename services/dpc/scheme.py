@@ -75,6 +75,9 @@ class InputPoint:
 class DpcScheme:
     # A node with one input takes it in its log order, without buckets (``services.dpc.sunion``).
     pass_through = True
+    # The loop writes each batch without waiting for it (``Outputs.write``): what needs the output
+    # acknowledged (a restart image, REC_DONE before DONE) flushes it first.
+    overlap_writes = True
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node

@@ -65,6 +65,9 @@ class HaScheme(DpcScheme):
     # Checkpoints, acks and trims cut the input at bucket starts, and a takeover replays to such a
     # cut: every input, one too, goes through SUnion's buckets.
     pass_through = False
+    # An ack or a trim published at the start of a batch says the output numbered before it is
+    # written: the loop waits for every batch it writes.
+    overlap_writes = False
 
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)

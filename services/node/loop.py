@@ -129,7 +129,7 @@ class NodeService:
         log.info("epoch %d", epoch)
         return epoch
 
-    def _loop(self, max_idle_s: float | None) -> None:
+    def _loop(self, max_idle_s: float | None) -> None:  # the turn: poll, take in, process, check, write
         scheme, st = self.scheme, self.settings
         last_input: float | None = None
         next_check = time.monotonic()
@@ -152,7 +152,7 @@ class NodeService:
                 scheme.on_check(now)
                 self.lags = self.inputs.lags()
                 self.heartbeat.report(*scheme.progress(), sum(self.lags.values()))
-            self.outputs.flush()
+            self.outputs.end_turn(len(msgs) >= st.batch_size and scheme.overlap_writes)
 
     # -- what a scheme may use (``services.node.scheme.NodeRuntime``) -----------------------
     def set_state(self, state: NodeState) -> None:

@@ -122,6 +122,10 @@ class NodeRuntime(Protocol):
 
 
 class RecoveryScheme(Protocol):
+    # Whether the loop may leave a batch's output unacknowledged while it processes the next
+    # (``Outputs.write``); if not, it waits for each one (``Outputs.flush``).
+    overlap_writes: bool
+
     def on_restart(self) -> dict[str, int] | None:
         """Before the first poll: continue from what survived a crash; returns the input offsets to
         start at, or None to read nothing yet (the scheme starts the inputs later, ``Inputs.read_from``).

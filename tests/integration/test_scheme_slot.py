@@ -39,6 +39,8 @@ nodes:
 class RecordingScheme:
     """Forwards every data tuple as a stable output with its own id; records each call."""
 
+    overlap_writes = True
+
     def __init__(self, node: NodeRuntime) -> None:
         self.node, self.seen = node, 0
         self.calls: list[str] = []

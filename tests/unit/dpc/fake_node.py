@@ -31,7 +31,7 @@ from services.spec.model import RAW_SUFFIX
 from services.spec.plan import plan_node
 
 # Two nodes in a chain, two replicas each: n2 reads n1's replicated output.
-CHAIN = parse_spec("""\
+CHAIN_TEXT = """\
 name: chain
 defaults: {replicas: 2}
 streams:
@@ -44,7 +44,8 @@ operators:
 nodes:
   n1: {operators: [up]}
   n2: {operators: [down]}
-""")
+"""
+CHAIN = parse_spec(CHAIN_TEXT)
 
 
 @dataclass
@@ -90,21 +91,29 @@ class Written:
 
 
 class FakeProducer:
-    """Keeps every message per topic; ``fail`` makes the next flush raise, as a delivery error does."""
+    """Keeps every message per topic; ``fail`` makes the next flush raise, as a delivery error does.
+
+    A flush acknowledges everything sent before it: ``order`` is every message's topic in the
+    order sent, ``acked_then`` how many of them were acknowledged when each was sent."""
 
     def __init__(self) -> None:
         self.topics: dict[str, list[Written]] = defaultdict(list)
         self.fail: str | None = None
+        self.order: list[str] = []
+        self.acked_then: list[int] = []
+        self.acked = 0
 
     @property
     def raw(self) -> FakeProducer:
         return self
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1, **kw: Any) -> None:
-        self.topics[topic].append(Written(value, key, kw.get("headers") or []))
+        self.send(topic, value, key, partition, kw.get("headers"))
 
     def send(self, topic: str, value: Any, key: Any = None, partition: int = -1, headers: Any = None) -> None:
         self.topics[topic].append(Written(value, key, headers or []))
+        self.order.append(topic)
+        self.acked_then.append(self.acked)
 
     def on_delivery(self, err: Any, msg: Any) -> None:
         pass
@@ -112,6 +121,12 @@ class FakeProducer:
     def flush(self, timeout: float = 30) -> None:
         if self.fail:
             raise RuntimeError(self.fail)
+        self.acked = len(self.order)
+
+    def acked_in(self, topic: str, upto: int | None = None) -> int:
+        """How many of ``topic``'s messages were acknowledged: now, or when message number ``upto`` was sent."""
+        n = self.acked if upto is None else self.acked_then[upto]
+        return self.order[:n].count(topic)
 
 
 class FakeImages:
@@ -307,7 +322,7 @@ class FakeNode:
         self.scheme.before_batch(msgs, now)  # type: ignore[arg-type]
         self.scheme.after_batch(now, idle=not msgs)
         self.scheme.on_check(now)
-        self.outputs.flush()
+        self.outputs.end_turn(len(msgs) >= self.settings.batch_size and self.scheme.overlap_writes)
 
     def written(self, stream: str) -> list[tuple[TupleType, int, int, dict | None]]:
         """What this replica wrote to ``stream``: (type, id, stime, record), a boundary that rode on a

@@ -6,6 +6,7 @@ identical, what the log holds from the acknowledgement's cut on (repeating), and
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.control.messages import ControlKind, ControlMessage
-from services.core.tuples import BOUNDARY, STABLE
+from services.core.tuples import BOUNDARY, STABLE, read_headers
 from services.dpc.states import NodeState
 from services.ha import upstream_backup as ub
 from services.ha.acks import Ack
@@ -193,6 +194,26 @@ def test_a_takeover_of_a_chain_of_windows_regenerates_the_rest_exactly(seed: int
 @given(seed=st.integers(0, 10_000))
 def test_a_rollback_takeover_writes_again_what_the_log_holds_from_the_cut_on(seed: int, no_broker) -> None:
     _check_takeovers(ROLLBACK, ["a"], seed, 6, no_broker)
+
+
+def test_an_ack_is_sent_once_the_output_before_its_cut_is_acknowledged(no_broker) -> None:
+    """A published ack lets the upstream logs trim what produced the output before its cut, so
+    that output must be in Kafka already: the loop waits for every batch an HA node writes."""
+    rnd = random.Random(4)
+    primary = FakeNode(WINDOW, "n", replica=0)
+    primary.settings = dataclasses.replace(primary.settings, batch_size=1)  # every poll full: more input waits
+    _promote(primary, 5)
+    _feed(primary, _inputs(primary, ["a"], 60, rnd), rnd)
+    producer, out = primary.producer, primary.outputs.topic("w")
+    sent_at = [i for i, t in enumerate(producer.order) if t == primary.plan.acks_topic]  # each ack's place
+    assert len(sent_at) > 5
+    claims = 0
+    stable = [read_headers(w.headers)[:2] for w in producer.topics[out]]
+    for i, ack in zip(sent_at, _acks(primary), strict=True):
+        acked = stable[: producer.acked_in(out, i)]
+        assert all((STABLE, tid) in acked for tid in range(ack.outputs["w"])), f"ack of cut {ack.cut}"
+        claims += ack.outputs["w"] > 0
+    assert claims > 5, "acks that claim output"
 
 
 def test_without_any_ack_the_takeover_reads_the_inputs_from_their_start(no_broker) -> None:

@@ -4,6 +4,7 @@ as the BOUNDARY it replaces."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -64,6 +65,38 @@ def test_a_boundary_rides_on_the_last_result_of_a_batch_and_readers_see_the_same
     assert downstream.written("c") == reference.written("c")
     assert len(downstream.stable("c")) == 40
     assert downstream.scheme.sunion.boundaries == [END], "the end reached n2 riding on n1's last result"
+
+
+def test_write_leaves_only_its_own_batch_unacknowledged_and_flush_none() -> None:
+    """``write`` waits for what the last write sent, then sends without waiting; ``flush`` waits for all,
+    also when it has nothing of its own to send."""
+    node = FakeNode(CHAIN, "n1")
+    producer, q, topic = node.producer, node.outputs.queue("b"), node.outputs.topic("b")
+    sent = 0
+    for batch in range(3):
+        q += [(STABLE, sent + i, 100 * batch + i, (b"v", None)) for i in range(4)]
+        node.outputs.write()
+        assert producer.acked_in(topic) == sent, "what earlier writes sent is acknowledged, this batch is not"
+        sent += 4
+    assert node.outputs.flush() == 0
+    assert producer.acked_in(topic) == sent == 12
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_a_dpc_node_leaves_a_full_turns_output_in_flight_until_the_next_turn(full: bool) -> None:
+    """After a full poll more input is waiting: the loop writes a DPC node's results without waiting
+    (``overlap_writes``) and the next turn waits for them. A turn that caught up with its input
+    waits at once. (HA schemes always wait: ``test_upstream_backup``.)"""
+    node = FakeNode(CHAIN, "n1")
+    recs = list(readings(6, sensors=2, seed=1, step_ms=50, start_ms=0))
+    msgs = source_messages(node, "a", recs, boundary_every=2)
+    node.settings = dataclasses.replace(node.settings, batch_size=len(msgs) + (0 if full else 1))
+    node.step(msgs, 0.0)
+    topic = node.outputs.topic("b")
+    written = len(node.producer.topics[topic])
+    assert written and (node.producer.acked_in(topic) < written) is full
+    node.step([], 0.0)
+    assert node.producer.acked_in(topic) == written
 
 
 def test_a_boundary_with_no_result_before_it_is_a_record_of_its_own() -> None:
