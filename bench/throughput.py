@@ -8,8 +8,9 @@ Six processors move the same input (``reading`` tuples with the ``ht`` header, w
 * ``bare``: a bare confluent-kafka loop (consume a batch, produce each message's value, key and
   headers, flush, commit): what one Python process can move at best, the baseline;
 * ``avro``: the same loop doing the filter+map node's work by hand: decode each reading with the
-  parsed schema, filter, map, encode, produce (no headers): the floor for any Python processor
-  of Avro records;
+  parsed schema, filter, map, encode, produce (no headers), as a Python application does with
+  fastavro's public ``schemaless_reader``/``schemaless_writer`` (hastream's codec calls the
+  functions they wrap, ``services.core.codec``);
 * ``filter+map``: a ``NodeService`` running a filter that keeps every tuple and a map, like the
   demo's ingest node, so it writes as many tuples as the bare loop;
 * ``window``: a ``NodeService`` running a keyed sliding-window aggregate;
