@@ -1116,8 +1116,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in results.values():
             r["ratio"] = r["tuples_per_s"] / base["tuples_per_s"]
             r["x_avro"] = r["tuples_per_s"] / results["avro"]["tuples_per_s"]
-            if r["latency"]:
-                r["latency"]["p50_ratio"] = r["latency"]["p50_ms"] / base["latency"]["p50_ms"]
         for p in ("filter+map", "window"):
             if f"quix {p}" in results:
                 results[p]["x_quix"] = results[p]["tuples_per_s"] / results[f"quix {p}"]["tuples_per_s"]

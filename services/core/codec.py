@@ -174,6 +174,13 @@ def _wrapped() -> tuple[Writer, Reader] | None:
 _WRAPPED = _wrapped()
 
 
+def _public_write(buf: bytearray, record: Any, schema: Any, named: dict, fname: str, options: dict) -> None:
+    """``schemaless_writer`` called as ``write_data`` is: it gathers the named types and options itself."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schema, record)
+    buf += out.getvalue()
+
+
 def _public_read(bio: io.BytesIO, schema: Any, named: dict, reader_schema: Any, options: dict) -> Any:
     """``schemaless_reader`` called as ``_read_data`` is: it gathers the named types and options itself."""
     return fastavro.schemaless_reader(bio, schema, reader_schema)
@@ -195,19 +202,10 @@ class Codec:
     def _encoder(self, wrapped: tuple[Writer, Reader] | None) -> Callable[[dict[str, Any]], bytes]:
         """``encode(record)``: a closure with everything but the record bound, since it runs per tuple."""
         schema, named, options = self.schema, self.named, _WRITE_OPTIONS
-        if wrapped is None:
-            writer, BytesIO = fastavro.schemaless_writer, io.BytesIO
-
-            def public(record: dict[str, Any]) -> bytes:
-                buf = BytesIO()  # a buffer per call: a shared one lets concurrent threads interleave their writes
-                writer(buf, schema, record)
-                return buf.getvalue()
-
-            return public
-        write_data = wrapped[0]
+        write_data = _public_write if wrapped is None else wrapped[0]
 
         def encode(record: dict[str, Any]) -> bytes:
-            buf = bytearray()
+            buf = bytearray()  # a buffer per call: a shared one lets concurrent threads interleave their writes
             write_data(buf, record, schema, named, "", options)
             return bytes(buf)
 
