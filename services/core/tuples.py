@@ -4,7 +4,7 @@ Headers are the contract with outside clients (kcat, any Kafka client), so value
 ASCII. hastream writes one header per tuple, ``ht``: ``TYPE,id,stime,replica,epoch,schema``,
 plus a seventh field on a STABLE tuple that a BOUNDARY follows (its stime) and on a TENTATIVE
 tuple (its t_max). One header, not one per field: Kafka clients copy each header on produce
-and on consume, and six of them cost a node a fifth of its CPU per tuple. Readers also take the
+and on consume, and six of them cost a node about a sixth of its CPU per tuple. Readers also take the
 older form, one header per field (``ht.type``, ``ht.id``, ...), which a hand-written producer
 may find easier. The data path reads with ``admit``/``read_headers`` and writes with a
 ``header_writer``: one split and two ``int`` per tuple read, one ``%`` per tuple written.

@@ -129,7 +129,7 @@ class NodeService:
         log.info("epoch %d", epoch)
         return epoch
 
-    def _loop(self, max_idle_s: float | None) -> None:  # the turn: poll, take in, process, check, write
+    def _loop(self, max_idle_s: float | None) -> None:
         scheme, st = self.scheme, self.settings
         last_input: float | None = None
         next_check = time.monotonic()

@@ -5,14 +5,13 @@ its results with ``encode`` (a record that does not fit the stream's schema is r
 there, before it gets an id), then appends ``Out`` records (type, id, stime, payload or
 None) to ``queue(stream)``; ``flush`` adds the ``ht`` header and waits until Kafka has
 them all, so whatever a restart image records as written is written. ``write`` sends them
-without waiting for them, having first waited for what the last ``write`` sent: a node loop
-that writes each batch so overlaps Kafka's acknowledgement of a batch with the processing
-of the next, which is a fifth of a filter node's throughput, and still has at most one
-batch unacknowledged. A queue that ends
-with a stable tuple and a BOUNDARY (a bucket's results, then the frontier past it: the
-usual end of a batch) is written as one record, the boundary riding on the tuple
-(a field of its ``ht`` header), so a stream with data carries no boundary records of its own. ``begin`` sets the
-incarnation's epoch (``services.node.fence``); ``guard`` runs before each flush and write.
+without waiting, having first waited for what the last ``write`` sent: a loop that writes
+each batch so overlaps Kafka's acknowledgement of one batch with the processing of the next,
+and has at most one batch unacknowledged. A queue that ends with a stable tuple and a BOUNDARY (a bucket's
+results, then the frontier past it: the usual end of a batch) is written as one record, the
+boundary riding on the tuple (a field of its ``ht`` header), so a stream with data carries
+no boundary records of its own. ``begin`` sets the incarnation's epoch
+(``services.node.fence``); ``guard`` runs before each flush and write.
 """
 
 from __future__ import annotations

@@ -636,11 +636,13 @@ def test_bad_input_to_a_node_with_one_input_is_deadlettered_with_its_reason_and_
     garbage = n1.message("a", STABLE, 1, 60, rec)
     garbage._value = b"\xff\xff"  # not Avro
     no_headers = FakeMessage(garbage.topic(), good.value(), [], 99)
+    cut_short = FakeMessage(garbage.topic(), good.value(), [("ht", b"STABLE,1,60")], 100)
     last = n1.message("a", STABLE, 1, 70, dict(rec, ts=70, seq=7))
-    n1.step([good, bound, late, garbage, no_headers, last], 0.0)
+    n1.step([good, bound, late, garbage, no_headers, cut_short, last], 0.0)
     reasons = [h["ht.error"].decode() for h in n1.deadletters()]
-    assert len(reasons) == 3 and n1.stats.deadlettered == 3
+    assert len(reasons) == 4 and n1.stats.deadlettered == 4
     assert "below the input's boundary" in reasons[0]
     assert "not valid Avro" in reasons[1]
     assert "missing ht header" in reasons[2]
+    assert "has 3 fields, not TYPE,id,stime,replica,epoch,schema" in reasons[3]
     assert [r["seq"] for _, r in n1.stable("b")] == [0, 7], "the good tuples on either side go through"
