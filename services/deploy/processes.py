@@ -8,6 +8,7 @@ also reaps it). Every service runs in its own session, appending its output to a
 
 from __future__ import annotations
 
+import logging
 import os
 import signal as _signal
 import subprocess
@@ -18,6 +19,8 @@ from typing import Iterable
 from services.core.paths import REPO_ROOT
 
 Proc = int | subprocess.Popen  # a pid, or the Popen of a child of this process
+
+log = logging.getLogger("hastream.processes")
 
 
 def spawn(argv: list[str], log: Path | str, env: dict[str, str]) -> subprocess.Popen:
@@ -123,6 +126,8 @@ def stop(procs: Iterable[Proc], timeout: float = 30, resume_first: bool = False)
     deadline = time.monotonic() + timeout
     for p in live:
         if not wait_gone(p, max(0.0, deadline - time.monotonic()), poll_s=0.1):
+            what = f" ({p.args!r})" if isinstance(p, subprocess.Popen) else ""
+            log.warning("pid %d%s did not end within %g s of SIGTERM: killed", pid_of(p), what, timeout)
             try:
                 kill(p)
             except ProcessLookupError:

@@ -103,3 +103,27 @@ def test_a_held_role_stays_down_until_a_restart_is_asked_for(sup: Supervisor) ->
     tick(sup, 0.01)  # at once: no backoff
     assert sup.children[0].running() and not sup.dep.held("n.r0.p0")
     assert Deployment.load("d").processes[0].restarts == 1
+
+
+def test_a_process_that_outlives_its_stop_time_is_killed_and_named(caplog: pytest.LogCaptureFixture) -> None:
+    """Stopping waits ``timeout`` after SIGTERM, then kills what is left and says which process it was."""
+    import subprocess
+    import sys
+
+    from services.deploy import processes
+
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+    with caplog.at_level("WARNING", logger="hastream.processes"):
+        processes.stop([stubborn], timeout=0.3)
+    assert stubborn.wait(5) == -9
+    assert f"pid {stubborn.pid} (" in caplog.text and "did not end within 0.3 s of SIGTERM: killed" in caplog.text
