@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # The hastream image: the `hastream` CLI and every service it runs (node services, Spark nodes
 # included). docker-compose.yml builds it for the demo deployment.
 #
@@ -10,10 +8,13 @@
 # window of a Spark node runs a JVM through pyspark. The Kafka broker is not in this image:
 # compose runs the official apache/kafka image.
 
+# PYTHON_IMAGE: the base, for a registry mirror or a stand-in built where no registry is
+# reachable (infra/docker/standins.py); docker-compose.yml passes HASTREAM_PYTHON_IMAGE.
 ARG PYTHON_VERSION=3.11
+ARG PYTHON_IMAGE=python:${PYTHON_VERSION}-slim-bookworm
 
 # ---------------------------------------------------------------------------- base
-FROM python:${PYTHON_VERSION}-slim-bookworm AS base
+FROM ${PYTHON_IMAGE} AS base
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -43,7 +44,7 @@ COPY bench/ bench/
 COPY examples/ examples/
 # Editable install: the code finds schemas/ relative to the repository root (/app).
 RUN pip install --no-deps -e . \
- && useradd --system --home-dir /var/lib/hastream --shell /usr/sbin/nologin hastream \
+ && useradd --system --create-home --home-dir /var/lib/hastream --shell /usr/sbin/nologin hastream \
  && chown -R hastream /var/lib/hastream
 
 # The same variables the local launcher gives every service (services.deploy.local.service_env);

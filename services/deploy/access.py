@@ -127,13 +127,14 @@ def node_acls(spec: Spec, node: str, replica: int) -> list[Acl]:
     user = usernames(spec)[node_key(node, replica)]
     plan = plan_node(spec, node)
     inputs = [t for i in plan.inputs for t in i.topics]
+    ticked = [t for i in plan.inputs if i.ingress is not None for t in i.topics]  # an idle raw topic's ticks
     own = [o.topics[replica] for o in plan.outputs]
     restart = [t for t, _ in spec.restart_topics() if t == plan.restart_topics[replica]]
     groups = [group_id(plan.service_name(replica, p)) for p in range(plan.partitions)]
     return [
         *_topic(user, inputs, READ),
         *_topic(user, [*own, *restart, plan.heartbeat_topic, plan.control_topic], READ, WRITE),
-        *_topic(user, [plan.deadletter_topic], WRITE),
+        *_topic(user, [plan.deadletter_topic, *ticked], WRITE),
         *[Acl(user, GROUP, g, READ) for g in groups],
         *_common(user),
     ]

@@ -14,15 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import TopicPartition
+
 from bench.harness import ha_role, wait_primary  # noqa: F401 - shared with the HA tests
 from services.client.reader import StreamReader
+from services.client.source import END_OF_TIME
 from services.coordinator.app import wait_ready
 from services.coordinator.client import fetch_status, status_url
 from services.core.admin import ensure_topics
+from services.core.codec import codec_for
 from services.core.config import Settings
-from services.core.kafka import BatchProducer, Login
+from services.core.kafka import BatchProducer, Login, plain_consumer
 from services.core.paths import REPO_ROOT
-from services.core.tuples import TupleType
+from services.core.tuples import BOUNDARY, STABLE, TupleType, parse_headers
 from services.deploy import access
 from services.deploy.local import topic_specs
 from services.node.loop import NodeService
@@ -153,6 +157,35 @@ def by_partition(tuples: list, partitions: int) -> list[list]:
     out: list[list] = [[] for _ in range(partitions)]
     for t in sorted(tuples, key=lambda t: (t.partition, t.offset)):
         out[t.partition].append(t)
+    return out
+
+
+def read_until_end(
+    bootstrap: str, topic: str, partitions: int, schema: str, timeout: float = 90
+) -> list[dict[int, dict]]:
+    """Each partition's stable tuples by id, read until the final boundary has come through (a
+    replica that restarted may write an id again: the same tuple)."""
+    decode = codec_for(schema).decode
+    c = plain_consumer(bootstrap, "check")
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[dict[int, dict]] = [{} for _ in range(partitions)]
+    ended: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while len(ended) < partitions and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                if m.error() is not None:
+                    continue
+                meta = parse_headers(m.headers())
+                p = m.partition() or 0
+                if meta.type is STABLE:
+                    out[p][meta.id] = decode(m.value())
+                bound = meta.stime if meta.type is BOUNDARY else meta.bound  # on its own, or riding on a result
+                if bound is not None and bound >= END_OF_TIME - 1000:  # the end, down to a bucket
+                    ended.add(p)
+    finally:
+        c.close()
+    assert len(ended) == partitions, f"{topic}: the final boundary did not come through in {timeout}s"
     return out
 
 

@@ -16,15 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
-from services.client.source import END_OF_TIME
-from services.core.codec import codec_for
-from services.core.kafka import plain_consumer
 from services.core.partitioner import key_bytes, partition_for
-from services.core.tuples import BOUNDARY, STABLE, parse_headers
 from services.operators.reference import evaluate
-from tests.integration.helpers import hastream, unique_spec
+from tests.integration.helpers import hastream, read_until_end, unique_spec
 
 pytestmark = pytest.mark.integration
 
@@ -60,32 +56,6 @@ def produce_plain(bootstrap: str, topic: str, first: int, n: int, placed: list[t
     p.flush(30)
 
 
-def read_until_end(bootstrap: str, topic: str, partitions: int, timeout: float = 90) -> list[dict[int, dict]]:
-    """Each partition's stable tuples by id, read until the final boundary has come through."""
-    decode = codec_for("window_stat").decode
-    c = plain_consumer(bootstrap, "check")
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[dict[int, dict]] = [{} for _ in range(partitions)]
-    ended: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(ended) < partitions and time.monotonic() < deadline:
-            for m in c.consume(500, 0.5):
-                if m.error() is not None:
-                    continue
-                meta = parse_headers(m.headers())
-                p = m.partition() or 0
-                if meta.type is STABLE:
-                    out[p][meta.id] = decode(m.value())
-                bound = meta.stime if meta.type is BOUNDARY else meta.bound  # on its own, or riding on a result
-                if bound is not None and bound >= END_OF_TIME - 1000:  # the end, down to a bucket
-                    ended.add(p)
-    finally:
-        c.close()
-    assert len(ended) == partitions, f"{topic}: the final boundary did not come through in {timeout}s"
-    return out
-
-
 def test_two_plain_producers_feed_a_deployment_through_its_ingress(kafka, tmp_path: Path) -> None:
     spec, path = unique_spec(SPEC, tmp_path)
     src, out = spec.streams[spec.sources()[0]].name.removesuffix(".raw"), spec.sinks()[0]
@@ -109,7 +79,7 @@ def test_two_plain_producers_feed_a_deployment_through_its_ingress(kafka, tmp_pa
         assert all(p == partition_for(key_bytes(rec["sensor"]), 2) for p, rec in placed), "librdkafka's partitioner"
         ended = hastream("source", "end", str(path), src, env=env)
         assert ended.returncode == 0, ended.stderr
-        got = [read_until_end(kafka.bootstrap, spec.topic(out, r), 2) for r in range(2)]
+        got = [read_until_end(kafka.bootstrap, spec.topic(out, r), 2, "window_stat") for r in range(2)]
     finally:
         hastream("down", spec.name, env=env)
 

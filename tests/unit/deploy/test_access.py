@@ -96,6 +96,22 @@ def test_a_node_replica_writes_only_its_own_topics_and_reads_only_its_inputs() -
     }
 
 
+def test_an_ingress_writes_its_ticks_into_its_raw_topic_and_no_other_input() -> None:
+    """The ingress moves an idle raw topic's time on by writing a tick (a BOUNDARY) into it
+    (services.node.ingress): its replicas must write the raw topic, which they also read."""
+    ingress = node_acls(SPEC, "ingress_raw", 0)
+    assert "acl.raw.raw" in topics(ingress, READ, WRITE)
+    assert topics(ingress, WRITE) == {
+        "acl.raw.raw",
+        "acl.raw.r0",
+        "acl.restart.ingress_raw.r0",
+        "acl.heartbeats",
+        "acl.control",
+        "acl.deadletter",
+    }
+    assert "acl.raw.raw" not in topics(node_acls(SPEC, "n2", 0), WRITE), "only the ingress ticks"
+
+
 def test_replicas_of_one_node_cannot_write_each_others_logs() -> None:
     r0, r1 = topics(node_acls(SPEC, "n1", 0), WRITE), topics(node_acls(SPEC, "n1", 1), WRITE)
     assert "acl.warm.r0" in r0 and "acl.warm.r1" not in r0
