@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-faults test test-all lint bench peers jars clean
+.PHONY: demo demo-faults test test-all lint bench peers jars docker clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("hastream needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -41,6 +41,13 @@ test: jars
 
 test-all: jars
 	$(PY) -m pytest -m '' $(PYTEST_ARGS)
+
+# A Docker engine with the compose v2 plugin, for the image and compose tests (tests/docker), which
+# are skipped without one: docker.io and debootstrap from Debian's packages, the plugin built with Go
+# (kept in ~/.docker/cli-plugins), dockerd started unless one answers. Needs root.
+docker:
+	infra/docker/engine.sh install
+	infra/docker/engine.sh start
 
 bench: $(VENV)/.jars-kafka
 	$(PY) -m bench.throughput
