@@ -10,13 +10,19 @@ from infra.docker.standins import StandIns
 
 pytestmark = pytest.mark.docker
 
-IMAGE = "hastream:0.1.0"  # the name docker-compose.yml runs
+IMAGE = "hastream-test/image:0.1.0"  # not compose's hastream:0.1.0, which this leaves as it is
 
 
 def test_the_image_builds_and_runs_the_cli_as_its_own_user(standins: StandIns) -> None:
     env = docker_env()
     docker(["build", "--build-arg", f"PYTHON_IMAGE={standins.python}", "-t", IMAGE, "."], env, timeout=1200)
+    try:
+        _runs_the_cli_as_its_own_user(env)
+    finally:
+        docker(["rmi", IMAGE], env, check=False)
 
+
+def _runs_the_cli_as_its_own_user(env: dict[str, str]) -> None:
     usage = docker(["run", "--rm", IMAGE, "--help"], env).stdout
     assert "Usage: hastream" in usage and "validate" in usage, usage
     valid = docker(["run", "--rm", IMAGE, "validate", "examples/demo.yaml"], env).stdout
