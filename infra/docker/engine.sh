@@ -36,8 +36,12 @@ install_compose() {
   say "building the compose plugin v$COMPOSE_VERSION from the Go module proxy (a few minutes on 2 cores)"
   local bin
   bin="$(mktemp -d)"
-  GOBIN="$bin" go install -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=v$COMPOSE_VERSION" \
-    "github.com/docker/compose/v2/cmd@v$COMPOSE_VERSION"
+  if ! GOBIN="$bin" go install -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=v$COMPOSE_VERSION" \
+    "github.com/docker/compose/v2/cmd@v$COMPOSE_VERSION" > "$bin/go.log" 2>&1; then
+    tail -n 20 "$bin/go.log" >&2
+    fail "the compose plugin did not build (above)"
+  fi
+  rm "$bin/go.log"
   mkdir -p "$PLUGINS"
   mv "$bin/cmd" "$PLUGINS/docker-compose"
   rmdir "$bin"
