@@ -24,8 +24,13 @@ install_packages() {
   [ ${#missing[@]} -eq 0 ] && return
   [ "$(id -u)" -eq 0 ] || fail "installing ${missing[*]} needs root (apt-get)"
   say "installing ${missing[*]} from Debian's packages"
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+  local log
+  log="$(mktemp)"
+  if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"; } > "$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    fail "apt-get could not install ${missing[*]} (above)"
+  fi
+  rm "$log"
 }
 
 install_compose() {
