@@ -3,6 +3,7 @@ the compose plugin answer, and one command whose failure is one line."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -21,9 +22,15 @@ def docker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     to build with BuildKit, so builds take the classic builder, which the Dockerfiles need nothing
     beyond."""
     env = {**os.environ, **(extra or {})}
-    if "DOCKER_BUILDKIT" not in env and not _answers(["docker", "buildx", "version"], env):
+    if "DOCKER_BUILDKIT" not in env and not _has_buildx():
         env["DOCKER_BUILDKIT"] = "0"
     return env
+
+
+@functools.cache
+def _has_buildx() -> bool:
+    """Asked once per process: every docker command takes its environment from docker_env."""
+    return _answers(["docker", "buildx", "version"], os.environ)
 
 
 def engine_problem() -> str | None:

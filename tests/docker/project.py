@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from infra.docker.cli import docker, docker_env
 from infra.docker.standins import StandIns
 from tests.compose import COMPOSE
+from tests.integration.helpers import wait_for
 
 NAME = "hastream-compose-test"  # not the demo's own name: a user's running demo is left alone
 STANDIN = Path(__file__).with_name("standin.compose.yml")
@@ -49,13 +49,11 @@ class Project:
         os.kill(self.state(service)["Pid"], signal.SIGKILL)
 
     def wait_restarted(self, service: str, restarts: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def restarted() -> bool:
             state = self.state(service)
-            if state["RestartCount"] >= restarts and state["Running"]:
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"{service} was not restarted within {timeout:.0f} s: {self.state(service)}")
+            return state["RestartCount"] >= restarts and bool(state["Running"])
+
+        wait_for(restarted, timeout, f"Docker to restart {service}", interval=0.5)
 
     def exit_codes(self) -> dict[str, int]:
         """Every service's container: its exit code once stopped (-1 while it runs)."""

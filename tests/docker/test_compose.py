@@ -28,7 +28,7 @@ from services.operators.reference import evaluate
 from services.spec import load_spec
 from tests.compose import SASL
 from tests.docker.project import Project
-from tests.integration.helpers import hastream, read_until_end, user_env
+from tests.integration.helpers import hastream, read_until_end, user_env, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -123,17 +123,12 @@ def _run_the_demo(
 
 def _wait_ready(timeout: float = 120) -> None:
     """Until the coordinator's status page has every node replica stable, as a user would check."""
-    deadline = time.monotonic() + timeout
-    states: dict[str, str] = {}
-    while time.monotonic() < deadline:
-        try:
-            states = {r["key"]: r["state"] for r in fetch_status(STATUS)["replicas"]}
-        except OSError:
-            states = {}
-        if len(states) == REPLICAS and set(states.values()) == {"STABLE"}:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the node replicas were not all stable within {timeout:.0f} s: {states}")
+
+    def all_stable() -> bool:
+        states = [r["state"] for r in fetch_status(STATUS)["replicas"]]
+        return len(states) == REPLICAS and set(states) == {"STABLE"}
+
+    wait_for(all_stable, timeout, f"all {REPLICAS} node replicas STABLE at {STATUS}", interval=0.5, tolerate=(OSError,))
 
 
 def _produce(conf: dict[str, str], n: int, written: list[list[dict]]) -> None:
@@ -161,18 +156,17 @@ def _produce(conf: dict[str, str], n: int, written: list[list[dict]]) -> None:
 
 def _wait_for_output(reader: Login | None, topic: str, timeout: float = 60) -> None:
     """Until the first results are in ``topic``: the node to crash has state by then."""
-
     with access.acting_as(reader):
         c = plain_consumer(HOST, "check", unique=True)
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] > 0 for p in range(2)):
-                return
-            time.sleep(0.5)
+        wait_for(
+            lambda: any(c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] > 0 for p in range(2)),
+            timeout,
+            f"results in {topic}",
+            interval=0.5,
+        )
     finally:
         c.close()
-    raise AssertionError(f"no results in {topic} within {timeout:.0f} s")
 
 
 def _assert_reference(got: dict[str, list[dict[int, dict]]], written: list[list[dict]]) -> None:
