@@ -30,9 +30,9 @@ from confluent_kafka.admin import AdminClient
 from bench.harness import Recorder, ReplicaOutput, ServiceProcesses
 from bench.workload import PacedSources, readings_workload
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.core.tuples import TupleType
 from services.deploy.local import provision
-from services.dpc.states import NodeState
 from tests.integration.helpers import unique_spec
 
 CHAIN = """\

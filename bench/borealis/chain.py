@@ -37,10 +37,10 @@ from bench.workload import BASE_TS, PacedSources, tick_workload
 from services.client.view import StreamView
 from services.control.messages import COORDINATOR
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.core.admin import delete_topics
 from services.core.tuples import TupleType
 from services.deploy.local import provision
-from services.dpc.states import NodeState
 from services.spec import Spec, parse_spec
 
 INPUTS = 3

@@ -51,9 +51,9 @@ from bench.workload import BASE_TS, PacedSources, tick_records
 from services.client.view import StreamView
 from services.control.messages import now_ms
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.core.admin import delete_topics
 from services.deploy.local import provision
-from services.dpc.states import NodeState
 from services.log.tail import last_stable_id
 from services.spec import Spec, parse_spec
 

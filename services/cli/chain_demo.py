@@ -17,8 +17,8 @@ from rich.table import Table
 
 from services.cli.common import out
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.core.paths import REPO_ROOT
-from services.dpc.states import NodeState
 from services.spec import Spec, load_spec
 
 CHAIN_SPEC = REPO_ROOT / "examples" / "chain.yaml"

@@ -137,9 +137,9 @@ def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]]]:
 def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
     from services.control.messages import COORDINATOR, replica_key
     from services.control.monitor import ReplicaMonitor
+    from services.control.states import NodeState
     from services.core.admin import admin_client
     from services.dpc.consistency import STARTING
-    from services.dpc.states import NodeState
 
     if spec.heartbeat_topic not in admin_client(bootstrap).list_topics(timeout=5).topics:
         return []

@@ -34,6 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, Messag
 from services.client.reader import follow_polls
 from services.control.monitor import ReplicaMonitor
 from services.control.replicas import choose_replica
+from services.control.states import NodeState
 from services.core.codec import codec_for
 from services.core.errors import HeaderError
 from services.core.kafka import know_topics, plain_consumer
@@ -49,7 +50,6 @@ from services.core.tuples import (
     admit,
     tmax_of,
 )
-from services.dpc.states import NodeState
 from services.node.ports import Move, ReplicaReader
 from services.spec import Spec
 

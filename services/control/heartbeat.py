@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from services.control.messages import Heartbeat, now_ms
+from services.control.states import NodeState
 from services.core.kafka import BatchProducer
-from services.dpc.states import NodeState
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class HeartbeatSender:
         self.interval_s, self.stall_s = interval_s, stall_s
         self.state = state
         self.epoch = 0
-        self.role = ""  # an HA scheme's replica: its role (``services.coordinator.takeover.Role``)
+        self.role = ""  # an HA scheme's replica: its role (``services.control.states.Role``)
         self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
         self.ticked = time.monotonic()
         self.working_until = 0.0  # monotonic: blocking work on the loop that counts as progress (``working``)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from services.control.states import NodeState
 from services.core.codec import codec_for
-from services.dpc.states import NodeState
 
 COORDINATOR = "coordinator"  # the ``node`` of the coordinator's own heartbeat
 _HEARTBEAT = codec_for("heartbeat")

@@ -11,7 +11,7 @@ about as far along do not make it flap.
 
 from __future__ import annotations
 
-from services.dpc.states import NodeState
+from services.control.states import NodeState
 
 RANK = {
     NodeState.STABLE: 0,

@@ -40,10 +40,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, Heartbeat, now_ms
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState, Role
 from services.coordinator.metrics import CoordinatorMetrics, replica_counts
 from services.coordinator.names import TABLES, app_id
 from services.coordinator.page import STATUS_HTML
-from services.coordinator.takeover import Order, Role, Takeovers
+from services.coordinator.takeover import Order, Takeovers
 from services.coordinator.trims import Trims
 from services.core import metrics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
@@ -51,7 +52,6 @@ from services.core.errors import DecodeError, HastreamError
 from services.core.kafka import SASL_MECHANISM, Login, env_login
 from services.core.logs import setup_logging
 from services.dpc.consistency import LEASE_MS, Coordination, Grant
-from services.dpc.states import NodeState
 from services.ha.acks import TOPIC_CONFIG as ACKS_TOPIC_CONFIG
 from services.ha.acks import Ack
 from services.log.trim import trim_before

@@ -13,9 +13,9 @@ from typing import Any
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from services.control.states import NodeState
 from services.core.metrics import counter, gauge, gauges
 from services.dpc.consistency import STARTING
-from services.dpc.states import NodeState
 
 STATES = [STARTING] + [s.value for s in NodeState]
 

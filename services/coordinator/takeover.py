@@ -25,19 +25,13 @@ its role and epoch in its heartbeats; one that disagrees with the table gets its
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Callable
+
+from services.control.states import Role
 
 # Gives a new epoch for a partition's new primary (node, partition, replica), higher than every
 # earlier one: the coordinator claims it on the heartbeat topic (``services.node.fence``).
 Claim = Callable[[str, int, int], int]
-
-
-class Role(str, Enum):
-    PRIMARY = "primary"
-    SECONDARY = "secondary"
-    FAILED = "failed"
-    CANDIDATE = "candidate"  # what a replica reports after a (re)start, until it is given a role
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.control.messages import COORDINATOR, ControlKind, replica_key
-from services.dpc.policies import Policy
-from services.dpc.states import NodeState
+from services.control.states import NodeState
+from services.spec.policies import Policy
 
 # A grant whose DONE never comes (lost, or a hung replica) is released this long after it was
 # made or last renewed: a holder's heartbeats renew it while they say STABILIZATION.

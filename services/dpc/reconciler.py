@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from services.dpc.policies import Reconciliation
+from services.spec.policies import Reconciliation
 
 
 class Reconcilable(Protocol):

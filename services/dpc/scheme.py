@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
+from services.control.states import NodeState
 from services.core.errors import ContractError, DecodeError, HeaderError, RestartImageError
 from services.core.tuples import (
     BOUNDARY,
@@ -43,10 +44,9 @@ from services.core.tuples import (
     tmax_of,
 )
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles
-from services.dpc.policies import Policy
 from services.dpc.reconciler import reconciler
 from services.dpc.soutput import SOutput
-from services.dpc.states import NodeState, check_transition
+from services.dpc.states import check_transition
 from services.dpc.sunion import STuple, SUnion, SUnionState
 from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
@@ -54,6 +54,7 @@ from services.node.ingress import RawReader
 from services.node.ports import InputPort, Move
 from services.node.scheme import NodeRuntime
 from services.operators.base import Item, _ignore
+from services.spec.policies import Policy
 
 log = logging.getLogger(__name__)
 

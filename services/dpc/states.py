@@ -3,27 +3,13 @@
 STABLE -> UPSTREAM_FAILURE when the node processes its first tentative input;
 UPSTREAM_FAILURE -> STABILIZATION once every tentative input has its stable version and
 the node may reconcile; STABILIZATION -> STABLE when reconciliation is done (or back to
-UPSTREAM_FAILURE if a new failure started meanwhile).
-
-A restarted replica announces RECOVERING while it replays from its restart image and has not
-caught up with its inputs: it sends nothing new yet, so readers prefer any partner that
-does (the paper's recovering node refuses new clients until it is consistent). FAILED is
-never a state a replica is in by itself: observers give it to a replica whose heartbeats
-stopped, which they also do when its processing loop stalls.
+UPSTREAM_FAILURE if a new failure started meanwhile). The states themselves are every
+replica's vocabulary (``services.control.states``); RECOVERING and FAILED have no moves here.
 """
 
 from __future__ import annotations
 
-from enum import Enum
-
-
-class NodeState(str, Enum):
-    STABLE = "STABLE"
-    UPSTREAM_FAILURE = "UPSTREAM_FAILURE"
-    STABILIZATION = "STABILIZATION"
-    RECOVERING = "RECOVERING"  # announced only: restarted, replaying, not caught up with its inputs yet
-    FAILED = "FAILED"  # no heartbeat within failure_timeout (set by observers, never sent)
-
+from services.control.states import NodeState
 
 TRANSITIONS: dict[NodeState, frozenset[NodeState]] = {
     NodeState.STABLE: frozenset({NodeState.UPSTREAM_FAILURE}),

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from services.core.tuples import NO_TIME, STABLE, TENTATIVE, TupleType
-from services.dpc.policies import FAILURE_POLICIES, Policy
+from services.spec.policies import FAILURE_POLICIES, Policy
 
 
 @dataclass(slots=True)

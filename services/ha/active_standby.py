@@ -30,7 +30,7 @@ import time
 from collections import deque
 
 from services.control.messages import ControlKind, ControlMessage
-from services.coordinator.takeover import Role
+from services.control.states import Role
 from services.core.tuples import BOUNDARY, STABLE
 from services.dpc.soutput import Out, RestartMismatch
 from services.ha.upstream_backup import UpstreamBackupScheme

@@ -35,7 +35,7 @@ import random
 import time
 
 from services.control.messages import now_ms
-from services.coordinator.takeover import Role
+from services.control.states import Role
 from services.ha.scheme import HaScheme
 from services.node import restart
 from services.node.scheme import NodeRuntime

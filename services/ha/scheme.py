@@ -42,11 +42,10 @@ import logging
 import time
 
 from services.control.messages import ControlKind, ControlMessage
-from services.coordinator.takeover import Role
+from services.control.states import NodeState, Role
 from services.core.errors import FencedError
 from services.core.tuples import TupleType
 from services.dpc.scheme import DpcScheme
-from services.dpc.states import NodeState
 from services.log.tail import output_tail
 from services.node.scheme import NodeRuntime
 from services.spec.model import Recovery

@@ -24,7 +24,7 @@ import time
 from confluent_kafka import Message, TopicPartition
 
 from services.control.messages import now_ms
-from services.coordinator.takeover import Role
+from services.control.states import Role
 from services.core.errors import DecodeError
 from services.core.kafka import plain_consumer, retry_transient
 from services.core.tuples import TupleType

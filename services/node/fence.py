@@ -24,9 +24,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 
 from services.control.messages import CLAIM_EPOCH, Heartbeat, now_ms
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.core.errors import FencedError
 from services.core.kafka import RDKAFKA_LOG, env_login, plain_consumer, retry_transient, security_conf
-from services.dpc.states import NodeState
 
 log = logging.getLogger(__name__)
 

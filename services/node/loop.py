@@ -19,11 +19,10 @@ from services.control.channel import ControlReader
 from services.control.heartbeat import HeartbeatSender
 from services.control.messages import ControlMessage
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer, group_id
 from services.core.metrics import MetricsServer, serve_from_env
-from services.dpc.policies import Reconciliation
-from services.dpc.states import NodeState
 from services.node import fence, restart
 from services.node.engines import operator_builder
 from services.node.metrics import NodeMetrics, reason_label
@@ -35,6 +34,7 @@ from services.node.schemes import build_scheme
 from services.operators.base import Item
 from services.spec import Spec
 from services.spec.plan import plan_node
+from services.spec.policies import Reconciliation
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from prometheus_client import Histogram
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from services.control.states import NodeState
 from services.core.metrics import counter, counters, gauge, gauges
-from services.dpc.states import NodeState
 
 if TYPE_CHECKING:
     from services.node.loop import NodeService

@@ -43,11 +43,11 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, Top
 
 from services.control.monitor import ReplicaMonitor
 from services.control.replicas import RANK, choose_replica
+from services.control.states import NodeState
 from services.core.codec import codec_for
 from services.core.errors import InputGapError
 from services.core.kafka import BatchConsumer, know_topics, retry_transient
 from services.core.tuples import REC_DONE, UNDO, EpochGate, TupleType
-from services.dpc.states import NodeState
 from services.log.tail import seek_after_stable, seek_after_tentative, seek_fresh, undo_after
 from services.node.ingress import RawReader
 from services.spec.plan import InputPlan

@@ -19,9 +19,9 @@ from confluent_kafka import Message
 
 from services.control.messages import ControlMessage
 from services.control.monitor import Monitor
+from services.control.states import NodeState
 from services.core.config import Settings
 from services.core.kafka import DataProducer
-from services.dpc.states import NodeState
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import InputPort, Inputs, Move

@@ -11,7 +11,7 @@ from enum import Enum
 from pathlib import Path
 
 from services.core.errors import SpecError
-from services.dpc.policies import Policy, Reconciliation
+from services.spec.policies import Policy, Reconciliation
 
 OPERATOR_TYPES = ("filter", "map", "union", "window", "join")
 AGG_FUNCS = ("count", "sum", "avg", "min", "max")

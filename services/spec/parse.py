@@ -16,7 +16,6 @@ import yaml
 
 from services.core.codec import schema_fields, use_schema_dir
 from services.core.errors import SchemaNotFound, SpecError
-from services.dpc.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reconciliation
 from services.spec import validate
 from services.spec.model import (
     ENGINES,
@@ -34,6 +33,7 @@ from services.spec.model import (
     Spec,
     StreamDef,
 )
+from services.spec.policies import FAILURE_POLICIES, STABILIZATION_POLICIES, Reconciliation
 from services.spec.problems import Problems, to_python
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")

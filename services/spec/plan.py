@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.core.codec import schema_fields
-from services.dpc.policies import Reconciliation
 from services.spec.model import DpcConfig, HaDef, IngressDef, OperatorDef, Scheme, Spec
+from services.spec.policies import Reconciliation
 
 
 @dataclass(frozen=True)

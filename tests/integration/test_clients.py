@@ -21,6 +21,7 @@ from services.client.source import SourceWriter, pump, readings
 from services.client.view import StreamView
 from services.control.heartbeat import HeartbeatSender
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.core.admin import TopicSpec, ensure_topics
 from services.core.codec import codec_for
 from services.core.errors import FaultError
@@ -29,7 +30,6 @@ from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, make_headers, parse_headers
 from services.deploy import faults
 from services.deploy.local import Deployment, Process
-from services.dpc.states import NodeState
 from tests.integration.helpers import hastream, unique_spec
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from services.control import heartbeat
 from services.control.heartbeat import HeartbeatSender
 from services.control.messages import now_ms
 from services.control.monitor import ReplicaMonitor
-from services.dpc.states import NodeState
+from services.control.states import NodeState
 from tests.integration.helpers import create_topics, unique_spec
 
 pytestmark = pytest.mark.integration

@@ -23,10 +23,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from services.control.heartbeat import HeartbeatSender
 from services.control.messages import ControlKind, ControlMessage
+from services.control.states import NodeState
 from services.coordinator.client import fetch_status, status_url
 from services.core.kafka import BatchProducer
 from services.core.paths import REPO_ROOT
-from services.dpc.states import NodeState
 from tests.integration.helpers import CoordinatorProcess, create_topics, unique_spec, wait_for
 
 pytestmark = pytest.mark.integration

@@ -12,9 +12,9 @@ import pytest
 from bench.workload import PacedSources, readings_workload
 from services.client.view import StreamView
 from services.control.monitor import ReplicaMonitor
+from services.control.states import NodeState
 from services.deploy import processes
 from services.deploy.local import provision, service_commands, service_env
-from services.dpc.states import NodeState
 from services.operators.reference import evaluate
 from tests.integration.helpers import unique_spec, wait_for
 

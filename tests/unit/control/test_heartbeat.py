@@ -7,7 +7,7 @@ from typing import Any
 
 from services.control.heartbeat import HeartbeatSender
 from services.control.messages import Heartbeat
-from services.dpc.states import NodeState
+from services.control.states import NodeState
 
 
 class Sent:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from services.control.messages import ControlKind, ControlMessage, Heartbeat, replica_key
+from services.control.states import NodeState
 from services.core.codec import codec_for
 from services.core.errors import DecodeError
-from services.dpc.states import NodeState
 
 
 @pytest.mark.parametrize("kind", list(ControlKind))

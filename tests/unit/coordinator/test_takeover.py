@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.coordinator.takeover import Order, Role, Takeovers
+from services.control.states import Role
+from services.coordinator.takeover import Order, Takeovers
 
 D = 0.25  # detection time
 

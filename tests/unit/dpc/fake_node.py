@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from services.control.messages import ControlMessage
+from services.control.states import NodeState
 from services.core.codec import codec_for
 from services.core.config import Settings
 from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, make_headers, read_headers, with_tmax
-from services.dpc.policies import Reconciliation
 from services.dpc.scheme import DpcScheme
-from services.dpc.states import NodeState
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
@@ -29,6 +28,7 @@ from services.operators.base import Item
 from services.spec import Spec, parse_spec
 from services.spec.model import RAW_SUFFIX
 from services.spec.plan import plan_node
+from services.spec.policies import Reconciliation
 
 # Two nodes in a chain, two replicas each: n2 reads n1's replicated output.
 CHAIN_TEXT = """\

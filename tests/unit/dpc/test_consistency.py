@@ -356,9 +356,9 @@ def test_done_without_request_is_harmless(stagger: bool) -> None:
 
 # -- the same rule without the coordinator -----------------------------------------------------
 
+from services.control.states import NodeState  # noqa: E402
 from services.dpc.consistency import may_reconcile_alone, policy_while_partner_reconciles  # noqa: E402
-from services.dpc.policies import Policy  # noqa: E402
-from services.dpc.states import NodeState  # noqa: E402
+from services.spec.policies import Policy  # noqa: E402
 
 S, UF, STAB, F = NodeState.STABLE, NodeState.UPSTREAM_FAILURE, NodeState.STABILIZATION, NodeState.FAILED
 

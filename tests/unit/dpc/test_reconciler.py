@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.dpc.policies import Reconciliation
 from services.dpc.reconciler import CheckpointRedo, UndoRedo, reconciler
 from services.node.pipeline import NodePipeline
 from services.spec import parse_spec
 from services.spec.plan import plan_node
+from services.spec.policies import Reconciliation
 
 SPEC = """\
 name: r

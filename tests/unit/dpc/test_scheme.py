@@ -15,8 +15,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.control.messages import ControlKind
+from services.control.states import NodeState
 from services.core.tuples import REC_DONE, UNDO, read_headers
-from services.dpc.states import NodeState
 from services.node.metrics import reason_label
 from services.spec import parse_spec
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode, source_messages
@@ -300,7 +300,7 @@ def test_a_gap_in_an_upstream_replica_stops_the_port_until_it_reads_the_ids_agai
 def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() -> None:
     """The coordinator's clock is 5 s behind this replica's: its GRANT still counts."""
     from services.control.messages import ControlKind, ControlMessage
-    from services.dpc.states import NodeState
+    from services.control.states import NodeState
 
     node = FakeNode(MERGE_AFTER_WINDOW, "n")
     node.monitor.known[("coordinator", 0, 0)] = NodeState.STABLE  # a live coordinator: ask it
@@ -323,7 +323,7 @@ def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() ->
 
 def test_a_granted_replica_waits_while_its_partner_reconciles_and_a_fallback_turn_is_announced() -> None:
     from services.control.messages import ControlKind, ControlMessage
-    from services.dpc.states import NodeState
+    from services.control.states import NodeState
 
     node = FakeNode(MERGE_AFTER_WINDOW, "n")
     msgs = merge_inputs(node)
@@ -387,8 +387,8 @@ def test_a_restarted_replica_says_recovering_until_it_caught_up_then_closes_its_
 ) -> None:
     """Heartbeats of a replica that replays what it already wrote must not make readers
     prefer it; once caught up it says STABLE and sends REC_DONE, idle poll or not."""
+    from services.control.states import NodeState
     from services.core.tuples import REC_DONE
-    from services.dpc.states import NodeState
 
     first = FakeNode(CHAIN, "n1")
     msgs = source_messages(first, "a", readings(40, 10, 3)) + [first.message("a", BOUNDARY, 39, 10**6)]
@@ -416,7 +416,7 @@ def test_a_restarted_replica_says_recovering_until_it_caught_up_then_closes_its_
 
 
 def test_a_restarted_replica_is_recovering_while_its_replay_is_deduplicated(monkeypatch: Any) -> None:
-    from services.dpc.states import NodeState
+    from services.control.states import NodeState
 
     first = FakeNode(CHAIN, "n1")
     msgs = source_messages(first, "a", readings(40, 10, 3))
@@ -437,8 +437,8 @@ def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_wh
     poll): n2's first failure is settled, the second is not. n2 must not wait for the second
     to end before its stable output covers the first."""
     from services.control.messages import ControlKind, ControlMessage
+    from services.control.states import NodeState
     from services.core.tuples import REC_DONE, UNDO
-    from services.dpc.states import NodeState
 
     def reading(i: int) -> dict:
         return {"sensor": f"s{i % 3}", "ts": i * 10, "value": float(i), "seq": i}

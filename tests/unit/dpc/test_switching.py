@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from services.client.source import readings
+from services.control.states import NodeState
 from services.core.tuples import REC_DONE, UNDO
-from services.dpc.states import NodeState
 from services.node import ports
 from services.node.ports import Move
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode

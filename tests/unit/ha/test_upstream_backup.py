@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.control.messages import ControlKind, ControlMessage
+from services.control.states import NodeState
 from services.core.tuples import BOUNDARY, STABLE, read_headers
-from services.dpc.states import NodeState
 from services.ha import upstream_backup as ub
 from services.ha.acks import Ack
 from services.ha.upstream_backup import UpstreamBackupScheme

@@ -8,8 +8,8 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from services.control.states import NodeState
 from services.core.metrics import registry_of
-from services.dpc.states import NodeState
 from services.node.metrics import NodeMetrics, reason_label
 from services.node.scheme import NodeStats
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from services.control.states import NodeState
 from services.core.errors import InputGapError
 from services.core.tuples import REC_DONE, UNDO
-from services.dpc.states import NodeState
 from services.node import ports
 from services.node.ports import Inputs, Move
 from services.spec.plan import plan_node

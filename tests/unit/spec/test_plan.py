@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.dpc.policies import Policy, Reconciliation
 from services.spec import Scheme, SpecError, parse_spec
 from services.spec.plan import plan_node
+from services.spec.policies import Policy, Reconciliation
 from tests.unit.spec.test_spec import BASE, problems
 
 
