@@ -35,6 +35,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check services spark_jobs infra bench tests
 	$(VENV)/bin/ruff format --check services spark_jobs infra bench tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo  # the layers of .importlinter (docs/architecture.md)
+	$(PY) -m infra.sizes  # no module over 400 lines, no function over 80, in services/ and spark_jobs/
 
 test: jars
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -33,6 +33,7 @@ from services.dpc.scheme import DpcScheme
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import SUnion
 from services.node.loop import NodeService
+from services.schemes import build_scheme
 from services.spec import Spec, parse_spec
 
 STABLE = TupleType.STABLE
@@ -65,14 +66,14 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
     now = time.monotonic()  # a fixed clock: nothing waits for SUnion's delay here
 
     def operators_only() -> None:
-        svc = NodeService(spec, node, 0, 0, _settings())
-        entry, drain = dpc_scheme(svc).entries[0], svc.pipeline.drain
+        svc = NodeService(spec, node, 0, 0, _settings(), build_scheme)
+        entry, drain = dpc_scheme(svc).path.entries[0], svc.pipeline.drain
         for items in batches:
             entry(items)
             drain()
 
     def node_step() -> None:
-        svc = NodeService(spec, node, 0, 0, _settings())
+        svc = NodeService(spec, node, 0, 0, _settings(), build_scheme)
         scheme = dpc_scheme(svc)
         su, step, queues = scheme.sunion, scheme.after_batch, list(svc.outputs.queues.values())
         push = su.push
@@ -104,9 +105,9 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
             assert all(t.type is STABLE for t in out)
 
     # SOutput numbers what the operators emit: collect that once, then time the numbering.
-    svc = NodeService(spec, node, 0, 0, _settings())
+    svc = NodeService(spec, node, 0, 0, _settings(), build_scheme)
     produced: list[list] = []
-    entry = dpc_scheme(svc).entries[0]
+    entry = dpc_scheme(svc).path.entries[0]
     for items in batches:
         entry(items)
         produced.extend(list(v) for v in svc.pipeline.drain().values())
@@ -144,13 +145,16 @@ def _settings() -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from bench.throughput import _filter_map_spec, _reading_records, _window_spec
+    from bench.workload import filter_map_spec, reading_records, throughput_window_spec
 
     ap = argparse.ArgumentParser(prog="python -m bench.dpc_cost", description=__doc__.split("\n\n")[0])
     ap.add_argument("--tuples", type=int, default=200_000)
     a = ap.parse_args(argv)
-    records = list(_reading_records(a.tuples))
-    for name, text in (("filter+map", _filter_map_spec("dpcfm", "dpc_in")), ("window", _window_spec("dpcw", "dpc_in"))):
+    records = list(reading_records(a.tuples))
+    for name, text in (
+        ("filter+map", filter_map_spec("dpcfm", "dpc_in")),
+        ("window", throughput_window_spec("dpcw", "dpc_in")),
+    ):
         spec = parse_spec(text, source=f"<dpc cost {name}>")
         r = measure(spec, next(iter(spec.nodes)), records)
         print(

@@ -3,7 +3,7 @@
     python -m bench.spark_window [--quick] [--tuples N] [--keys K] [--bootstrap HOST:PORT]
 
 Both engines run the same spec (one keyed sliding-window aggregate, one partition, DPC on,
-failure-free) as a real node process (``bench.throughput.Worker``) on the same broker:
+failure-free) as a real node process (``bench.throughput.worker.Worker``) on the same broker:
 
 * **throughput**: every engine reads the same pre-loaded input, ``--tuples`` readings over
   ``--keys`` sensors, one every ``--step-ms`` of event time, with a source's boundaries. The
@@ -15,7 +15,7 @@ failure-free) as a real node process (``bench.throughput.Worker``) on the same b
 * **CPU** per input tuple: the node process plus, for Spark, its JVM;
 * **latency** at ``--rate`` tuples/s with event time = wall clock: per window result, its
   broker append time minus that of the input tuple that closed its window
-  (``bench.throughput.Bench._latencies``).
+  (``bench.throughput.phases.Bench.latencies``).
 
 Results: ``bench/results/spark_window.json`` and ``docs/spark_window.png``.
 """
@@ -37,21 +37,12 @@ from typing import Any
 from rich.table import Table
 
 from bench.borealis.common import broker, machine, pyplot, save_figure
-from bench.throughput import (
-    FINAL_BOUNDARY,
-    TOPIC_CONFIG,
-    Bench,
-    Job,
-    OutMsg,
-    Tasks,
-    Worker,
-    _check_output,
-    _read_topic,
-    console,
-    out,
-    progress_bars,
-    window_spec,
-)
+from bench.throughput.check import OutMsg, check_output, read_topic
+from bench.throughput.jobs import FINAL_BOUNDARY, TOPIC_CONFIG, Job
+from bench.throughput.phases import Bench, Tasks
+from bench.throughput.run import console, out, progress_bars
+from bench.throughput.worker import Worker
+from bench.workload import window_spec
 from services.client.source import SourceWriter, pump, readings
 from services.core.admin import TopicSpec
 from services.core.codec import codec_for
@@ -80,7 +71,7 @@ class SparkBench:
         text = spark_bench_spec(tag, source, engine, a.size, a.slide)
         spec = parse_spec(text, source=f"<bench {tag}>")
         job = Job("node", self.bootstrap, source, spec.topic(f"{tag}_out", 0), "", stop_after, 30, text, "stats")
-        self.base._provision(topic_specs(spec, 1, TOPIC_CONFIG))
+        self.base.provision(topic_specs(spec, 1, TOPIC_CONFIG))
         return job, spec
 
     def _write(self, spec: Spec, source: str, records: Any, rate: float | None, progress: Tasks, label: str) -> int:
@@ -103,7 +94,7 @@ class SparkBench:
     def preload(self, progress: Tasks) -> tuple[str, int]:
         a = self.args
         source = f"{self.tag}_in"
-        self.base._provision([TopicSpec(source, 1, 1, dict(TOPIC_CONFIG))])
+        self.base.provision([TopicSpec(source, 1, 1, dict(TOPIC_CONFIG))])
         _, spec = self._job("python", f"{self.tag}_src", source, 0)
         records = readings(a.tuples, sensors=a.keys, step_ms=a.step_ms)
         return source, self._write(spec, source, records, None, progress, f"pre-loading {a.tuples:,} tuples")
@@ -116,8 +107,8 @@ class SparkBench:
         res = w.wait(timeout=600 + n / 100, on_tick=lambda: progress.update(task, completed=w.consumed))
         if res["consumed"] != messages:
             raise RuntimeError(f"{engine}: consumed {res['consumed']} of the input's {messages} messages")
-        msgs = _read_topic(self.bootstrap, job.out_topic)
-        chk = _check_output(engine, msgs, res.get("deadlettered", 0))
+        msgs = read_topic(self.bootstrap, job.out_topic)
+        chk = check_output(engine, msgs, res.get("deadlettered", 0))
         secs = max(res["last_at"], (chk.last_append_ms or 0) / 1000) - res["first_at"]
         cpu = res["cpu_s"] + res["child_cpu_s"]
         return {
@@ -134,7 +125,7 @@ class SparkBench:
         a = self.args
         tag = f"{self.tag}_p{engine}"
         source = f"{tag}_in"
-        self.base._provision([TopicSpec(source, 1, 1, dict(TOPIC_CONFIG))])
+        self.base.provision([TopicSpec(source, 1, 1, dict(TOPIC_CONFIG))])
         job, spec = self._job(engine, tag, source, 10**9)
         w = Worker(job, self.base.log_dir)
         w.wait_ready(timeout=180)
@@ -142,9 +133,9 @@ class SparkBench:
         records = readings(int(a.rate * a.paced_seconds), sensors=a.keys, seed=11, wall_clock=True)
         self._write(spec, source, records, a.rate, progress, f"{engine} at {a.rate:,.0f}/s")
         w.wait(timeout=120)
-        outs = _read_topic(self.bootstrap, job.out_topic)
-        _check_output(f"{engine} at {a.rate:,.0f}/s", outs)
-        return self.base._latencies("window", source, outs, spec.dpc.bucket)
+        outs = read_topic(self.bootstrap, job.out_topic)
+        check_output(f"{engine} at {a.rate:,.0f}/s", outs)
+        return self.base.latencies("window", source, outs, spec.dpc.bucket)
 
 
 def _same_output(python: list[tuple[int, int, bytes | None]], spark: list[tuple[int, int, bytes | None]]) -> None:

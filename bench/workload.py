@@ -13,6 +13,10 @@ Two loops pace a workload, and only two:
 The records are deterministic: ``tick_records`` (input ``i``'s record ``j``, the Borealis
 chain's pass-through workload) and ``readings_workload`` (the sensor readings of
 ``services.client.source.readings``, for nodes that aggregate).
+
+The specs of the throughput bench's nodes (``filter_map_spec``, ``throughput_window_spec``,
+``window_spec``) and its readings (``reading_records``) are here too, since ``bench/dpc_cost.py``,
+``bench/spark_window.py`` and the Borealis experiments run the same nodes on the same input.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from services.client.source import END_OF_TIME, SourceWriter, readings
 from services.spec import Spec
 
 BASE_TS = 1_700_000_000_000  # event time of every workload's first tuple
+SENSORS = 20  # the throughput bench's readings: distinct sensors
+WINDOW_SIZE_MS, WINDOW_SLIDE_MS = 2000, 500  # the throughput bench's sliding window
 
 Record = dict[str, Any]
 
@@ -136,3 +142,68 @@ class PacedSources:
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
+
+
+# ---------------------------------------------------------------------------- specs
+
+
+def dpc_section(bucket_ms: int | None) -> str:
+    """A spec's dpc section with SUnion buckets and boundaries every ``bucket_ms`` (the paper's
+    setting for its serialization overhead), or nothing for the defaults."""
+    return f"dpc: {{bucket: {bucket_ms}, boundary_interval: {bucket_ms}}}\n" if bucket_ms else ""
+
+
+def filter_map_spec(name: str, source: str, bucket_ms: int | None = None) -> str:
+    return f"""
+name: {name}
+{dpc_section(bucket_ms)}streams:
+  {source}: {{schema: reading, key: sensor, partitions: 1, topic: {source}}}  # the one pre-loaded input
+  {name}_kept: {{schema: reading, key: sensor, partitions: 1}}
+  {name}_out: {{schema: reading, key: sensor, partitions: 1}}
+operators:
+  keep_all:
+    type: filter
+    input: {source}
+    output: {name}_kept
+    where: "value > -1000"   # readings stay within [-20, 120]: every tuple passes
+  to_fahrenheit:
+    type: map
+    input: {name}_kept
+    output: {name}_out
+    fields: {{sensor: sensor, ts: ts, value: "value * 1.8 + 32", seq: seq}}
+nodes:
+  ingest: {{operators: [keep_all, to_fahrenheit]}}
+"""
+
+
+def throughput_window_spec(name: str, source: str, bucket_ms: int | None = None) -> str:
+    return window_spec(name, source, dpc_section(bucket_ms))
+
+
+def window_spec(
+    name: str, source: str, dpc: str = "", size: int = WINDOW_SIZE_MS, slide: int = WINDOW_SLIDE_MS, engine: str = ""
+) -> str:
+    """The benches' sliding window per sensor over one pre-loaded input; ``dpc``: the spec's dpc
+    section (a line), ``engine``: the node's, if not the default."""
+    node = f"{{operators: [per_sensor], engine: {engine}}}" if engine else "{operators: [per_sensor]}"
+    return f"""
+name: {name}
+{dpc}streams:
+  {source}: {{schema: reading, key: sensor, partitions: 1, topic: {source}}}  # the one pre-loaded input
+  {name}_out: {{schema: window_stat, key: key, partitions: 1}}
+operators:
+  per_sensor:
+    type: window
+    input: {source}
+    output: {name}_out
+    key: sensor
+    size: {size}
+    slide: {slide}
+    aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  stats: {node}
+"""
+
+
+def reading_records(n: int, rng_seed: int = 7, wall_clock: bool = False) -> Iterator[dict[str, Any]]:
+    return readings(n, sensors=SENSORS, seed=rng_seed, wall_clock=wall_clock)

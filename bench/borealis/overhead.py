@@ -8,7 +8,7 @@ and with SUnion's serialization taken out (``PassThroughUnion``: tuples go to th
 arrive). A hastream node with one input does not serialize it (``services.dpc.sunion``), so the
 SUnion variants serialize it by buckets on purpose, as the paper's SUnion does every input, and measures end-to-end latency at a fixed rate and throughput on a pre-loaded input,
 beside a bare confluent-kafka loop measured in the same run. The machinery is
-``bench/throughput.py``'s: each processor in its own process, broker append times, output checked
+``bench/throughput/``'s: each processor in its own process, broker append times, output checked
 for dense STABLE ids only.
 """
 
@@ -36,7 +36,7 @@ def settings(quick: bool) -> dict[str, Any]:
 
 
 class _Tasks:
-    """What ``bench.throughput.Bench`` expects of a rich Progress, reported on the Borealis bar."""
+    """What ``bench.throughput.phases.Bench`` expects of a rich Progress, reported on the Borealis bar."""
 
     def __init__(self, progress: Any) -> None:
         self.progress = progress
@@ -50,7 +50,9 @@ class _Tasks:
 
 
 def run(quick: bool, progress: Any) -> dict[str, Any]:
-    from bench.throughput import Bench, _variant, summarize_runs
+    from bench.stats import summarize_runs
+    from bench.throughput.jobs import variant_name
+    from bench.throughput.phases import Bench
 
     s = settings(quick)
     args = argparse.Namespace(tuples=s["tuples"], rate=s["rate"], paced_seconds=s["paced_s"], repeat=s["repeat"])
@@ -79,7 +81,7 @@ def run(quick: bool, progress: Any) -> dict[str, Any]:
         throughput = {name: summarize_runs(rs) for name, rs in runs.items()}
         latency = []
         for bucket, plain in [(DEFAULT_BUCKET_MS, True)] + [(b, False) for b in s["buckets_ms"]]:
-            progress(f"latency: {_name(PROCESSOR, plain)} {_variant(bucket, False)}")
+            progress(f"latency: {_name(PROCESSOR, plain)} {variant_name(bucket, False)}")
             lat = bench.paced_run(PROCESSOR, tasks, bucket_ms=bucket, passthrough=plain, serialize=not plain)
             latency.append({"variant": _name(PROCESSOR, plain), "bucket_ms": None if plain else bucket, **lat})
             progress.advance()

@@ -358,14 +358,13 @@ def measure_point(kind: str, state: int, fail: int, repeat: int, feed_pairs: int
 def dpc_costs(n: int, progress_step: Callable[[], None]) -> dict[str, Any]:
     """SUnion and SOutput beside the operators, by ``bench.dpc_cost.measure`` (one input only)."""
     from bench.dpc_cost import measure
-    from bench.throughput import _filter_map_spec, _reading_records
-    from bench.throughput import _window_spec as tp_window_spec
+    from bench.workload import filter_map_spec, reading_records, throughput_window_spec
 
     out: dict[str, Any] = {}
-    records = list(_reading_records(n))
+    records = list(reading_records(n))
     for name, text in (
-        ("filter+map", _filter_map_spec("dpcfm", "dpc_in")),
-        ("window (throughput bench)", tp_window_spec("dpcw", "dpc_in")),
+        ("filter+map", filter_map_spec("dpcfm", "dpc_in")),
+        ("window (throughput bench)", throughput_window_spec("dpcw", "dpc_in")),
     ):
         spec = parse_spec(text, source=f"<dpc cost {name}>")
         out[name] = measure(spec, next(iter(spec.nodes)), records)

@@ -263,6 +263,7 @@ def node_run(
 ) -> None:
     """Run one node replica partition until SIGTERM."""
     from services.node.loop import NodeService
+    from services.schemes import build_scheme
 
     s = spec_or_exit(spec)
     settings = settings_or_exit(bootstrap)
@@ -274,7 +275,7 @@ def node_run(
         raise fail(f"node '{node}' has replicas 0..{s.nodes[node].replicas - 1}; got --replica {replica}")
     service_logging(f"{node}.r{replica}.p{partition}")
     try:
-        stats = NodeService(s, node, partition, replica, settings).run(own_process=True)
+        stats = NodeService(s, node, partition, replica, settings, build_scheme).run(own_process=True)
     except HastreamError as e:  # e.g. a restart that would renumber its output: say why, in one line
         raise fail(str(e)) from None
     out.print(

@@ -29,20 +29,24 @@ import logging
 import time
 from collections import deque
 
+from confluent_kafka import Message
+
 from services.control.messages import ControlKind, ControlMessage
 from services.control.states import Role
 from services.core.tuples import BOUNDARY, STABLE
 from services.dpc.soutput import Out, RestartMismatch
-from services.ha.upstream_backup import UpstreamBackupScheme
+from services.ha.scheme import HaScheme
+from services.ha.upstream_backup import Acking
 from services.log.tail import output_tail, stable_after
 from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
 
 
-class ActiveStandbyScheme(UpstreamBackupScheme):
+class ActiveStandbyScheme(HaScheme):
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
+        self.acking = Acking(self, node.plan.ha.interval_ms)  # the cuts a joining secondary rebuilds from
         self.held: dict[str, deque[Out]] = {s: deque() for s in self.soutputs}  # a secondary's results
         self.logged: dict[str, int] = {s: -1 for s in self.soutputs}  # the last id the primary's log has, as told
         self.following = False  # a secondary reading the inputs
@@ -53,7 +57,7 @@ class ActiveStandbyScheme(UpstreamBackupScheme):
         if self.following:
             return None  # the order again: it follows already
         self.following = True
-        return self._rebuild(write=False)
+        return self.acking.rebuild(write=False)
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
@@ -83,9 +87,15 @@ class ActiveStandbyScheme(UpstreamBackupScheme):
                 q.extend(e for e in out if e[1] > logged)
                 out.clear()
 
+    def before_batch(self, msgs: list[Message], now: float) -> None:
+        super().before_batch(msgs, now)
+        if msgs:
+            self.acking.note_reads(msgs)
+
     def after_batch(self, now: float, idle: bool) -> None:
         if self.role is Role.PRIMARY:
             self._send_trim()  # first: the loop has flushed everything numbered so far
+        self.acking.publish_pending()
         super().after_batch(now, idle)
         if self.role is not Role.PRIMARY and self.following:
             self._hold()
@@ -101,7 +111,7 @@ class ActiveStandbyScheme(UpstreamBackupScheme):
         now = time.monotonic()
         if now < self.trim_at:
             return
-        self.trim_at = now + self.interval_s
+        self.trim_at = now + self.acking.interval_s
         node = self.node
         ids = {s: so.last_stable for s, so in self.soutputs.items()}
         node.send_control(
@@ -110,7 +120,7 @@ class ActiveStandbyScheme(UpstreamBackupScheme):
 
     def on_promote(self) -> dict[str, int] | None:
         if not self.following:  # made primary before it followed (a deployment's first start): rebuild
-            return super().on_promote()
+            return self.acking.rebuild(write=True)
         node = self.node
         bootstrap, part = node.settings.bootstrap, node.partition
         for s, so in self.soutputs.items():
@@ -133,6 +143,6 @@ class ActiveStandbyScheme(UpstreamBackupScheme):
             q.clear()
             so.boundary_sent = max(so.boundary_sent, bound)
             if so.last_stable < last:  # behind the old primary: what it computes up to the tail is in the log
-                self._skip_written(s, last, undo=False)
+                self.resume.skip_written(s, last, undo=False)
         log.info("took over from the standby's queue: %s", {s: len(node.outputs.queue(s)) for s in self.held})
         return None

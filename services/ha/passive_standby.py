@@ -38,6 +38,7 @@ from services.control.messages import now_ms
 from services.control.states import Role
 from services.ha.scheme import HaScheme
 from services.node import restart
+from services.node.resume import input_point
 from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class PassiveStandbyScheme(HaScheme):
         self.failed_seen = 0  # the image writer's failures already answered with an image
         self.follower: restart.Follower | None = None
         self.applied = self.taken = 0  # deltas a standby applied, images it took whole
+        self.next_image = time.monotonic()  # the primary's next checkpoint
 
     # -- the standby ------------------------------------------------------------------
     def on_secondary(self) -> None:
@@ -85,7 +87,7 @@ class PassiveStandbyScheme(HaScheme):
     def on_promote(self) -> dict[str, int]:
         follower, self.follower = self.follower, None
         if follower is None:  # a cold takeover (never secondary): the newest image and its deltas
-            _, offsets = self._resume(undo=False)
+            _, offsets = self.resume.resume(undo=False)
         else:
             try:
                 state = follower.catch_up()
@@ -98,7 +100,7 @@ class PassiveStandbyScheme(HaScheme):
                     self.taken,
                     self.applied,
                 )
-            _, offsets = self._resume_from(state, undo=False, restored=True)
+            _, offsets = self.resume.resume_from(state, undo=False, restored=True)
         self.chain, self.seq = random.getrandbits(62) + 1, 0  # a new chain: its first checkpoint is an image
         self.next_image = time.monotonic() + self.interval_s
         return offsets
@@ -106,7 +108,7 @@ class PassiveStandbyScheme(HaScheme):
     # -- the primary's checkpoints ----------------------------------------------------
     def after_batch(self, now: float, idle: bool) -> None:
         super().after_batch(now, idle)
-        if self.role is Role.PRIMARY and now >= self.next_image and not self._deduplicating():
+        if self.role is Role.PRIMARY and now >= self.next_image and not self.path.deduplicating():
             self.next_image = now + self.interval_s
             self._checkpoint()
 
@@ -115,7 +117,7 @@ class PassiveStandbyScheme(HaScheme):
         node = self.node
         node.outputs.flush()
         node.producer.flush()
-        point = self._input_point()
+        point = input_point(node, self.sunion)
         outputs = {s: so.state() for s, so in self.soutputs.items()}
         operators = node.pipeline.delta()
         self.seq += 1

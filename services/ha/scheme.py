@@ -26,14 +26,19 @@ application reading the log raw sees the duplicates.
 A primary that is told it is secondary was failed by the coordinator and replaced: it stops
 (``FencedError``) and its restart rejoins as a secondary, as the paper's returning node does.
 
-Processing is DPC's stable path without its tentative half: SUnion merges the inputs in
-tuple-time order and never stops waiting for a missing input (an upstream failure is
-recovered by the upstream node's own scheme), the operators run, SOutput numbers the results
-and sends BOUNDARY, so a node of any scheme may read the output. The operators' time moves to
-bucket starts only, so a cut taken right after the operators reached one (upstream backup's
-acknowledgements, ``services.ha.acks``) splits the output at the same place in every run of
-the same input, whatever the polls and the boundaries' timing did: the windows ending up to it
-and the buckets before it on one side, the rest on the other.
+Processing is the stable path every scheme composes (``services.node.path``) without DPC's
+tentative half: SUnion merges the inputs in tuple-time order and never stops waiting for a
+missing input (an upstream failure is recovered by the upstream node's own scheme), the
+operators run, SOutput numbers the results and sends BOUNDARY, so a node of any scheme may read
+the output. The operators' time moves to bucket starts only, so a cut taken right after the
+operators reached one (upstream backup's acknowledgements, ``services.ha.acks``) splits the
+output at the same place in every run of the same input, whatever the polls and the
+boundaries' timing did: the windows ending up to it and the buckets before it on one side, the
+rest on the other.
+
+``HaScheme`` is that shared machinery, held together from the node's parts (intake, stable
+path, resume); it is no scheme of its own. Each HA scheme says where its inputs start when it
+becomes primary or secondary (``on_promote``, ``on_secondary``) and adds what it does besides.
 """
 
 from __future__ import annotations
@@ -41,12 +46,18 @@ from __future__ import annotations
 import logging
 import time
 
+from confluent_kafka import Message
+
 from services.control.messages import ControlKind, ControlMessage
 from services.control.states import NodeState, Role
 from services.core.errors import FencedError
-from services.core.tuples import TupleType
-from services.dpc.scheme import DpcScheme
+from services.dpc.soutput import SOutput
+from services.dpc.sunion import SUnion
 from services.log.tail import output_tail
+from services.node.intake import Intake
+from services.node.path import StablePath
+from services.node.ports import InputPort, Move
+from services.node.resume import Resume
 from services.node.scheme import NodeRuntime
 from services.spec.model import Recovery
 
@@ -58,25 +69,43 @@ log = logging.getLogger(__name__)
 TAKEOVER_S = 10.0
 
 
-class HaScheme(DpcScheme):
+class HaScheme:
     """The part every HA scheme shares; a scheme says where its inputs start when it takes over (``on_promote``)."""
 
-    # Checkpoints, acks and trims cut the input at bucket starts, and a takeover replays to such a
-    # cut: every input, one too, goes through SUnion's buckets.
-    pass_through = False
     # An ack or a trim published at the start of a batch says the output numbered before it is
     # written: the loop waits for every batch it writes.
     overlap_writes = False
 
     def __init__(self, node: NodeRuntime) -> None:
-        super().__init__(node)
-        self.sunion.delay_s = self.sunion.hold_s = float("inf")  # never tentative: wait for the input
+        self.node = node
+        plan = node.plan
+        self.dpc = plan.dpc
+        # Checkpoints, acks and trims cut the input at bucket starts, and a takeover replays to such a
+        # cut: every input, one too, goes through SUnion's buckets; never tentative: wait for the input.
+        inf = float("inf")
+        sunion = SUnion(len(plan.inputs), self.dpc.bucket, inf, self.dpc.failure_policy, self.dpc.max_kept, inf)
+        self.path = StablePath(node, sunion, {o.stream: SOutput() for o in plan.outputs}, at_bucket_starts=True)
+        self.intake = Intake(node, self.path)
+        self.restart_topic = plan.restart_topics[node.replica]
+        self.precise = plan.ha.guarantee is Recovery.PRECISE  # else a takeover repeats the log's tail
+        self.resume = Resume(node, self.path, self.restart_topic, precise=self.precise)
         self.role = Role.CANDIDATE
         self.epoch = 0
         self.recovering = False
-        self.resume_at: int | None = None  # a takeover's cut, on the way to which the operators stop
+        self.catch_up: dict[str, tuple[int, int]] | None = None  # the input ends a takeover reads up to
         self.promoted_at = 0.0  # when it took its current role: a recovery's time counts from it
-        self.precise = node.plan.ha.guarantee is Recovery.PRECISE  # else a takeover repeats the log's tail
+
+    @property
+    def sunion(self) -> SUnion:
+        return self.path.sunion
+
+    @property
+    def soutputs(self) -> dict[str, SOutput]:
+        return self.path.soutputs
+
+    @property
+    def op_time(self) -> int | None:
+        return self.path.op_time
 
     # -- the slot ---------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
@@ -84,6 +113,12 @@ class HaScheme(DpcScheme):
         self.node.set_role(Role.CANDIDATE.value, 0)
         self.node.set_state(NodeState.STABLE)
         return None
+
+    def before_batch(self, msgs: list[Message], now: float) -> None:
+        self.intake.take(msgs, now)
+
+    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
+        self.intake.on_input_move(port, move, now)
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
@@ -106,44 +141,21 @@ class HaScheme(DpcScheme):
                 self._read_from(self.on_secondary())
 
     def after_batch(self, now: float, idle: bool) -> None:
-        super().after_batch(now, idle)
+        self.path.step(now)
         if self.recovering and self.role is not Role.CANDIDATE:
             self._check_recovered()  # after every batch: the recovery time is measured by it
 
     def on_check(self, now: float) -> None:
         if self.role is Role.PRIMARY:
-            self._tick_raw(now)
+            self.intake.tick_raw(now)
             self._lift_floors()
 
     def on_stop(self) -> None:
         if self.role is Role.PRIMARY:
-            self._flush()
+            self.path.flush()
 
-    # -- time at bucket starts ---------------------------------------------------------
-    def _advance_operators(self, t: int, label: TupleType) -> None:
-        """Advance the operators to the bucket start at or before ``t``, stopping at a takeover's cut on
-        the way (``resume_at``): where a cut was taken the replay of the same input must stop too."""
-        t -= t % self.dpc.bucket
-        if self.op_time is not None and t <= self.op_time:
-            return
-        cut = self.resume_at
-        if cut is not None and (self.op_time is None or self.op_time < cut) and cut < t:
-            self._step(cut, label)
-        self._step(t, label)
-
-    def _step(self, t: int, label: TupleType) -> None:
-        self.op_time = t
-        self.node.pipeline.advance(t)
-        self._collect(label)
-        self._stepped(t)
-
-    def _frontier(self) -> int | None:
-        """The last bucket start SUnion's stable frontier has passed: operators and BOUNDARY go there."""
-        f = self.sunion.frontier()
-        return None if f is None else f - f % self.dpc.bucket
-
-    def _stepped(self, t: int) -> None:
-        """The operators were just advanced to bucket start ``t`` and their results numbered."""
+    def progress(self) -> tuple[int, int]:
+        return self.path.progress()
 
     # -- takeover ---------------------------------------------------------------------
     def _promote(self, epoch: int) -> None:
@@ -173,19 +185,13 @@ class HaScheme(DpcScheme):
         """The takeover is over once the new primary has read its inputs up to where they ended when it
         took over, past any replay it drops: the old primary's state is rebuilt (heartbeats say STABLE)."""
         node = self.node
-        if self.resume_at is not None or self._deduplicating():
+        if self.path.resume_at is not None or self.path.deduplicating():
             return
         if self.catch_up is not None and not node.inputs.reached(self.catch_up):
             return
         self.recovering = False
         node.set_state(NodeState.STABLE)
         log.info("%s caught up in %.0f ms", self.role.value, (time.monotonic() - self.promoted_at) * 1000)
-
-    def _skip_written(self, stream: str, last: int, undo: bool) -> None:
-        """Precise: drop what a takeover regenerates up to ``last``, each checked against the log.
-        Rollback: write it again (repeating duplicates under the same ids)."""
-        if self.precise:
-            super()._skip_written(stream, last, undo)
 
     def continue_log(self) -> None:
         """Go on where each output log stands: ids after its last stable one, nothing below its last
@@ -199,10 +205,10 @@ class HaScheme(DpcScheme):
 
     def _lift_floors(self) -> None:
         """Once the operators' time has passed an output's floor, its results are all above it."""
-        if self.advanced is None:
+        if self.path.advanced is None:
             return
         for so in self.soutputs.values():
-            if so.floor is not None and self.advanced >= so.floor:
+            if so.floor is not None and self.path.advanced >= so.floor:
                 so.floor = None
 
     # -- what a scheme decides --------------------------------------------------------

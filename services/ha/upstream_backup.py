@@ -27,7 +27,6 @@ from services.control.messages import now_ms
 from services.control.states import Role
 from services.core.errors import DecodeError
 from services.core.kafka import plain_consumer, retry_transient
-from services.core.tuples import TupleType
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import STuple
 from services.ha.acks import Ack, Needs, newest_usable
@@ -40,28 +39,33 @@ from services.node.scheme import NodeRuntime
 log = logging.getLogger(__name__)
 
 
-class UpstreamBackupScheme(HaScheme):
-    def __init__(self, node: NodeRuntime) -> None:
-        super().__init__(node)
-        self.interval_s = node.plan.ha.interval_ms / 1000
-        self.needs = Needs(self.dpc.bucket)
-        self.streams = [p.stream for p in node.inputs.ports]  # by port index
+class Acking:
+    """The primary's cuts and level-1 acknowledgements, and the rebuild from the newest one: upstream
+    backup's takeover, and active standby's secondary joining (see the module's docstring).
+
+    A part of ``scheme``'s: it runs on the scheme's stable path (a bucket's first ids before it runs,
+    a cut at a bucket start reached) and reads the scheme's role and epoch."""
+
+    def __init__(self, scheme: HaScheme, interval_ms: int) -> None:
+        self.scheme, self.node, self.path = scheme, scheme.node, scheme.path
+        self.interval_s = interval_ms / 1000
+        self.needs = Needs(scheme.dpc.bucket)
+        self.streams = [p.stream for p in self.node.inputs.ports]  # by port index
         self.pending: Ack | None = None  # the last cut, published once the output before it is written
         self.next_cut = 0.0
         self.acks_sent = 0
+        self.path.on_bucket = self.on_bucket
+        self.path.on_step = self.on_step
 
     # -- takeover ---------------------------------------------------------------------
-    def on_promote(self) -> dict[str, int] | None:
-        return self._rebuild(write=True)
-
-    def _rebuild(self, write: bool) -> dict[str, int]:
+    def rebuild(self, write: bool) -> dict[str, int]:
         """Start empty from the newest ack whose output the log holds (none: from the inputs' start):
         drop what is computed before its cut, number what follows as it says. ``write``: this
         replica writes the log (a new primary), so what it regenerates of the log's tail is dropped,
         each checked, and the ack is published again as its own; returns the offsets to read from."""
-        node = self.node
+        node, path = self.node, self.path
         bootstrap, part = node.settings.bootstrap, node.partition
-        tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in self.soutputs}
+        tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in path.soutputs}
         acks = read_acks(bootstrap, node.plan.acks_topic, node.plan.node, part)
         ack = newest_usable(acks, {s: last for s, (last, _) in tails.items()})
         ports = node.inputs.ports
@@ -71,21 +75,23 @@ class UpstreamBackupScheme(HaScheme):
         else:
             ids, bounds = ack.input_ids, ack.input_bounds
             offsets = {p.topic: self._offset_of(p, ack) for p in ports}
-            self.resume_at = ack.cut
-            self.op_time = ack.cut - self.dpc.bucket  # the replay's next step is the cut
+            path.resume_at = ack.cut
+            path.op_time = ack.cut - path.bucket  # the replay's next step is the cut
         check_retained(bootstrap, {(t, part): off for t, off in offsets.items()})
         for s, (last, bound) in tails.items():
-            self.soutputs[s] = SOutput(ack.outputs.get(s, 0) if ack else 0, bound)
+            path.soutputs[s] = SOutput(ack.outputs.get(s, 0) if ack else 0, bound)
             if write and last >= 0:
-                self._skip_written(s, last, undo=False)
+                self.scheme.resume.skip_written(s, last, undo=False)
         for p in ports:
             p.midway = True  # read from an offset before the tuple acked: the first id may be any
             promised = bounds.get(p.stream)
             if promised is not None:  # read before the position read from: not read again
-                self.sunion.boundary(p.index, promised, time.monotonic())
+                path.sunion.boundary(p.index, promised, time.monotonic())
             self.needs.start(p.stream, ids.get(p.stream, 0), offsets[p.topic], promised)
         if write and ack is not None:
-            self._publish(ack.restamped(self.epoch, now_ms()))  # the coordinator trims for this primary from now on
+            self._publish(
+                ack.restamped(self.scheme.epoch, now_ms())
+            )  # the coordinator trims for this primary from now on
         self.next_cut = time.monotonic() + self.interval_s
         log.info(
             "rebuilding from %s",
@@ -106,12 +112,7 @@ class UpstreamBackupScheme(HaScheme):
         return {p.topic: offsets[p.stream] for p in self.node.inputs.ports if len(p.topics) == 1}
 
     # -- processing --------------------------------------------------------------------
-    def before_batch(self, msgs: list[Message], now: float) -> None:
-        super().before_batch(msgs, now)
-        if msgs:
-            self._note_reads(msgs)
-
-    def _note_reads(self, msgs: list[Message]) -> None:
+    def note_reads(self, msgs: list[Message]) -> None:
         """Where each input's log stands after this poll: an offset before every id not read yet."""
         by_topic, left = self.node.inputs.by_topic, len(self.streams)
         seen: set[str] = set()
@@ -121,57 +122,42 @@ class UpstreamBackupScheme(HaScheme):
             if port is None or topic in seen:
                 continue
             seen.add(topic)
-            self.needs.read(port.stream, port.last_stable, (m.offset() or 0) + 1, self.sunion.boundaries[port.index])
+            self.needs.read(
+                port.stream, port.last_stable, (m.offset() or 0) + 1, self.path.sunion.boundaries[port.index]
+            )
             if len(seen) == left:
                 break
 
-    def after_batch(self, now: float, idle: bool) -> None:
-        if self.pending is not None:  # the loop flushed the output before its cut since it was taken
+    def publish_pending(self) -> None:
+        """Publish the last cut: the loop flushed the output before it since it was taken."""
+        if self.pending is not None:
             self._publish(self.pending)
             self.pending = None
-        super().after_batch(now, idle)
 
-    def _run(self, k: int, label: TupleType, tuples: list[STuple]) -> None:
+    def on_bucket(self, k: int, tuples: list[STuple]) -> None:
         """Note what each input gives this bucket before it runs: a cut at its start needs it."""
         lo: dict[int, int] = {}
         for t in tuples:
             if t.id < lo.get(t.port, t.id + 1):
                 lo[t.port] = t.id
-        start = k * self.dpc.bucket
+        start = k * self.path.bucket
         for port, first in lo.items():
             self.needs.processed(self.streams[port], start, first)
-        super()._run(k, label, tuples)
 
-    def _stepped(self, t: int) -> None:
-        if self.resume_at is not None:
-            if t >= self.resume_at:
-                self.resume_at = None  # the replay reached the cut: from here on its results are the log's
-                log.info("replay reached the cut %d", t)
-            return
+    def on_step(self, t: int) -> None:
+        """The operators were just advanced to bucket start ``t``: a primary's cut there when one is due."""
         now = time.monotonic()
-        if self.role is Role.PRIMARY and now >= self.next_cut:
+        if self.scheme.role is Role.PRIMARY and now >= self.next_cut:
             self.next_cut = now + self.interval_s
             self.pending = self._cut(t)
 
     def _cut(self, t: int) -> Ack:
-        node = self.node
-        held = {self.streams[p]: i for p, i in self.sunion.oldest_ids().items()}
+        node, scheme = self.node, self.scheme
+        held = {self.streams[p]: i for p, i in self.path.sunion.oldest_ids().items()}
         need = self.needs.cut(node.pipeline.oldest_time(), t, held)
-        outputs = {s: so.next_id for s, so in self.soutputs.items()}
+        outputs = {s: so.next_id for s, so in self.path.soutputs.items()}
         offsets = self._single_log(need.offsets)
-        return Ack(node.plan.node, node.partition, self.epoch, t, need.ids, offsets, outputs, now_ms(), need.bounds)
-
-    def _collect(self, label: TupleType, own_tmax: bool = False) -> None:
-        if self.resume_at is None:
-            super()._collect(label, own_tmax)
-            return
-        pipeline = self.node.pipeline  # before the cut: written already, or missing what came before the ack
-        pipeline.drain()
-        pipeline.rejected.clear()
-
-    def _boundary(self) -> None:
-        if self.resume_at is None:
-            super()._boundary()
+        return Ack(node.plan.node, node.partition, scheme.epoch, t, need.ids, offsets, outputs, now_ms(), need.bounds)
 
     def _publish(self, ack: Ack) -> None:
         node = self.node
@@ -179,6 +165,24 @@ class UpstreamBackupScheme(HaScheme):
             node.outputs.guard()  # a primary that was replaced acknowledges nothing more
         node.producer.send(node.plan.acks_topic, ack.encode(), ack.key, 0)
         self.acks_sent += 1
+
+
+class UpstreamBackupScheme(HaScheme):
+    def __init__(self, node: NodeRuntime) -> None:
+        super().__init__(node)
+        self.acking = Acking(self, node.plan.ha.interval_ms)
+
+    def on_promote(self) -> dict[str, int] | None:
+        return self.acking.rebuild(write=True)
+
+    def before_batch(self, msgs: list[Message], now: float) -> None:
+        super().before_batch(msgs, now)
+        if msgs:
+            self.acking.note_reads(msgs)
+
+    def after_batch(self, now: float, idle: bool) -> None:
+        self.acking.publish_pending()
+        super().after_batch(now, idle)
 
 
 @retry_transient

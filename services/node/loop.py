@@ -12,6 +12,7 @@ import logging
 import signal
 import time
 from contextlib import AbstractContextManager
+from typing import Callable
 
 from confluent_kafka import Message
 
@@ -29,8 +30,7 @@ from services.node.metrics import NodeMetrics, reason_label
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
-from services.node.scheme import CHECK_INTERVAL_S, NodeStats, RecoveryScheme
-from services.node.schemes import build_scheme
+from services.node.scheme import CHECK_INTERVAL_S, NodeRuntime, NodeStats, RecoveryScheme
 from services.operators.base import Item
 from services.spec import Spec
 from services.spec.plan import plan_node
@@ -55,7 +55,16 @@ def tune_gc() -> None:
 class NodeService:
     """Replica ``replica`` of partition ``partition`` of node ``node``."""
 
-    def __init__(self, spec: Spec, node: str, partition: int, replica: int, settings: Settings) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        node: str,
+        partition: int,
+        replica: int,
+        settings: Settings,
+        build_scheme: Callable[[NodeRuntime], RecoveryScheme],
+    ) -> None:
+        """``build_scheme`` makes the node's recovery scheme (``services.schemes.build_scheme``)."""
         self.plan = plan = plan_node(spec, node)
         self.partition, self.replica, self.settings = partition, replica, settings
         self.stats = NodeStats()

@@ -30,6 +30,7 @@ from services.core.tuples import BOUNDARY, STABLE, TupleType, parse_headers
 from services.deploy import access
 from services.deploy.local import topic_specs
 from services.node.loop import NodeService
+from services.schemes import build_scheme
 from services.spec import Spec, parse_spec
 
 # One filter node from one source: the deployment of the CLI tests ({name} and {u} to fill).
@@ -129,7 +130,7 @@ def run_nodes_until_idle(spec: Spec, bootstrap: str, idle_s: float = 3.0) -> dic
     for n in spec.topo_nodes():
         threads = []
         for p in range(spec.node_partitions(n)):
-            svc = services[f"{n}.p{p}"] = NodeService(spec, n, p, 0, settings)
+            svc = services[f"{n}.p{p}"] = NodeService(spec, n, p, 0, settings, build_scheme)
             t = threading.Thread(target=svc.run, kwargs={"max_idle_s": idle_s}, daemon=True)
             t.start()
             threads.append(t)

@@ -152,6 +152,7 @@ def test_a_node_that_dies_on_a_delivery_error_persists_nothing_past_what_it_wrot
     from services.deploy.local import topic_specs
     from services.node import restart
     from services.node.loop import NodeService
+    from services.schemes import build_scheme
 
     spec, _ = unique_spec(CRASH, tmp_path)
     u = spec.name.split("-")[1]
@@ -163,7 +164,7 @@ def test_a_node_that_dies_on_a_delivery_error_persists_nothing_past_what_it_wrot
         w.send(rec)
     w.boundary(10_000)
     w.flush()
-    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap))
+    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), build_scheme)
     died: list[BaseException] = []
 
     def run() -> None:
@@ -206,6 +207,7 @@ def test_a_restart_whose_input_was_trimmed_refuses_to_start_in_one_line(kafka, t
     from services.core.errors import RestartImageError
     from services.log.trim import trim_before
     from services.node.loop import NodeService
+    from services.schemes import build_scheme
 
     spec, _ = unique_spec(CRASH, tmp_path)
     u = spec.name.split("-")[1]
@@ -216,7 +218,7 @@ def test_a_restart_whose_input_was_trimmed_refuses_to_start_in_one_line(kafka, t
     w.boundary(1_000)
     w.flush()
     settings = Settings(bootstrap=kafka.bootstrap)
-    first = NodeService(spec, "n", 0, 0, settings)
+    first = NodeService(spec, "n", 0, 0, settings, build_scheme)
     first.run(max_idle_s=2)  # a clean stop: its image says "go on after input offset ~101"
     assert first.stats.restart_images >= 1
     for rec in readings(50, sensors=3, seed=2, step_ms=3, start_ms=2_000):
@@ -226,5 +228,5 @@ def test_a_restart_whose_input_was_trimmed_refuses_to_start_in_one_line(kafka, t
     in_topic = spec.topic(f"in_{u}")
     assert trim_before(kafka.bootstrap, in_topic, 0, 130) == 130  # retention took input the restart needs
     with pytest.raises(RestartImageError, match=r"log now starts at 130") as e:
-        NodeService(spec, "n", 0, 0, settings).run(max_idle_s=2)
+        NodeService(spec, "n", 0, 0, settings, build_scheme).run(max_idle_s=2)
     assert "\n" not in str(e.value)

@@ -19,6 +19,7 @@ from services.core.kafka import plain_consumer
 from services.dpc.sunion import SUnionState
 from services.node import restart
 from services.node.loop import NodeService
+from services.schemes import build_scheme
 from tests.integration.helpers import create_topics, unique_spec
 
 pytestmark = pytest.mark.integration
@@ -77,7 +78,7 @@ def test_writing_a_large_image_does_not_stall_the_nodes_heartbeats(kafka, tmp_pa
     roomy = {**restart.TOPIC_CONFIG, "segment.bytes": str(256 * 1024 * 1024)}
     ensure_topics(kafka.bootstrap, [TopicSpec(t, n, 1, roomy) for t, n in spec.restart_topics()])
     create_topics(spec, kafka.bootstrap)
-    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap))
+    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), build_scheme)
     svc.pipeline.operators[0].set_state(_join_state(800_000))
     t = threading.Thread(target=svc.run, daemon=True)
     t.start()

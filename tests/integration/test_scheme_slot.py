@@ -20,6 +20,7 @@ from services.core.tuples import STABLE
 from services.node.loop import NodeService
 from services.node.ports import InputPort, Move
 from services.node.scheme import NodeRuntime
+from services.schemes import build_scheme
 from tests.integration.helpers import create_topics, read_stream, unique_spec
 
 pytestmark = pytest.mark.integration
@@ -93,7 +94,7 @@ def test_loop_calls_the_scheme_at_its_fixed_points(kafka: Any, tmp_path: Path) -
     for rec in readings(50, sensors=3):
         w.send(rec)
     w.flush()
-    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap))
+    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), build_scheme)
     scheme = svc.scheme = RecordingScheme(svc)
     t = threading.Thread(target=svc.run, kwargs={"max_idle_s": 2.0}, daemon=True)
     t.start()

@@ -19,6 +19,7 @@ from services.client.source import SourceWriter, readings
 from services.core.config import Settings
 from services.node.loop import NodeService
 from services.operators.reference import canonical
+from services.schemes import build_scheme
 from tests.integration.helpers import create_topics, read_stream, unique_spec
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,7 @@ def test_results_become_stable_without_a_stream_that_ended_or_died(kafka, tmp_pa
         a.send(r)
     a.boundary(1_000)
     a.flush()
-    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap))
+    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), build_scheme)
     t = threading.Thread(target=svc.run, daemon=True)
     t.start()
     try:

@@ -147,7 +147,7 @@ def test_single_node_page_says_whether_delay_saved_tentative_tuples() -> None:
 
 
 def test_pass_through_union_hands_tuples_on_in_arrival_order_without_waiting() -> None:
-    from bench.throughput import PassThroughUnion
+    from bench.throughput.processors import PassThroughUnion
     from services.core.tuples import TupleType
 
     su = PassThroughUnion(2, bucket_ms=100, delay_s=3.0)

@@ -23,8 +23,8 @@ from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
 from services.node.scheme import NodeStats
-from services.node.schemes import build_scheme
 from services.operators.base import Item
+from services.schemes import build_scheme
 from services.spec import Spec, parse_spec
 from services.spec.model import RAW_SUFFIX
 from services.spec.plan import plan_node
@@ -230,7 +230,7 @@ class FakeNode:
         self.log: dict[str, list[FakeMessage]] = defaultdict(list)  # every message made, per topic
         self.replay: list[FakeMessage] = []  # what the ports read again after a rewind
         self.inputs.rewind = self._rewind  # type: ignore[method-assign]
-        self.scheme = cast(DpcScheme, build_scheme(self))  # an HA scheme builds on DPC's stable path
+        self.scheme = cast(DpcScheme, build_scheme(self))  # DPC's tests use it so; the HA tests check their scheme's class first
         self.ticks = 0
         self.roles: list[tuple[str, int]] = []
         self.epochs: list[int] = []

@@ -355,7 +355,7 @@ def restarted(first: FakeNode, monkeypatch: Any) -> tuple[FakeNode, dict[str, in
     """A new incarnation of ``first`` (same topics), restarted from its newest restart image."""
     import pickle
 
-    from services.dpc import scheme as dpc_scheme
+    from services.node import resume
 
     images = first.producer.topics[first.scheme.restart_topic]
     second = FakeNode(first.spec, first.node, replica=first.replica)
@@ -367,13 +367,13 @@ def restarted(first: FakeNode, monkeypatch: Any) -> tuple[FakeNode, dict[str, in
         assert value is not None, "a restart image is never a tombstone"
         return pickle.loads(value)
 
-    monkeypatch.setattr(dpc_scheme.restart, "load", newest_image)
-    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
+    monkeypatch.setattr(resume.restart, "load", newest_image)
+    monkeypatch.setattr(resume, "first_offset", lambda *a: 0)
     monkeypatch.setattr(
-        dpc_scheme, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in second.stable_in(topic)), default=-1)
+        resume, "last_stable_id", lambda b, topic, p: max((tid for tid, _ in second.stable_in(topic)), default=-1)
     )
     monkeypatch.setattr(
-        dpc_scheme,
+        resume,
         "stable_after",
         lambda b, topic, p, last: {tid: held for tid, held in second.stable_in(topic) if tid > last},
     )
@@ -512,9 +512,9 @@ def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_f
 ) -> None:
     """Input c silent for most of the run: the node keeps at most max_kept tuples of the
     failure, and once c heals it reads both inputs again from where the failure began."""
-    from services.dpc import scheme as dpc_scheme
+    from services.node import resume
 
-    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
+    monkeypatch.setattr(resume, "first_offset", lambda *a: 0)
     healthy, failing, held, now = spilled_merge(method)
     su = failing.scheme.sunion
     run(failing, held, [5], now=now)  # c heals: the turn comes, the node rewinds its inputs
@@ -535,9 +535,9 @@ def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_f
 
 def test_a_redo_from_the_logs_stops_with_one_line_when_retention_removed_the_input(monkeypatch: Any) -> None:
     from services.core.errors import RestartImageError
-    from services.dpc import scheme as dpc_scheme
+    from services.node import resume
 
-    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 10**6)
+    monkeypatch.setattr(resume, "first_offset", lambda *a: 10**6)
     _, failing, held, now = spilled_merge("checkpoint")
     with pytest.raises(RestartImageError, match=r"must replay .* raise the inputs' retention above the longest"):
         run(failing, held, [5], now=now)

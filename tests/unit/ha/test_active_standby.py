@@ -66,7 +66,7 @@ def log(monkeypatch: pytest.MonkeyPatch) -> Log:
     for mod in (ub, act):
         monkeypatch.setattr(mod, "output_tail", lambda *a: the_log.tail())
     monkeypatch.setattr(act, "stable_after", lambda b, t, p, last: the_log.stable_after(last))
-    monkeypatch.setattr("services.dpc.scheme.stable_after", lambda b, t, p, last: the_log.stable_after(last))
+    monkeypatch.setattr("services.node.resume.stable_after", lambda b, t, p, last: the_log.stable_after(last))
     monkeypatch.setattr(ub, "read_acks", lambda *a: _acks(the_log.writers[0]) if the_log.writers else [])
     monkeypatch.setattr(ub, "check_retained", lambda *a: None)
     return the_log
@@ -102,7 +102,7 @@ def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed
         _copy_log(ref, n)
         n.scheme.on_restart()
         assert isinstance(n.scheme, ActiveStandbyScheme)
-        n.scheme.interval_s = 0.0  # cuts and trims at every chance
+        n.scheme.acking.interval_s = 0.0  # cuts and trims at every chance
     _role(primary, "primary", 5)
     log.writers.append(primary)
     want_node = FakeNode(SPEC, "n", replica=0)

@@ -10,9 +10,8 @@ import pytest
 
 from services.control.messages import ControlKind, ControlMessage
 from services.core.tuples import BOUNDARY, STABLE
-from services.dpc import scheme as dpc_scheme
 from services.ha.passive_standby import PassiveStandbyScheme
-from services.node import restart
+from services.node import restart, resume
 from services.node.restart import RestartDelta, RestartImage
 from services.spec import parse_spec
 from tests.unit.dpc.fake_node import FakeNode
@@ -35,7 +34,7 @@ nodes:
 def primary(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
     """Replica 0 made primary of a node nothing was written for yet."""
     monkeypatch.setattr(restart, "load", lambda bootstrap, topic, partition: None)
-    monkeypatch.setattr(dpc_scheme, "last_stable_id", lambda bootstrap, topic, partition: None)
+    monkeypatch.setattr(resume, "last_stable_id", lambda bootstrap, topic, partition: None)
     node = FakeNode(SPEC, "n", replica=0)
     node.images.last_bytes = 10**9  # no image is due again but where a test says so
     node.scheme.on_restart()

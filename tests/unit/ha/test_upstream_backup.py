@@ -113,7 +113,7 @@ def _feed(node: FakeNode, msgs: list[FakeMessage], rnd: random.Random) -> None:
 def _promote(node: FakeNode, epoch: int) -> UpstreamBackupScheme:
     scheme = node.scheme
     assert isinstance(scheme, UpstreamBackupScheme)
-    scheme.interval_s = 0.0  # a cut at every bucket start: every one of them is tried below
+    scheme.acking.interval_s = 0.0  # a cut at every bucket start: every one of them is tried below
     scheme.on_restart()
     scheme.on_control(_role("primary", epoch, node.replica), 0.0)
     return scheme
@@ -127,7 +127,7 @@ def no_broker(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(ub, "output_tail", lambda *a: broker["tail"])
     monkeypatch.setattr(ub, "check_retained", lambda *a: None)
     monkeypatch.setattr(
-        "services.dpc.scheme.stable_after",
+        "services.node.resume.stable_after",
         lambda b, t, p, last: {i: v for i, v in broker["stable"].items() if i > last},
     )
     return broker
@@ -226,13 +226,13 @@ def test_without_any_ack_the_takeover_reads_the_inputs_from_their_start(no_broke
 def test_an_ack_names_the_oldest_tuple_of_the_open_windows(no_broker) -> None:
     node = FakeNode(WINDOW, "n")
     scheme = _promote(node, 2)
-    scheme.interval_s = 3600.0
+    scheme.acking.interval_s = 3600.0
     msgs = [
         node.message("a", STABLE, i, 1000 + 50 * i, {"sensor": "x", "ts": 1000 + 50 * i, "value": 1.0, "seq": i})
         for i in range(10)
     ]
     node.step(msgs + [node.message("a", BOUNDARY, 9, 1450)], 1.0)  # the operators move to 1400
-    scheme.next_cut = 0.0
+    scheme.acking.next_cut = 0.0
     node.step([node.message("a", BOUNDARY, 9, 1500)], 1.1)  # to 1500: a cut there
     node.step([], 1.2)  # the cut's output is written: its ack goes out
     ack = _acks(node)[-1]

@@ -55,7 +55,7 @@ def test_a_restart_image_that_counts_output_the_topic_lacks_is_not_used(monkeypa
     """A replaced copy wrote stable 6..9 after its successor's EPOCH (fenced: readers dropped them)
     and then its restart image, counting them. A restart from that image would go on at 10 and
     leave 6..9 missing for good; it must start from its inputs and write 6..9."""
-    from services.dpc import scheme as dpc_scheme
+    from services.node import resume
 
     recs = list(readings(10, sensors=2, seed=1, step_ms=10, start_ms=0))
     zombie = FakeNode(CHAIN, "n1")
@@ -71,10 +71,10 @@ def test_a_restart_image_that_counts_output_the_topic_lacks_is_not_used(monkeypa
     live = [(tid, held) for tid, held in zombie.stable_in(topic) if tid <= 5]  # what readers take of the topic
 
     node = FakeNode(CHAIN, "n1")
-    monkeypatch.setattr(dpc_scheme.restart, "load", lambda *a: image)
-    monkeypatch.setattr(dpc_scheme, "first_offset", lambda *a: 0)
-    monkeypatch.setattr(dpc_scheme, "last_stable_id", lambda *a: 5)
-    monkeypatch.setattr(dpc_scheme, "stable_after", lambda b, t, p, last: {i: h for i, h in live if i > last})
+    monkeypatch.setattr(resume.restart, "load", lambda *a: image)
+    monkeypatch.setattr(resume, "first_offset", lambda *a: 0)
+    monkeypatch.setattr(resume, "last_stable_id", lambda *a: 5)
+    monkeypatch.setattr(resume, "stable_after", lambda b, t, p, last: {i: h for i, h in live if i > last})
     offsets = node.scheme.on_restart()
     assert offsets == {}, "the restart replays its inputs from their start"
     node.step([FakeMessage(m.topic(), m.value(), m.headers(), m.offset()) for m in msgs], 0.0)

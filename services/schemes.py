@@ -1,4 +1,8 @@
-"""Which recovery scheme a node runs, by the ``ha:`` of its spec."""
+"""Which recovery scheme a node runs, by the ``ha:`` of its spec: the registry of the schemes.
+
+It sits above every scheme and below whoever starts a node (the CLI, bench, tests), which hands
+``build_scheme`` to ``services.node.loop.NodeService``: the node never imports a scheme.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,306 @@
+"""Taking a node's input in: each message admitted once, by the DPC reader contract, into SUnion.
+
+Per message: its ``ht`` header is read and gated by the writer's epoch (a replaced upstream
+writer's messages are dropped, a source's older writer rejected); stable tuples are taken once
+each, in id order, and a gap in the ids makes the port read the gap again; tentative tuples
+count only if they are news (rules 3 and 4 of the paper's switches); BOUNDARY, UNDO and
+REC_DONE act on SUnion and the port. An ingress's raw records become stable tuples numbered
+by offset. A message that cannot be read goes to the dead-letter topic with the reason.
+
+One input in order, no failure and no second replica read: its next stable tuple, the usual
+message, goes straight to the operators (``StablePath.direct``), past SUnion's buckets.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Message
+
+from services.core.errors import ContractError, DecodeError, HeaderError
+from services.core.tuples import (
+    BOUNDARY,
+    NO_TIME,
+    REC_DONE,
+    STABLE,
+    TENTATIVE,
+    UNDO,
+    TupleType,
+    admit,
+    parse_headers,
+    peek,
+    tmax_of,
+)
+from services.node.ingress import RawReader
+from services.node.path import StablePath
+from services.node.ports import InputPort, Move
+from services.node.scheme import NodeRuntime
+
+log = logging.getLogger(__name__)
+
+STALE = "stale tentative"  # NodeStats.skipped key
+FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writer
+
+
+class Intake:
+    """Admits one node replica partition's input messages into its stable path's SUnion."""
+
+    def __init__(self, node: NodeRuntime, path: StablePath) -> None:
+        self.node, self.path = node, path
+
+    def take(self, msgs: list[Message], now: float) -> None:
+        """Hand each message to SUnion by type (or straight on, ``_in_order``); malformed ones go to
+        the dead-letter topic."""
+        path = self.path
+        if path.sunion.in_order and not path.failed and self.node.inputs.ports[0].fresh is None:
+            self._in_order(msgs, now)
+        else:
+            self._each(msgs, now)
+        self.node.stats.consumed += len(msgs)
+
+    def _in_order(self, msgs: list[Message], now: float) -> None:
+        """One input in order and no failure: its next stable tuple, the usual message, goes straight
+        to the operators (``direct``, no bucket to wait in); any other message through ``_take`` to
+        SUnion, and the rest of the batch after it, so the input's order holds (``after_batch`` runs
+        ``direct`` first)."""
+        su, port, append = self.path.sunion, self.node.inputs.ports[0], self.path.direct.append
+        topic, gate, decode, bounds = port.topic, port.gate, port.decode, su.boundaries
+        if port.gap is not None or port.tmax is not None or su.pending:
+            self._each(msgs, now)
+            return
+        last, high, bound = port.last_stable, su.high, bounds[0]  # kept in locals: written back before _take
+        for i, m in enumerate(msgs):
+            try:
+                got = admit(m.headers(), gate)
+                if (
+                    got is not None
+                    and got[0] is STABLE
+                    and got[1] == last + 1
+                    and (bound is None or got[2] >= bound)
+                    and m.topic() == topic
+                ):
+                    append((decode(m.value()), got[2]))
+                    _, last, stime, carried = got
+                else:
+                    got = None
+            except (HeaderError, DecodeError):
+                got = None
+            if got is None:
+                port.last_stable, su.high = last, high
+                self._each([m], now)  # the general path, which also says why a message is bad
+                if port.gap is not None or port.tmax is not None or su.pending:
+                    self._each(msgs[i + 1 :], now)  # SUnion's buckets keep the input's order from here
+                    return
+                last, high, bound = port.last_stable, su.high, bounds[0]
+                continue
+            if stime > high:
+                high = stime
+            if carried is not None:  # a BOUNDARY rode on the tuple
+                port.last_stable, su.high = last, high
+                su.boundary(0, carried, now)
+                bound = bounds[0]
+        port.last_stable, su.high = last, high
+
+    def _each(self, msgs: list[Message], now: float) -> None:
+        node = self.node
+        su, by_topic, stats = self.path.sunion, node.inputs.by_topic, node.stats
+        bounds = su.boundaries
+        for m in msgs:
+            topic = m.topic() or ""
+            port, fresh = by_topic.get(topic), False
+            if port is None:  # rule 4's second replica, or in flight from a replica the port just left
+                port = node.inputs.fresh_by_topic.get(topic)
+                fresh = True
+            if port is None or port.gap is not None:
+                continue  # in flight from a replica the port just left, or after a gap it reads again
+            try:
+                if port.raw is not None:
+                    self._take_raw(port, port.raw, m, now)
+                    continue
+                got = admit(m.headers(), port.fresh_gate if fresh else port.gate)
+                if got is None:  # written by a replaced copy of the upstream replica
+                    if port.upstream is None:
+                        self._older_writer(port, m)  # a source has one writer: another one is rejected
+                    stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
+                    continue
+                t, tid, stime, carried = got
+                i = port.index
+                if t is STABLE or t is TENTATIVE:
+                    bound = bounds[i]
+                    tm = NO_TIME
+                    if t is TENTATIVE:
+                        news = self._new_tentative(port, fresh, tid, stime, bound, m)
+                        if news is None:
+                            continue
+                        tm = news
+                    if t is STABLE and port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
+                        # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
+                        self.replace_tentative(port)
+                    if tid <= port.last_stable:
+                        if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
+                            raise ContractError(
+                                f"tuple id {tid} goes backwards (the stream is at {port.last_stable}): "
+                                "an input stream has one writer; feed it from several through an ingress"
+                            )
+                        if carried is not None:  # the boundary after it may be news: replicas' stable streams agree
+                            su.boundary(i, carried, now)
+                        continue  # a duplicate after a restart or a switch
+                    if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
+                        if port.upstream is None:  # a source has one log and one writer: nothing to read again
+                            raise ContractError(f"tuple id {tid} jumps past {port.last_stable}: the source skipped ids")
+                        port.report_gap(tid)
+                        stats.gaps += 1
+                        continue
+                    if bound is not None and stime < bound:
+                        raise ValueError(f"stime {stime} is below the input's boundary {bound}")
+                    rec = port.decode(m.value())
+                    su.push(i, t, tid, stime, rec, now, tm)
+                    if t is STABLE:
+                        port.last_stable = tid
+                        if carried is not None:  # a BOUNDARY rode on the tuple
+                            su.boundary(i, carried, now)
+                elif t is BOUNDARY:
+                    su.boundary(i, stime, now)
+                elif fresh:
+                    continue  # from the fresh replica only its new tuples count
+                else:
+                    self._control(port, t)
+            except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
+                self._bad(m, e)
+
+    def _control(self, port: InputPort, t: TupleType) -> None:
+        """UNDO or REC_DONE from the replica ``port`` follows."""
+        node, i = self.node, port.index
+        if t is UNDO:
+            port.control(t)
+            if port.fresh is None:
+                self.replace_tentative(port)
+            else:  # the tuples not processed yet are the fresh replica's: it voids those processed
+                self.path.sunion.undo(i, pending=False)
+                port.processed_tmax = None
+            node.stats.undos_received += 1
+        elif t is REC_DONE:
+            port.control(t)  # its stream is stable again: no switch away from it is due
+            if port.fresh is not None:
+                node.inputs.end_fresh(port)  # corrected: the followed replica's stable stream goes on
+                self.replace_tentative(port)
+            else:
+                skipped = node.stats.skipped
+                skipped["REC_DONE"] = skipped.get("REC_DONE", 0) + 1
+
+    def _bad(self, m: Message, e: Exception) -> None:
+        """Dead-letter ``m`` with the reason ``e`` gives."""
+        node = self.node
+        reason = _reason(e)
+        node.deadletter(m, reason)
+        node.stats.deadlettered += 1
+        if _sparse(node.stats.deadlettered):
+            log.warning(
+                "dead-lettered %s[%d]@%d: %s (%d so far)",
+                m.topic(),
+                m.partition(),
+                m.offset(),
+                reason,
+                node.stats.deadlettered,
+            )
+
+    @staticmethod
+    def _older_writer(port: InputPort, m: Message) -> None:
+        """Reject a source message an older writer (or another client) wrote after the current writer began."""
+        parse_headers(m.headers())  # no or malformed headers: that is the reason
+        raise ContractError(
+            f"written with writer epoch {peek(m.headers())[2]} after epoch {port.gate.epoch} began: "
+            "an input stream has one writer; feed it from several through an ingress"
+        )
+
+    def _take_raw(self, port: InputPort, raw: RawReader, m: Message, now: float) -> None:
+        """An ingress's raw record as a stable tuple (its id its offset), or a tick as a boundary;
+        the input's boundary follows the newest tuple time minus the lateness (``services.node.ingress``)."""
+        raw.last_read = now
+        off = m.offset() or 0
+        if off <= port.last_stable:
+            return  # read again after a restart
+        stime, rec = raw.read(m)
+        su, i = self.path.sunion, port.index
+        bound = su.boundaries[i]
+        if rec is None:
+            su.boundary(i, stime, now)
+            return
+        if bound is not None and stime < bound:
+            raise ContractError(
+                f"late: tuple time {stime} is {bound - stime} ms behind the stream's boundary {bound} "
+                f"(the newest tuple time minus the lateness of {raw.lateness} ms)"
+            )
+        su.push(i, STABLE, off, stime, rec, now)
+        port.last_stable = off
+        su.boundary(i, stime - raw.lateness, now)
+
+    def tick_raw(self, now: float) -> None:
+        """Write a tick into each raw input idle for its ``idle`` time: its time moves on without records."""
+        node = self.node
+        for p in node.inputs.ports:
+            raw = p.raw
+            if raw is not None and raw.tick_due(now):
+                node.producer.send(raw.topic, None, None, node.partition, raw.tick())
+                raw.last_read = now
+
+    @staticmethod
+    def _first_of_source(port: InputPort, m: Message) -> bool:
+        """A source's first tuple may have any id if it is not at the log's start: retention may have
+        removed the tuples before it before this node existed. At offset 0 ids start at 0. So may
+        the first tuple of a port started midway on purpose (``InputPort.midway``)."""
+        if port.last_stable >= 0:
+            return False
+        return port.midway or (port.upstream is None and (m.offset() or 0) > 0)
+
+    def _new_tentative(
+        self, port: InputPort, fresh: bool, tid: int, stime: int, bound: int | None, m: Message
+    ) -> int | None:
+        """A tentative tuple's t_max (NO_TIME if it has none) if it is news to ``port``, else None:
+        not while the followed replica reconciles (new tuples then come from the fresh one), not
+        what the port already has stably, and only past the t_max of the tentative tuples it
+        held at a switch (so none is received twice); counts the rest as skipped."""
+        tm = tmax_of(m.headers())
+        skip = port.skip_upto
+        if (
+            (port.fresh is not None and not fresh)
+            or (bound is not None and stime < bound)
+            or (not fresh and tid <= port.last_stable)  # a replica behind this port: it has that stably
+            or (tm is not None and skip is not None and tm <= skip)
+        ):
+            stats = self.node.stats.skipped
+            stats[STALE] = stats.get(STALE, 0) + 1
+            return None
+        tm = NO_TIME if tm is None else tm
+        port.tmax = tm if port.tmax is None else max(port.tmax, tm)
+        return tm
+
+    def replace_tentative(self, port: InputPort) -> None:
+        """The port's stable stream replaces the tentative tuples it holds (rule 2)."""
+        self.path.sunion.undo(port.index)
+        port.tmax = port.skip_upto = port.processed_tmax = None
+
+    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
+        """The port changed what it reads (``services.node.ports.Move``). Moving to a stable replica
+        replaces its tentative tuples; moving to one in a failure keeps them (rule 3), as does
+        reading a fresh replica besides a reconciling one (rule 4) until that one is done, except
+        those not processed yet: the fresh replica sends them again."""
+        if move in (Move.STABLE, Move.GAP, Move.END_FRESH):
+            self.replace_tentative(port)
+        elif move is Move.FRESH:  # the reconciling replica's tuples not processed yet are void
+            self.path.sunion.undo(port.index, kept=False)
+        if move is not Move.END_FRESH:
+            self.node.stats.switches += 1
+
+
+def _sparse(n: int) -> bool:
+    """Whether the ``n``-th event of a kind is logged: the 1st, 10th, 100th, ... then every 10,000th,
+    so a flood of bad input is seen without flooding the log (the metrics count every one)."""
+    return n % 10_000 == 0 or (n < 10_000 and 10 ** len(str(n)) == 10 * n)
+
+
+def _reason(e: Exception) -> str:
+    """Why a message was rejected, in the words of the strict parsers."""
+    if isinstance(e, (HeaderError, DecodeError, ContractError)):
+        return str(e)
+    return f"malformed input: {type(e).__name__}: {e}"
