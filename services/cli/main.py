@@ -33,7 +33,7 @@ from services.cli.kafka_cmd import kafka_app
 from services.cli.source_cmd import source_app
 from services.cli.streams_cmd import produce, schema, tail
 from services.core.errors import HastreamError
-from services.ha.classes import describe
+from services.spec.classes import describe
 
 if TYPE_CHECKING:
     from services.deploy.local import Deployment, Process

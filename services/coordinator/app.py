@@ -57,7 +57,6 @@ from services.ha.acks import Ack
 from services.log.trim import trim_before
 from services.node.fence import claim_epoch
 from services.spec import Spec
-from services.spec.model import Scheme
 
 log = logging.getLogger("hastream.coordinator")
 
@@ -159,9 +158,7 @@ ROLES = frozenset(r.value for r in Role)
 
 def takeovers_of(spec: Spec, bootstrap: str) -> Takeovers:
     """The role table of the spec's HA-scheme nodes; new primaries' epochs are claimed on the heartbeat topic."""
-    nodes = {
-        n: (nd.replicas, nd.ha.detection_ms / 1000) for n, nd in spec.nodes.items() if nd.ha.scheme is not Scheme.DPC
-    }
+    nodes = {n: (nd.replicas, nd.ha.detection_ms / 1000) for n, nd in spec.nodes.items() if nd.ha.scheme.kind.takeovers}
 
     def claim(node: str, partition: int, replica: int) -> int:
         return claim_epoch(bootstrap, spec.heartbeat_topic, node, partition, replica)
@@ -359,7 +356,7 @@ class Coordinator:
     def _wire_trims(self) -> None:
         """Upstream backup: hear the level-1 acks; every interval, trim each log its readers all acked."""
         app = self.app
-        every = min(nd.ha.interval_ms for nd in self.spec.nodes.values() if nd.ha.scheme is Scheme.UPSTREAM_BACKUP)
+        every = min(nd.ha.interval_ms for nd in self.spec.nodes.values() if nd.ha.scheme.kind.trims_inputs)
         acks = app.topic(
             self.spec.acks_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
         )

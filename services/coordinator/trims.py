@@ -13,7 +13,6 @@ from typing import Callable
 
 from services.ha.acks import Ack, Key, trim_points
 from services.spec import Spec
-from services.spec.model import Scheme
 
 
 def trimmable(spec: Spec) -> dict[str, list[str]]:
@@ -24,7 +23,7 @@ def trimmable(spec: Spec) -> dict[str, list[str]]:
         topics = spec.stream_topics(s)
         if not readers or len(topics) != 1 or sd.topic is not None:
             continue
-        if all(spec.nodes[n].ha.scheme is Scheme.UPSTREAM_BACKUP for n in readers):
+        if all(spec.nodes[n].ha.scheme.kind.trims_inputs for n in readers):
             out[topics[0]] = readers
     return out
 

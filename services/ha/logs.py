@@ -7,7 +7,7 @@ precise recovery into gap recovery.
 
 from __future__ import annotations
 
-from services.spec.model import Scheme, Spec
+from services.spec.model import Spec
 
 TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 
@@ -16,7 +16,7 @@ def recovery_logs(spec: Spec) -> set[str]:
     """The topics of every stream an HA-scheme node reads or writes (amnesia needs none: it restarts at the end)."""
     out: set[str] = set()
     for n, nd in spec.nodes.items():
-        if nd.ha.scheme in (Scheme.DPC, Scheme.AMNESIA):
+        if not nd.ha.scheme.kind.keeps_logs:
             continue
         for s in (*spec.node_inputs(n), *spec.node_outputs(n)):
             out.update(spec.stream_topics(s))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from services.core.errors import SpecError
 from services.spec.policies import Policy, Reconciliation
+from services.spec.schemes import Recovery, Scheme
 
 OPERATOR_TYPES = ("filter", "map", "union", "window", "join")
 AGG_FUNCS = ("count", "sum", "avg", "min", "max")
@@ -52,36 +53,6 @@ class StreamDef:
     topic: str | None = None  # a source's own topic, shared with others (None: the deployment's ``<spec>.<stream>``)
 
 
-class Scheme(str, Enum):
-    """How a node survives failures; chosen per node with ``ha:`` (docs/spec.md)."""
-
-    DPC = "dpc"  # Borealis Delay-Process-Correct
-    AMNESIA = "amnesia"  # the HA algorithms (ICDE 2005): the standby restarts empty at the inputs' end
-    PASSIVE_STANDBY = "passive_standby"  # the primary sends its state to a standby every interval
-    ACTIVE_STANDBY = "active_standby"  # the secondary processes the same inputs and holds its output
-    UPSTREAM_BACKUP = "upstream_backup"  # upstream logs keep what the node needs; it rebuilds from them
-
-    @property
-    def one_log(self) -> bool:
-        """Whether each output stream is one log the current primary writes (``<spec>.<stream>``),
-        rather than a log per replica: only the primary writes, the epoch fences the others."""
-        return self is not Scheme.DPC
-
-    @property
-    def acks(self) -> bool:
-        """Whether its primary publishes level-1 acknowledgements (``services.ha.acks``): upstream backup
-        trims by them, active standby's secondaries join from them."""
-        return self in (Scheme.UPSTREAM_BACKUP, Scheme.ACTIVE_STANDBY)
-
-
-class Recovery(str, Enum):
-    """The guarantee an HA scheme gives after a failure (ICDE 2005, section 3.1)."""
-
-    PRECISE = "precise"
-    ROLLBACK = "rollback"
-    GAP = "gap"
-
-
 class Merge(str, Enum):
     """How a node of an HA scheme takes tuples from several inputs."""
 
@@ -109,7 +80,7 @@ class HaDef:
     def guarantee(self) -> Recovery:
         if self.recovery is not None:
             return self.recovery
-        return Recovery.GAP if self.scheme is Scheme.AMNESIA else Recovery.ROLLBACK
+        return self.scheme.kind.recovery or Recovery.ROLLBACK
 
 
 @dataclass(frozen=True)

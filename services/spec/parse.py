@@ -264,8 +264,11 @@ def _parse_ha(ck: Problems, raw: Any, path: tuple) -> HaDef:
         ck.err(path, f"'ha' needs a 'scheme': one of {', '.join(s.value for s in Scheme)}")
     scheme = _choice(ck, raw, "scheme", at, tuple(Scheme), d.scheme, key_name="ha" if at is not path else None)
     recovery = _choice(ck, raw, "recovery", path, tuple(Recovery), None)
-    if scheme is Scheme.DPC and any(k != "scheme" for k in raw):
-        ck.err(path, "the dpc scheme takes its settings from the spec's 'dpc:' section: give 'ha: dpc'")
+    if scheme.kind.settings == "dpc" and any(k != "scheme" for k in raw):
+        ck.err(
+            path,
+            f"the {scheme.value} scheme takes its settings from the spec's 'dpc:' section: give 'ha: {scheme.value}'",
+        )
     return HaDef(
         scheme,
         recovery,
@@ -330,11 +333,12 @@ def _parse_nodes(
         if "flush_ms" in ndef and engine != "spark":
             ck.err(path + ("flush_ms",), "'flush_ms' is a setting of spark nodes (engine: spark)")
         ha = _parse_ha(ck, ndef.get("ha"), path + ("ha",))
-        if engine == "spark" and ha.scheme is not Scheme.DPC:
+        runs = [s.value for s in Scheme if engine in s.kind.engines]  # none: an unknown engine, said above
+        if runs and engine not in ha.scheme.kind.engines:
             ck.err(
                 path + ("ha",),
-                f"a spark node recovers by dpc only (its window state is a replica's own segments), not by "
-                f"{ha.scheme.value}: remove 'ha' or use engine: python",
+                f"a {engine} node recovers by {' or '.join(runs)} only (its window state is a replica's own "
+                f"segments), not by {ha.scheme.value}: remove 'ha' or use engine: python",
             )
         repl = ck.pos_int(ndef, "replicas", path, d_repl)
         out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, ck.pos_int(ndef, "flush_ms", path, 1000))

@@ -71,12 +71,12 @@ class NodePlan:
     @property
     def heartbeat_s(self) -> float:
         """How often a replica says it is alive: the HA schemes' keep-alive interval, or DPC's."""
-        return self.dpc.heartbeat_interval / 1000 if self.scheme is Scheme.DPC else self.ha.heartbeat_ms / 1000
+        return self.dpc.heartbeat_interval / 1000 if self.scheme.kind.settings == "dpc" else self.ha.heartbeat_ms / 1000
 
     @property
     def detection_s(self) -> float:
         """How long a replica may stay silent before it counts as failed (and a stalled one may be replaced)."""
-        return self.dpc.failure_timeout / 1000 if self.scheme is Scheme.DPC else self.ha.detection_ms / 1000
+        return self.dpc.failure_timeout / 1000 if self.scheme.kind.settings == "dpc" else self.ha.detection_ms / 1000
 
     @property
     def in_order(self) -> bool:

@@ -8,7 +8,8 @@ from typing import Any, Callable
 from services.core.codec import record_fields, schema_fields
 from services.core.errors import ExprError, SpecError
 from services.spec import expr
-from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Scheme, Spec, StreamDef
+from services.spec.classes import node_class, outcome
+from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Spec, StreamDef
 from services.spec.problems import Problems
 
 OPERATOR_KEYS = {
@@ -290,11 +291,9 @@ def graph(ck: Problems, spec: Spec) -> None:
 
 def guarantees(ck: Problems, spec: Spec) -> None:
     """Each HA node's requested recovery must be one its scheme gives for its operator class (Table 2)."""
-    from services.ha.classes import node_class, outcome  # services.ha builds on this package's model
-
     for n, nd in spec.nodes.items():
-        if nd.ha.scheme is Scheme.DPC:
-            continue
+        if nd.ha.scheme.kind.recovery is None:
+            continue  # no recovery type to check (DPC: eventual consistency)
         c = node_class(spec, n)
         got = outcome(nd.ha.scheme, nd.ha.guarantee, c.cls)
         if isinstance(got, str):

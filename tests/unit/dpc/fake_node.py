@@ -230,7 +230,9 @@ class FakeNode:
         self.log: dict[str, list[FakeMessage]] = defaultdict(list)  # every message made, per topic
         self.replay: list[FakeMessage] = []  # what the ports read again after a rewind
         self.inputs.rewind = self._rewind  # type: ignore[method-assign]
-        self.scheme = cast(DpcScheme, build_scheme(self))  # DPC's tests use it so; the HA tests check their scheme's class first
+        self.scheme = cast(
+            DpcScheme, build_scheme(self)
+        )  # DPC's tests use it so; the HA tests check their scheme's class first
         self.ticks = 0
         self.roles: list[tuple[str, int]] = []
         self.epochs: list[int] = []

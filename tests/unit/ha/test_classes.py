@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from services.ha.classes import PRECISE, OpClass, Outcome, describe, node_class, operator_class, outcome, table
 from services.spec import parse_spec
+from services.spec.classes import PRECISE, OpClass, Outcome, describe, node_class, operator_class, outcome, table
 from services.spec.model import HaDef, Merge, Recovery, Scheme, Spec
 from services.spec.problems import Problems
 from services.spec.validate import guarantees

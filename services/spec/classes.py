@@ -1,5 +1,8 @@
 """Operator classes and the recovery each HA scheme yields for them (ICDE 2005, section 3.2, Table 2).
 
+They live with the spec because validation refuses a recovery a node's class cannot get; the
+outcomes per scheme are the schemes' descriptors (``services.spec.schemes``).
+
 The classes nest: arbitrary > deterministic > convergent-capable > repeatable, and a node
 takes the class of its most general operator.
 
@@ -20,32 +23,9 @@ its operators.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, IntEnum
 
-from services.spec.model import Merge, OperatorDef, Recovery, Scheme, Spec
-
-
-class OpClass(IntEnum):
-    """Ordered from the most to the least constrained: a node takes the maximum over its operators."""
-
-    REPEATABLE = 0
-    CONVERGENT_CAPABLE = 1
-    DETERMINISTIC = 2
-    ARBITRARY = 3
-
-    @property
-    def label(self) -> str:
-        return self.name.lower().replace("_", "-")
-
-
-class Outcome(Enum):
-    """What a failure leaves in the output (section 3.1): the recovery type and, for rollback, its kind."""
-
-    PRECISE = "precise"  # O_f + O' equals a failure-free run's output
-    REPEATING = "repeating"  # rollback; the duplicates are identical to earlier tuples
-    CONVERGENT = "convergent"  # rollback; duplicates differ, removing them gives a failure-free output
-    DIVERGENT = "divergent"  # rollback; no failure-free run gives the output without its duplicates
-    GAP = "gap"  # tuples may be lost
+from services.spec.model import Merge, OperatorDef, Spec
+from services.spec.schemes import KINDS, OpClass, Outcome, Recovery, Scheme
 
 
 @dataclass(frozen=True)
@@ -54,29 +34,12 @@ class Classified:
     why: str  # the operator or input that decides the class
 
 
-_R, _C, _D, _A = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE, OpClass.DETERMINISTIC, OpClass.ARBITRARY
+_R, _C, _A = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE, OpClass.ARBITRARY
 
-# Table 2: the rollback outcome of each approach, by class (repeatable .. arbitrary).
-ROLLBACK: dict[Scheme, tuple[Outcome, Outcome, Outcome, Outcome]] = {
-    Scheme.PASSIVE_STANDBY: (Outcome.REPEATING, Outcome.REPEATING, Outcome.REPEATING, Outcome.DIVERGENT),
-    Scheme.UPSTREAM_BACKUP: (Outcome.REPEATING, Outcome.CONVERGENT, Outcome.DIVERGENT, Outcome.DIVERGENT),
-    Scheme.ACTIVE_STANDBY: (Outcome.REPEATING, Outcome.REPEATING, Outcome.REPEATING, Outcome.DIVERGENT),
-}
-
-# Section 6: the most general class for which each approach gives precise recovery. Passive
-# standby drops regenerated tuples up to its output log's tail, and for an arbitrary node
-# forwards only checkpointed output; active standby switches downstream after the last tuple
-# the log holds; upstream backup drops regenerated tuples by their watermarks, which identify
-# a tuple only while the state converges.
-PRECISE: dict[Scheme, OpClass] = {
-    Scheme.PASSIVE_STANDBY: _A,
-    Scheme.ACTIVE_STANDBY: _D,
-    Scheme.UPSTREAM_BACKUP: _C,
-}
-_PRECISE_ELSE = {
-    Scheme.ACTIVE_STANDBY: "passive_standby (it forwards only checkpointed output)",
-    Scheme.UPSTREAM_BACKUP: "passive_standby, or active_standby for a deterministic node",
-}
+# Table 2 and section 6, from the schemes' descriptors: each scheme's rollback outcome by class, and the
+# most general class it recovers precisely.
+ROLLBACK = {s: k.rollback for s, k in KINDS.items() if k.rollback is not None}
+PRECISE = {s: k.precise_up_to for s, k in KINDS.items() if k.precise_up_to is not None}
 
 
 def operator_class(op: OperatorDef) -> Classified:
@@ -95,7 +58,8 @@ def node_class(spec: Spec, node: str) -> Classified:
     """The class of ``node``: its most general operator's, or arbitrary if it merges several inputs by arrival."""
     nd = spec.nodes[node]
     inputs = spec.node_inputs(node)
-    if len(inputs) > 1 and nd.ha.scheme is not Scheme.DPC and nd.ha.merge is Merge.ARRIVAL:  # DPC merges in SUnion
+    merges_by_arrival = nd.ha.scheme.kind.settings == "ha" and nd.ha.merge is Merge.ARRIVAL  # DPC merges in SUnion
+    if len(inputs) > 1 and merges_by_arrival:
         return Classified(_A, f"it reads {len(inputs)} inputs in arrival order (union-like)")
     top = max((operator_class(spec.operators[o]) for o in nd.operators), key=lambda c: c.cls)
     if len(inputs) > 1:
@@ -105,25 +69,21 @@ def node_class(spec: Spec, node: str) -> Classified:
 
 def outcome(scheme: Scheme, recovery: Recovery, cls: OpClass) -> Outcome | str:
     """What ``scheme`` with ``recovery`` yields for a node of class ``cls``, or why it cannot (one line)."""
-    if scheme is Scheme.DPC:
-        return "dpc gives eventual consistency with tentative results, not a recovery type"
-    if scheme is Scheme.AMNESIA:
-        if recovery is Recovery.GAP:
-            return Outcome.GAP
-        return (
-            f"amnesia restarts empty and loses tuples, so it gives gap recovery, not {recovery.value}: "
-            "use passive_standby, active_standby or upstream_backup"
-        )
+    kind = KINDS[scheme]
+    if kind.recovery is None:
+        return f"{scheme.value} gives eventual consistency with tentative results, not a recovery type"
+    if recovery not in kind.recoveries:
+        return kind.refuses.format(scheme=scheme.value, recovery=recovery.value)
     if recovery is Recovery.GAP:
-        return (
-            f"{scheme.value} keeps every tuple a recovery needs, so it gives rollback or precise: for gap use amnesia"
-        )
+        return Outcome.GAP
     if recovery is Recovery.ROLLBACK:
-        return ROLLBACK[scheme][cls]
-    if cls <= PRECISE[scheme]:
+        assert kind.rollback is not None, f"{scheme.value} gives rollback recovery but has no Table 2 row"
+        return kind.rollback[cls]
+    assert kind.precise_up_to is not None, f"{scheme.value} gives precise recovery but names no class for it"
+    if cls <= kind.precise_up_to:
         return Outcome.PRECISE
     a = "an" if cls.label[0] in "aeiou" else "a"
-    return f"{scheme.value} cannot give precise recovery for {a} {cls.label} node: use {_PRECISE_ELSE[scheme]}"
+    return f"{scheme.value} cannot give precise recovery for {a} {cls.label} node: use {kind.precise_else}"
 
 
 def table(cls: OpClass) -> dict[Scheme, Outcome]:
@@ -137,7 +97,7 @@ def describe(spec: Spec, node: str) -> str:
     rollback = ", ".join(f"{s.value} {o.value}" for s, o in table(c.cls).items())
     precise = ", ".join(s.value for s, most in PRECISE.items() if c.cls <= most)
     mine = nd.ha.scheme.value
-    if nd.ha.scheme is not Scheme.DPC:
+    if nd.ha.scheme.kind.recovery is not None:
         got = outcome(nd.ha.scheme, nd.ha.guarantee, c.cls)
         mine += f", {nd.ha.guarantee.value} recovery: {got.value if isinstance(got, Outcome) else 'not possible'}"
     return f"{node}: {c.cls.label}, as {c.why}. Scheme {mine}. Rollback: {rollback}; precise: {precise}; amnesia: gap."

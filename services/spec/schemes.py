@@ -1,0 +1,164 @@
+"""The recovery schemes a node may choose (``ha:`` in the spec), one descriptor each, in one table.
+
+A descriptor says everything the rest of hastream needs to know of a scheme: where its class
+is (the node builds it, ``services.schemes``), whether its outputs are one log the primary
+writes or a log per replica, where its settings, heartbeats and detection come from, which
+coordinator protocol drives it (DPC's reconciliation grants, or the HA takeovers), whether it
+publishes level-1 acknowledgements and has its inputs trimmed by them, whether a recovery reads
+its logs back (so they keep every record until trimmed), which engines may run it, and the
+recovery types it gives by operator class (ICDE 2005, Table 2 and section 6). A new scheme is
+its module and one entry in ``KINDS``; nothing else tests which scheme a node has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+
+class Scheme(str, Enum):
+    """How a node survives failures; chosen per node with ``ha:`` (docs/spec.md)."""
+
+    DPC = "dpc"  # Borealis Delay-Process-Correct
+    AMNESIA = "amnesia"  # the HA algorithms (ICDE 2005): the standby restarts empty at the inputs' end
+    PASSIVE_STANDBY = "passive_standby"  # the primary sends its state to a standby every interval
+    ACTIVE_STANDBY = "active_standby"  # the secondary processes the same inputs and holds its output
+    UPSTREAM_BACKUP = "upstream_backup"  # upstream logs keep what the node needs; it rebuilds from them
+
+    @property
+    def kind(self) -> SchemeKind:
+        return KINDS[self]
+
+    @property
+    def one_log(self) -> bool:
+        """Whether each output stream is one log the current primary writes (``<spec>.<stream>``),
+        rather than a log per replica: only the primary writes, the epoch fences the others."""
+        return KINDS[self].one_log
+
+    @property
+    def acks(self) -> bool:
+        """Whether its primary publishes level-1 acknowledgements (``services.ha.acks``): upstream backup
+        trims by them, active standby's secondaries join from them."""
+        return KINDS[self].acks
+
+
+class Recovery(str, Enum):
+    """The guarantee an HA scheme gives after a failure (ICDE 2005, section 3.1)."""
+
+    PRECISE = "precise"
+    ROLLBACK = "rollback"
+    GAP = "gap"
+
+
+class OpClass(IntEnum):
+    """Ordered from the most to the least constrained: a node takes the maximum over its operators."""
+
+    REPEATABLE = 0
+    CONVERGENT_CAPABLE = 1
+    DETERMINISTIC = 2
+    ARBITRARY = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+
+class Outcome(Enum):
+    """What a failure leaves in the output (section 3.1): the recovery type and, for rollback, its kind."""
+
+    PRECISE = "precise"  # O_f + O' equals a failure-free run's output
+    REPEATING = "repeating"  # rollback; the duplicates are identical to earlier tuples
+    CONVERGENT = "convergent"  # rollback; duplicates differ, removing them gives a failure-free output
+    DIVERGENT = "divergent"  # rollback; no failure-free run gives the output without its duplicates
+    GAP = "gap"  # tuples may be lost
+
+
+@dataclass(frozen=True)
+class SchemeKind:
+    """One scheme's descriptor (see the module's docstring)."""
+
+    factory: str  # "module:Class" of its RecoveryScheme
+    one_log: bool  # its outputs: one log the primary writes (else a log per replica)
+    settings: str  # "dpc": the spec's dpc: section (heartbeat_interval, failure_timeout); "ha": its ha: keys
+    takeovers: bool  # the coordinator elects a primary per partition (else it grants DPC's reconciliations)
+    recovery: Recovery | None  # its default recovery type; None: eventual consistency, no recovery type
+    recoveries: tuple[Recovery, ...] = ()  # the recovery types it can give
+    refuses: str = ""  # why it cannot give another one ({scheme}, {recovery}), with what can
+    rollback: tuple[Outcome, Outcome, Outcome, Outcome] | None = None  # Table 2: rollback outcome by class
+    precise_up_to: OpClass | None = None  # section 6: the most general class it recovers precisely
+    precise_else: str = ""  # what to use instead for a more general class
+    acks: bool = False  # its primary publishes level-1 acknowledgements
+    trims_inputs: bool = False  # its input logs are trimmed at its acks (when every reader is such a node)
+    keeps_logs: bool = False  # a recovery reads its input and output logs back: no retention may cut them
+    engines: tuple[str, ...] = ("python",)
+
+
+_R, _C, _D, _A = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE, OpClass.DETERMINISTIC, OpClass.ARBITRARY
+_REP, _CONV, _DIV = Outcome.REPEATING, Outcome.CONVERGENT, Outcome.DIVERGENT
+_KEEPS_ALL = "{scheme} keeps every tuple a recovery needs, so it gives rollback or precise: for gap use amnesia"
+
+# Section 6 on precise recovery: passive standby drops regenerated tuples up to its output log's tail,
+# and for an arbitrary node forwards only checkpointed output; active standby switches downstream after
+# the last tuple the log holds; upstream backup drops regenerated tuples by their watermarks, which
+# identify a tuple only while the state converges.
+KINDS: dict[Scheme, SchemeKind] = {
+    Scheme.DPC: SchemeKind(
+        "services.dpc.scheme:DpcScheme",
+        one_log=False,
+        settings="dpc",
+        takeovers=False,
+        recovery=None,
+        engines=("python", "spark"),
+    ),
+    Scheme.AMNESIA: SchemeKind(
+        "services.ha.amnesia:AmnesiaScheme",
+        one_log=True,
+        settings="ha",
+        takeovers=True,
+        recovery=Recovery.GAP,
+        recoveries=(Recovery.GAP,),
+        refuses="amnesia restarts empty and loses tuples, so it gives gap recovery, not {recovery}: "
+        "use passive_standby, active_standby or upstream_backup",
+    ),
+    Scheme.PASSIVE_STANDBY: SchemeKind(
+        "services.ha.passive_standby:PassiveStandbyScheme",
+        one_log=True,
+        settings="ha",
+        takeovers=True,
+        recovery=Recovery.ROLLBACK,
+        recoveries=(Recovery.ROLLBACK, Recovery.PRECISE),
+        refuses=_KEEPS_ALL,
+        rollback=(_REP, _REP, _REP, _DIV),
+        precise_up_to=_A,
+        keeps_logs=True,
+    ),
+    Scheme.UPSTREAM_BACKUP: SchemeKind(
+        "services.ha.upstream_backup:UpstreamBackupScheme",
+        one_log=True,
+        settings="ha",
+        takeovers=True,
+        recovery=Recovery.ROLLBACK,
+        recoveries=(Recovery.ROLLBACK, Recovery.PRECISE),
+        refuses=_KEEPS_ALL,
+        rollback=(_REP, _CONV, _DIV, _DIV),
+        precise_up_to=_C,
+        precise_else="passive_standby, or active_standby for a deterministic node",
+        acks=True,
+        trims_inputs=True,
+        keeps_logs=True,
+    ),
+    Scheme.ACTIVE_STANDBY: SchemeKind(
+        "services.ha.active_standby:ActiveStandbyScheme",
+        one_log=True,
+        settings="ha",
+        takeovers=True,
+        recovery=Recovery.ROLLBACK,
+        recoveries=(Recovery.ROLLBACK, Recovery.PRECISE),
+        refuses=_KEEPS_ALL,
+        rollback=(_REP, _REP, _REP, _DIV),
+        precise_up_to=_D,
+        precise_else="passive_standby (it forwards only checkpointed output)",
+        acks=True,
+        keeps_logs=True,
+    ),
+}
