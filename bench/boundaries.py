@@ -29,11 +29,13 @@ from rich.table import Table
 
 from bench.borealis.common import broker, machine
 from bench.harness import ServiceProcesses
-from services.client.source import SourceWriter, pump, readings, wall_ms
+from services.client.pump import pump
+from services.client.source import SourceWriter, wall_ms
+from services.client.workload import readings
 from services.core.kafka import plain_consumer
 from services.core.paths import REPO_ROOT
 from services.core.tuples import STABLE, TupleType, carries_bound, peek
-from services.deploy.local import provision
+from services.deploy.topics import provision
 from services.spec import Spec, parse_spec
 
 RESULTS = REPO_ROOT / "bench" / "results" / "boundaries.json"

@@ -43,11 +43,13 @@ from bench.throughput.phases import Bench, Tasks
 from bench.throughput.run import console, out, progress_bars
 from bench.throughput.worker import Worker
 from bench.workload import window_spec
-from services.client.source import SourceWriter, pump, readings
+from services.client.pump import pump
+from services.client.source import SourceWriter
+from services.client.workload import readings
 from services.core.admin import TopicSpec
 from services.core.codec import codec_for
 from services.core.paths import REPO_ROOT
-from services.deploy.local import topic_specs
+from services.deploy.topics import topic_specs
 from services.spec import Spec, parse_spec
 
 RESULTS = REPO_ROOT / "bench" / "results" / "spark_window.json"

@@ -2,7 +2,7 @@
 
 Two loops pace a workload, and only two:
 
-* ``services.client.source.pump`` (the product's, behind ``hastream produce``): one source,
+* ``services.client.pump.pump`` (the product's, behind ``hastream produce``): one source,
   records sent at a rate, a BOUNDARY every ``dpc.boundary_interval`` of wall clock. The
   throughput bench uses it for its pre-loaded and its paced inputs.
 * ``PacedSources`` (here): several sources in lockstep on the wall clock, a BOUNDARY after
@@ -12,7 +12,7 @@ Two loops pace a workload, and only two:
 
 The records are deterministic: ``tick_records`` (input ``i``'s record ``j``, the Borealis
 chain's pass-through workload) and ``readings_workload`` (the sensor readings of
-``services.client.source.readings``, for nodes that aggregate).
+``services.client.workload.readings``, for nodes that aggregate).
 
 The specs of the throughput bench's nodes (``filter_map_spec``, ``throughput_window_spec``,
 ``window_spec``) and its readings (``reading_records``) are here too, since ``bench/dpc_cost.py``,
@@ -27,7 +27,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
-from services.client.source import END_OF_TIME, SourceWriter, readings
+from services.client.source import END_OF_TIME, SourceWriter
+from services.client.workload import readings
 from services.spec import Spec
 
 BASE_TS = 1_700_000_000_000  # event time of every workload's first tuple

@@ -2,9 +2,7 @@
 or method there over 80.
 
 A module that does one job stays short enough to read whole; past the limit it is doing two, and
-is split along its concepts (docs/architecture.md), never squeezed. ``KNOWN`` lists what is over
-the limit today with its size then: an entry may shrink, not grow, and goes once it fits; nothing
-joins it.
+is split along its concepts (docs/architecture.md), never squeezed.
 
     python -m infra.sizes        # exit 1 with one line per offence
 """
@@ -19,22 +17,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TREES = ("services", "spark_jobs")
 MAX_MODULE, MAX_FUNCTION = 400, 80
-
-# What is over the limit today, with its size: to be split (see the layers in docs/architecture.md).
-KNOWN: dict[str, int] = {
-    "services/client/source.py": 402,
-    "services/client/view.py": 530,
-    "services/coordinator/app.py": 505,
-    "services/core/kafka.py": 641,
-    "services/deploy/local.py": 475,
-    "services/dpc/sunion.py": 445,
-    "services/node/ports.py": 599,
-    "services/node/restart.py": 464,
-    "services/coordinator/app.py:Coordinator._wire": 103,
-    "services/dpc/consistency.py:Coordination.status": 92,
-    "services/cli/streams_cmd.py:produce": 92,
-    "services/cli/chain_demo.py:run_chain_demo": 86,
-}
 
 
 def sizes(path: Path, root: Path = ROOT) -> Iterator[tuple[str, int, int]]:
@@ -55,24 +37,15 @@ def _functions(tree: ast.AST, prefix: str) -> Iterator[tuple[str, ast.FunctionDe
             yield from _functions(node, f"{prefix}{node.name}.")
 
 
-def offences(root: Path = ROOT, known: dict[str, int] = KNOWN) -> list[str]:
-    """One line per module or function over its limit and not known at that size, and per known
-    entry that now fits (take it off the list)."""
-    out, seen = [], set()
-    for tree in TREES:
-        for path in sorted((root / tree).rglob("*.py")):
-            for name, lines, limit in sizes(path, root):
-                if lines <= limit:
-                    continue
-                seen.add(name)
-                was = known.get(name)
-                if was is None:
-                    out.append(f"{name}: {lines} lines, over the limit of {limit}: split it along its jobs")
-                elif lines > was:
-                    out.append(f"{name}: {lines} lines, grown from {was} though over the limit of {limit}")
-    for name in sorted(set(known) - seen):
-        out.append(f"{name}: within its limit now: remove it from KNOWN in infra/sizes.py")
-    return out
+def offences(root: Path = ROOT) -> list[str]:
+    """One line per module or function over its limit."""
+    return [
+        f"{name}: {lines} lines, over the limit of {limit}: split it along its jobs"
+        for tree in TREES
+        for path in sorted((root / tree).rglob("*.py"))
+        for name, lines, limit in sizes(path, root)
+        if lines > limit
+    ]
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from bench.workload import PacedSources, readings_workload
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.tuples import TupleType
-from services.deploy.local import provision
+from services.deploy.topics import provision
 from tests.integration.helpers import unique_spec
 
 CHAIN = """\

@@ -40,7 +40,7 @@ from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.admin import delete_topics
 from services.core.tuples import TupleType
-from services.deploy.local import provision
+from services.deploy.topics import provision
 from services.spec import Spec, parse_spec
 
 INPUTS = 3

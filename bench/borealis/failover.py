@@ -53,7 +53,7 @@ from services.control.messages import now_ms
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.admin import delete_topics
-from services.deploy.local import provision
+from services.deploy.topics import provision
 from services.log.tail import last_stable_id
 from services.spec import Spec, parse_spec
 

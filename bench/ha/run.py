@@ -35,7 +35,7 @@ from services.client.view import StreamView
 from services.control.messages import ControlKind, ControlMessage
 from services.control.monitor import ReplicaMonitor
 from services.core.kafka import plain_consumer
-from services.deploy.local import provision
+from services.deploy.topics import provision
 from services.ha.guarantee import NotRepeatingRecovery, first_copies, repeated_runs
 from services.log.tail import stable_log
 from services.operators.reference import evaluate

@@ -12,7 +12,7 @@ from typing import Any
 from bench.workload import END_OF_TIME, filter_map_spec, throughput_window_spec
 from services.core.admin import TopicSpec
 from services.core.paths import hastream_home
-from services.deploy.local import topic_specs
+from services.deploy.topics import topic_specs
 from services.spec import Spec, parse_spec
 
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
@@ -94,7 +94,7 @@ def variant_name(bucket_ms: int | None, passthrough: bool) -> str:
 
 
 def topics_of(job: Job, spec: Spec | None) -> list[TopicSpec]:
-    """What ``services.deploy.local.provision`` creates for the spec (its heartbeat, control,
+    """What ``services.deploy.topics.provision`` creates for the spec (its heartbeat, control,
     dead-letter and checkpoint topics too), all with broker append times."""
     if spec is None:
         return [TopicSpec(t, 1, 1, dict(TOPIC_CONFIG)) for t in (job.in_topic, job.out_topic)]

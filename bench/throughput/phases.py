@@ -29,7 +29,8 @@ from bench.throughput.jobs import (
 )
 from bench.throughput.worker import Worker
 from bench.workload import reading_records
-from services.client.source import SourceWriter, pump
+from services.client.pump import pump
+from services.client.source import SourceWriter
 from services.core.admin import TopicSpec, delete_topics, ensure_topics
 from services.core.codec import codec_for
 from services.core.config import Settings

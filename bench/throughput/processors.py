@@ -17,7 +17,8 @@ from services.core.config import Settings
 from services.core.errors import HeaderError
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.core.tuples import NO_TIME, RawHeaders, TupleType, read_headers
-from services.dpc.sunion import STuple, SUnion
+from services.dpc.buckets import STuple
+from services.dpc.sunion import SUnion
 from services.spec import Spec, parse_spec
 
 if TYPE_CHECKING:

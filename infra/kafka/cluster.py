@@ -41,8 +41,8 @@ from tenacity import (
 )
 
 from infra.maven import MavenError, fetch_jars, pom_properties
+from services.core.client_log import port_open
 from services.core.errors import HastreamError
-from services.core.kafka import port_open
 from services.core.paths import hastream_home, jars_dir, write_private
 
 __all__ = [

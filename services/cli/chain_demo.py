@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from rich.live import Live
 from rich.table import Table
@@ -20,6 +21,11 @@ from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.paths import REPO_ROOT
 from services.spec import Spec, load_spec
+
+if TYPE_CHECKING:
+    from services.client.source import SourceWriter
+    from services.client.view import StreamView
+    from services.deploy.deployment import Deployment
 
 CHAIN_SPEC = REPO_ROOT / "examples" / "chain.yaml"
 STATE_STYLE = {
@@ -44,70 +50,20 @@ def schedule(seconds: float) -> list[tuple[float, str, str]]:
 
 def run_chain_demo(seconds: float, rate: float) -> None:
     from services.cli.demo import deploy
-    from services.client.source import SourceWriter, pump, readings
     from services.client.view import StreamView
-    from services.deploy import faults
     from services.deploy.local import down
 
     spec = load_spec(CHAIN_SPEC)
     dep = deploy(spec, CHAIN_SPEC)
     monitor = ReplicaMonitor(dep.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not all(
-        monitor.state(n, 0, r) is NodeState.STABLE for n in spec.nodes for r in range(spec.nodes[n].replicas)
-    ):
-        time.sleep(0.2)
-    writers = {s: SourceWriter(spec, s, dep.bootstrap, wall_clock=True) for s in spec.sources()}
+    _wait_stable(spec, monitor)
     stop = threading.Event()
-    for i, w in enumerate(writers.values()):
-        recs = readings(int(seconds * rate), sensors=4, seed=i + 1, wall_clock=True)
-        threading.Thread(target=pump, args=(w, recs, rate), kwargs={"stop": stop.is_set}, daemon=True).start()
-
+    writers = _start_sources(spec, dep.bootstrap, seconds, rate, stop)
     view = StreamView(spec, "stats", dep.bootstrap, monitor=monitor)
     counts = {"stable": 0, "tentative": 0, "undo": 0, "rec_done": 0}
-    events: list[str] = []
-    plan = schedule(seconds)
-    t0 = time.monotonic()
-
-    def table() -> Table:
-        el = time.monotonic() - t0
-        t = Table(
-            title=f"hastream DPC demo, {el:.0f}s: stats = {counts['stable']} stable, "
-            f"{counts['tentative']} tentative, {counts['undo']} undo, {counts['rec_done']} rec_done"
-        )
-        t.add_column("node")
-        for r in range(2):
-            t.add_column(f"replica {r}")
-        for n in spec.nodes:
-            cells = []
-            for r in range(2):
-                st = monitor.state(n, 0, r)
-                cells.append(f"[{STATE_STYLE[st]}]{st.value}[/]")
-            t.add_row(n, *cells)
-        t.add_row("", "", "")
-        for e in events[-5:]:
-            t.add_row("[dim]fault[/]", e, "")
-        return t
-
     agree: bool | None = None
     try:
-        with Live(table(), console=out, refresh_per_second=4) as live:
-            while time.monotonic() - t0 < seconds + 15:
-                el = time.monotonic() - t0
-                while plan and plan[0][0] <= el:
-                    _, action, target = plan.pop(0)
-                    if action == "kill":
-                        faults.kill(dep, target)
-                    elif action == "restart":
-                        faults.restart(dep, target)
-                    elif action == "stop-source":
-                        writers[target].request_hold(True)
-                    else:
-                        writers[target].request_hold(False)
-                    events.append(f"{el:4.0f}s {action} {target}")
-                for ev in view.poll():
-                    counts[ev.kind] = counts.get(ev.kind, 0) + 1
-                live.update(table())
+        _watch(spec, dep, monitor, view, writers, counts, seconds)
         agree = replicas_agree(spec, dep.bootstrap)
     except KeyboardInterrupt:
         pass
@@ -116,6 +72,95 @@ def run_chain_demo(seconds: float, rate: float) -> None:
         view.close()
         monitor.close()
         down(dep, stop_kafka=True)
+    _report(counts, agree)
+
+
+def _wait_stable(spec: Spec, monitor: ReplicaMonitor, timeout: float = 60) -> None:
+    """Wait (at most ``timeout`` seconds) until every replica reports STABLE, so the faults hit a running chain."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(
+        monitor.state(n, 0, r) is NodeState.STABLE for n in spec.nodes for r in range(spec.nodes[n].replicas)
+    ):
+        time.sleep(0.2)
+
+
+def _start_sources(
+    spec: Spec, bootstrap: str, seconds: float, rate: float, stop: threading.Event
+) -> dict[str, SourceWriter]:
+    """A live writer per source, each fed at ``rate`` by its own thread until ``stop``; by source name."""
+    from services.client.pump import pump
+    from services.client.source import SourceWriter
+    from services.client.workload import readings
+
+    writers = {s: SourceWriter(spec, s, bootstrap, wall_clock=True) for s in spec.sources()}
+    for i, w in enumerate(writers.values()):
+        recs = readings(int(seconds * rate), sensors=4, seed=i + 1, wall_clock=True)
+        threading.Thread(target=pump, args=(w, recs, rate), kwargs={"stop": stop.is_set}, daemon=True).start()
+    return writers
+
+
+def _watch(
+    spec: Spec,
+    dep: Deployment,
+    monitor: ReplicaMonitor,
+    view: StreamView,
+    writers: dict[str, SourceWriter],
+    counts: dict[str, int],
+    seconds: float,
+) -> None:
+    """The live table for ``seconds`` and 15 more, with the scheduled faults injected on time and the
+    events of ``view`` counted in ``counts``."""
+    events: list[str] = []
+    plan = schedule(seconds)
+    t0 = time.monotonic()
+    with Live(_table(spec, monitor, counts, events, 0), console=out, refresh_per_second=4) as live:
+        while time.monotonic() - t0 < seconds + 15:
+            el = time.monotonic() - t0
+            while plan and plan[0][0] <= el:
+                _, action, target = plan.pop(0)
+                _inject(dep, writers, action, target)
+                events.append(f"{el:4.0f}s {action} {target}")
+            for ev in view.poll():
+                counts[ev.kind] = counts.get(ev.kind, 0) + 1
+            live.update(_table(spec, monitor, counts, events, time.monotonic() - t0))
+
+
+def _inject(dep: Deployment, writers: dict[str, SourceWriter], action: str, target: str) -> None:
+    """One fault of the schedule: a replica killed or restarted, a source stopped or resumed."""
+    from services.deploy import faults
+
+    if action == "kill":
+        faults.kill(dep, target)
+    elif action == "restart":
+        faults.restart(dep, target)
+    elif action == "stop-source":
+        writers[target].request_hold(True)
+    else:
+        writers[target].request_hold(False)
+
+
+def _table(spec: Spec, monitor: ReplicaMonitor, counts: dict[str, int], events: list[str], elapsed: float) -> Table:
+    """Every replica's DPC state, the output's tuples by type, and the last faults."""
+    t = Table(
+        title=f"hastream DPC demo, {elapsed:.0f}s: stats = {counts['stable']} stable, "
+        f"{counts['tentative']} tentative, {counts['undo']} undo, {counts['rec_done']} rec_done"
+    )
+    t.add_column("node")
+    for r in range(2):
+        t.add_column(f"replica {r}")
+    for n in spec.nodes:
+        cells = []
+        for r in range(2):
+            st = monitor.state(n, 0, r)
+            cells.append(f"[{STATE_STYLE[st]}]{st.value}[/]")
+        t.add_row(n, *cells)
+    t.add_row("", "", "")
+    for e in events[-5:]:
+        t.add_row("[dim]fault[/]", e, "")
+    return t
+
+
+def _report(counts: dict[str, int], agree: bool | None) -> None:
     if not out.is_terminal:
         out.print()
     out.print(
@@ -136,8 +181,8 @@ def replicas_agree(spec: Spec, bootstrap: str, stream: str = "stats", timeout: f
     Each replica is read as a client reads it (``StreamReader`` into one ``PartitionView`` per
     partition, applying UNDO and dropping duplicates), until they agree or ``timeout`` passes.
     """
+    from services.client.partition import PartitionView
     from services.client.reader import StreamReader
-    from services.client.view import PartitionView
 
     replicas = range(len(spec.stream_topics(stream)))
     readers = [StreamReader(spec, stream, bootstrap, replica=r) for r in replicas]

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from services.core.config import Settings
 from services.core.errors import ConfigError
-from services.core.kafka import Login
+from services.core.login import Login
 from services.spec import Spec, SpecError, load_spec
 
 SpecArg = Annotated[Path, typer.Argument(help="Query network spec (YAML).", exists=False)]
@@ -67,7 +67,7 @@ def bootstrap_for(spec: Spec, bootstrap: str | None, stream: str | None = None, 
 def use_deployment_login(name: str, bootstrap: str, source: str | None = None) -> None:
     """Give this command the login deployment ``name`` keeps for the writer of ``source`` (else its
     admin's) when it talks to that deployment's broker and the environment has no login of its own."""
-    from services.core.kafka import env_login
+    from services.core.login import env_login
 
     if env_login() is not None:
         return
@@ -80,7 +80,7 @@ def deployment_login(name: str, bootstrap: str, source: str | None = None) -> Lo
     """The login deployment ``name`` keeps for the writer of ``source``, else its admin's; None when it
     has no logins or is on another broker than ``bootstrap``."""
     from services.deploy import access
-    from services.deploy.local import Deployment
+    from services.deploy.deployment import Deployment
 
     try:
         dep = Deployment.load(name)
@@ -97,7 +97,7 @@ def _bootstrap(spec: Spec, bootstrap: str | None) -> str:
         return bootstrap
     if os.environ.get("HASTREAM_BOOTSTRAP"):
         return os.environ["HASTREAM_BOOTSTRAP"]
-    from services.deploy.local import Deployment
+    from services.deploy.deployment import Deployment
 
     try:
         return Deployment.load(spec.name).bootstrap
@@ -135,7 +135,8 @@ def broker_or_exit(bootstrap: str, topics: Iterable[str] = (), create_with: str 
 
 def login_refused(bootstrap: str) -> str | None:
     """What to say when the broker at ``bootstrap`` refused this process's login, if it did."""
-    from services.core.kafka import LOGIN_REFUSALS, env_login
+    from services.core.client_log import LOGIN_REFUSALS
+    from services.core.login import env_login
 
     reason = LOGIN_REFUSALS.reason(bootstrap)
     if reason is None:
@@ -155,7 +156,7 @@ def login_refused(bootstrap: str) -> str | None:
 def _closed(bootstrap: str) -> str | None:
     """What to say when a broker accepts connections but a client without a login gets no answer:
     a SASL broker closes them."""
-    from services.core.kafka import env_login
+    from services.core.login import env_login
 
     if env_login() is not None or not broker_reachable(bootstrap):
         return None
@@ -167,7 +168,7 @@ def _closed(bootstrap: str) -> str | None:
 
 def broker_reachable(bootstrap: str) -> bool:
     """Whether any of the bootstrap brokers accepts connections (a fast check, no client, no retries)."""
-    from services.core.kafka import port_open
+    from services.core.client_log import port_open
 
     return any(port_open(address) for address in bootstrap.split(","))
 

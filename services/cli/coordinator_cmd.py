@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from services.cli.common import fail, out, service_logging, settings_or_exit, spec_or_exit
+
+if TYPE_CHECKING:
+    from services.coordinator.app import Coordinator
 
 STATE_STYLE = {
     "STABLE": "green",
@@ -59,9 +62,9 @@ def coordinator(
 ) -> None:
     """Run the coordinator of a deployment until SIGTERM: replica states, failure detection,
     staggered reconciliation grants, status page on http://localhost:PORT/."""
-    from services.coordinator.app import PORT_ENV, AnotherCoordinator, Coordinator, env_host, env_port, port_free
-    from services.core.kafka import quiet_aiokafka
-    from services.deploy.local import Deployment
+    from services.coordinator.app import Coordinator
+    from services.core.client_log import quiet_aiokafka
+    from services.deploy.deployment import Deployment
 
     s = spec_or_exit(spec)
     settings = settings_or_exit(bootstrap)
@@ -69,13 +72,7 @@ def coordinator(
         raise fail(f"--lease must be positive, got {lease}")
     service_logging("coordinator")
     quiet_aiokafka()
-    try:
-        port = port if port is not None else env_port()
-    except ValueError as e:
-        raise fail(str(e)) from None
-    host = bind or env_host()
-    if port is not None and not (0 < port < 65536 and port_free(port, host)):
-        raise fail(f"port {port} is in use or not a port (1..65535): pick another with --port or ${PORT_ENV}")
+    port, host = _status_address(port, bind)
     coord = Coordinator(
         s,
         settings.bootstrap,
@@ -84,6 +81,28 @@ def coordinator(
         data_dir=data_dir or Deployment.dir_for(s.name) / "coordinator",
         bind=host,
     )
+    _run(coord, log_level)
+
+
+def _status_address(port: int | None, bind: str | None) -> tuple[int | None, str]:
+    """(port, host) of the status page: the options', else the environment's; a port that is taken or
+    no port is one error line."""
+    from services.coordinator.address import PORT_ENV, env_host, env_port, port_free
+
+    try:
+        port = port if port is not None else env_port()
+    except ValueError as e:
+        raise fail(str(e)) from None
+    host = bind or env_host()
+    if port is not None and not (0 < port < 65536 and port_free(port, host)):
+        raise fail(f"port {port} is in use or not a port (1..65535): pick another with --port or ${PORT_ENV}")
+    return port, host
+
+
+def _run(coord: Coordinator, log_level: str) -> None:
+    """Run until SIGTERM; another coordinator of the deployment already running is one error line."""
+    from services.coordinator.app import AnotherCoordinator
+
     try:
         coord.run(loglevel=log_level)
     except AnotherCoordinator as e:
@@ -93,7 +112,7 @@ def coordinator(
 def coordinator_port(dep: Any) -> int:
     """The port a deployment's coordinator serves on: what it recorded in its data dir, else its
     ``--port``, else $HASTREAM_COORDINATOR_PORT or 6066."""
-    from services.coordinator.app import DEFAULT_PORT, env_port, port_file
+    from services.coordinator.address import DEFAULT_PORT, env_port, port_file
 
     proc = next((p for p in dep.processes if p.role == "coordinator"), None)
     argv = proc.argv if proc is not None else []

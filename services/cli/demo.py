@@ -15,7 +15,8 @@ from services.core.paths import REPO_ROOT
 from services.spec import Spec, load_spec
 
 if TYPE_CHECKING:
-    from services.deploy.local import Deployment
+    from services.client.reader import StreamReader
+    from services.deploy.deployment import Deployment
 
 DEMO_SPEC = REPO_ROOT / "examples" / "demo.yaml"
 
@@ -48,7 +49,8 @@ def _table(stats: dict[str, dict], counts: dict[str, int], produced: int, elapse
 def deploy(spec: Spec, path: Path) -> Deployment:
     """Start a demo deployment on the embedded broker from nothing: a leftover one of the same name
     is stopped, and its records and topics deleted, so the demo shows only this run's results."""
-    from services.deploy.local import Deployment, down, up
+    from services.deploy.deployment import Deployment
+    from services.deploy.local import down, up
 
     ingresses = [n for n in spec.nodes if any(spec.streams[s].ingress for s in spec.node_inputs(n))]
     shape = (
@@ -74,7 +76,6 @@ def deploy(spec: Spec, path: Path) -> Deployment:
 
 def run_demo(seconds: float, rate: float) -> None:
     from services.client.reader import StreamReader
-    from services.client.source import SourceWriter, pump, readings
     from services.deploy.local import down
 
     spec = load_spec(DEMO_SPEC)
@@ -82,46 +83,13 @@ def run_demo(seconds: float, rate: float) -> None:
     out.print(f"broker {dep.bootstrap}; services: {', '.join(p.role for p in dep.processes)}")
     produced = [0]
     done = threading.Event()
-
-    def feed() -> None:
-        # Live event time and periodic boundaries, so the nodes' SUnions can close buckets.
-        writer = SourceWriter(spec, "readings", dep.bootstrap, wall_clock=True)
-        pump(
-            writer,
-            readings(int(seconds * rate), sensors=6, wall_clock=True),
-            rate,
-            progress=lambda n: produced.__setitem__(0, n),
-        )
-        done.set()
-
     readers = {s: StreamReader(spec, s, dep.bootstrap) for s in ("hot_stats", "alerts")}
     stats: dict[str, dict] = {}
     counts = {s: 0 for s in readers}
-    threading.Thread(target=feed, daemon=True).start()
-    t0 = time.monotonic()
+    feed = threading.Thread(target=_feed, args=(spec, dep.bootstrap, seconds, rate, produced, done), daemon=True)
+    feed.start()
     try:
-        with Live(_table(stats, counts, 0, 0), console=out, refresh_per_second=4) as live:
-            quiet_since = None
-            while True:
-                got = 0
-                for s, r in readers.items():
-                    for tup in r.poll(timeout=0.1):
-                        if tup.value is None:
-                            continue  # BOUNDARY, UNDO, REC_DONE: control tuples, not results
-                        got += 1
-                        counts[s] += 1
-                        v = tup.value
-                        if s == "hot_stats":
-                            stats.setdefault(v["key"], {}).update(v)
-                        else:
-                            stats.setdefault(v["sensor"], {})["alert"] = f"{v['value']:.0f}°F"
-                live.update(_table(stats, counts, produced[0], time.monotonic() - t0))
-                if done.is_set():
-                    quiet_since = quiet_since or time.monotonic()
-                    if got:
-                        quiet_since = time.monotonic()
-                    if time.monotonic() - quiet_since > 3:
-                        break
+        _watch(readers, stats, counts, produced, done)
     except KeyboardInterrupt:
         pass
     finally:
@@ -134,3 +102,59 @@ def run_demo(seconds: float, rate: float) -> None:
         f"[green]done[/]: {produced[0]} readings in; {counts['hot_stats']} window results and "
         f"{counts['alerts']} alerts out. Try 'hastream up examples/demo.yaml' and 'hastream tail examples/demo.yaml hot_stats'."
     )
+
+
+def _feed(spec: Spec, bootstrap: str, seconds: float, rate: float, produced: list[int], done: threading.Event) -> None:
+    """The workload in, counting in ``produced[0]``; sets ``done`` at its end."""
+    from services.client.pump import pump
+    from services.client.source import SourceWriter
+    from services.client.workload import readings
+
+    # Live event time and periodic boundaries, so the nodes' SUnions can close buckets.
+    writer = SourceWriter(spec, "readings", bootstrap, wall_clock=True)
+    pump(
+        writer,
+        readings(int(seconds * rate), sensors=6, wall_clock=True),
+        rate,
+        progress=lambda n: produced.__setitem__(0, n),
+    )
+    done.set()
+
+
+def _watch(
+    readers: dict[str, StreamReader],
+    stats: dict[str, dict],
+    counts: dict[str, int],
+    produced: list[int],
+    done: threading.Event,
+) -> None:
+    """The live table of results, until the workload is in and no result came for 3 s."""
+    t0 = time.monotonic()
+    with Live(_table(stats, counts, 0, 0), console=out, refresh_per_second=4) as live:
+        quiet_since = None
+        while True:
+            got = _read(readers, stats, counts)
+            live.update(_table(stats, counts, produced[0], time.monotonic() - t0))
+            if done.is_set():
+                quiet_since = quiet_since or time.monotonic()
+                if got:
+                    quiet_since = time.monotonic()
+                if time.monotonic() - quiet_since > 3:
+                    break
+
+
+def _read(readers: dict[str, StreamReader], stats: dict[str, dict], counts: dict[str, int]) -> int:
+    """One poll of every output into ``stats`` (by sensor) and ``counts`` (by stream); returns the results read."""
+    got = 0
+    for s, r in readers.items():
+        for tup in r.poll(timeout=0.1):
+            if tup.value is None:
+                continue  # BOUNDARY, UNDO, REC_DONE: control tuples, not results
+            got += 1
+            counts[s] += 1
+            v = tup.value
+            if s == "hot_stats":
+                stats.setdefault(v["key"], {}).update(v)
+            else:
+                stats.setdefault(v["sensor"], {})["alert"] = f"{v['value']:.0f}°F"
+    return got

@@ -16,7 +16,7 @@ from services.cli.common import fail, out
 from services.core.errors import FaultError
 
 if TYPE_CHECKING:
-    from services.deploy.local import Deployment
+    from services.deploy.deployment import Deployment
 
 T = TypeVar("T")
 

@@ -36,7 +36,7 @@ from services.core.errors import HastreamError
 from services.spec.classes import describe
 
 if TYPE_CHECKING:
-    from services.deploy.local import Deployment, Process
+    from services.deploy.deployment import Deployment, Process
 
 app = typer.Typer(
     name="hastream",
@@ -154,7 +154,7 @@ def down(
 
 def _deployments(name: str | None) -> list[Deployment]:
     """The named deployment, or all of them; one line and exit 2 for an unknown name."""
-    from services.deploy.local import Deployment
+    from services.deploy.deployment import Deployment
 
     try:
         return [Deployment.load(name)] if name else Deployment.all()
@@ -164,7 +164,7 @@ def _deployments(name: str | None) -> list[Deployment]:
 
 def _release_brokers(deps: list[Deployment]) -> None:
     """Stop the embedded brokers of ``deps``, leaving (with one line) any that other running deployments use."""
-    from services.deploy.local import release_broker
+    from services.deploy.broker import release_broker
 
     stopping = {d.name for d in deps}
     for kafka_dir, bootstrap in sorted({(d.kafka_dir, d.bootstrap) for d in deps if d.kafka_dir}):
@@ -230,7 +230,7 @@ def status(
 def _print_status(d: Deployment) -> None:
     """A running deployment's process table, then its node replicas' DPC states."""
     from services.cli.common import broker_reachable, deployment_login
-    from services.core.kafka import env_login
+    from services.core.login import env_login
     from services.deploy.access import acting_as
 
     sup = f"supervised (pid {d.supervisor})" if d.supervised() else "[red]no supervisor: crashes stay down[/]"

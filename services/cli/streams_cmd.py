@@ -6,14 +6,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from services.cli.common import BootstrapOpt, SpecArg, bootstrap_for, err, fail, out, spec_or_exit
+from services.spec import Spec
+
+if TYPE_CHECKING:
+    from services.client.partition import ViewEvent
+    from services.client.source import SourceWriter
+    from services.client.view import StreamView
 
 
 def schema(
@@ -40,6 +47,34 @@ def schema(
         print(json.dumps(json.loads(schema_json(sd.schema)), indent=2))
 
 
+JsonLinesOpt = Annotated[
+    Path | None,
+    typer.Option("--json", help="Read records as JSON lines from this file ('-' = stdin) instead of generating."),
+]
+EventTimeOpt = Annotated[
+    str,
+    typer.Option(
+        "--time",
+        help="Generated 'ts': 'wall' = the wall clock when generated (live runs), 'synthetic' = start + i * 1000/rate ms (deterministic steps).",
+    ),
+]
+DeploymentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--deployment",
+        "-d",
+        help="Deployment to register with, so 'hastream fault stop-source' finds this producer (default: the spec's, else the most recent).",
+    ),
+]
+KeepOpenOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-open",
+        help="At the end, leave the stream open for a later producer instead of ending it (its last results stay tentative until one comes).",
+    ),
+]
+
+
 def produce(
     spec: SpecArg,
     stream: Annotated[str, typer.Argument(help="Input stream to write.")],
@@ -47,32 +82,10 @@ def produce(
     rate: Annotated[float, typer.Option(help="Tuples per second (0 = as fast as possible).")] = 0,
     sensors: Annotated[int, typer.Option(help="Distinct keys of the generated workload.")] = 10,
     seed: Annotated[int, typer.Option(help="Workload random seed.")] = 7,
-    json_lines: Annotated[
-        Path | None,
-        typer.Option("--json", help="Read records as JSON lines from this file ('-' = stdin) instead of generating."),
-    ] = None,
-    event_time: Annotated[
-        str,
-        typer.Option(
-            "--time",
-            help="Generated 'ts': 'wall' = the wall clock when generated (live runs), 'synthetic' = start + i * 1000/rate ms (deterministic steps).",
-        ),
-    ] = "wall",
-    deployment: Annotated[
-        str | None,
-        typer.Option(
-            "--deployment",
-            "-d",
-            help="Deployment to register with, so 'hastream fault stop-source' finds this producer (default: the spec's, else the most recent).",
-        ),
-    ] = None,
-    keep_open: Annotated[
-        bool,
-        typer.Option(
-            "--keep-open",
-            help="At the end, leave the stream open for a later producer instead of ending it (its last results stay tentative until one comes).",
-        ),
-    ] = False,
+    json_lines: JsonLinesOpt = None,
+    event_time: EventTimeOpt = "wall",
+    deployment: DeploymentOpt = None,
+    keep_open: KeepOpenOpt = False,
     bootstrap: BootstrapOpt = None,
 ) -> None:
     """Write tuples to an input stream (a generated sensor workload, or JSON lines), with periodic BOUNDARY tuples.
@@ -81,51 +94,20 @@ def produce(
     becomes stable (unless --keep-open). SIGUSR1 holds the tuples back (a stopped source),
     SIGUSR2 sends them late, in order.
     """
-    from services.client.source import END_OF_TIME, SourceWriter, readings
+    from services.client.source import END_OF_TIME
 
     if event_time not in ("wall", "synthetic"):
         raise fail(f"--time must be 'wall' or 'synthetic', got {event_time!r}")
     s = spec_or_exit(spec)
-    try:
-        writer = SourceWriter(
-            s,
-            stream,
-            bootstrap_for(s, bootstrap, stream, writer=True),
-            wall_clock=json_lines is None and event_time == "wall",
-            exclusive=True,
-        )
-    except ValueError as e:
-        raise fail(str(e)) from None
+    writer = _writer(s, stream, bootstrap, wall_clock=json_lines is None and event_time == "wall")
     if json_lines is not None:
-        records = _json_records(json_lines)
-        total = None
+        records, total = _json_records(json_lines), None
     else:
-        if s.streams[stream].schema != "reading":
-            raise fail(
-                f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json"
-            )
-        start = int(time.time() * 1000)
-        step = int(1000 / rate) if rate > 0 else 10
-        records = readings(
-            count or None,
-            sensors=sensors,
-            seed=seed,
-            start_ms=start,
-            step_ms=max(step, 1),
-            wall_clock=event_time == "wall",
-        )
+        records = _generated(s, stream, count, rate, sensors, seed, wall_clock=event_time == "wall")
         total = count or None
-    from services.deploy import faults
-
-    dep = _source_deployment(s.name, deployment)
-    if dep is not None:
-        faults.register_source(dep, stream)
-    writer.install_signal_handlers()
-    try:
+    with _registered(s.name, stream, deployment):
+        writer.install_signal_handlers()
         sent = _send_paced(writer, records, rate, total, None if keep_open else END_OF_TIME, json_lines is not None)
-    finally:
-        if dep is not None:
-            faults.unregister_source(dep, stream)
     out.print(f"produced {sent} tuples to '{stream}'" + ("" if keep_open else ", and ended the stream"))
     if writer.late:
         err.print(
@@ -134,10 +116,63 @@ def produce(
         )
 
 
+def _writer(s: Spec, stream: str, bootstrap: str | None, wall_clock: bool) -> SourceWriter:
+    """The stream's one writer: a stream another producer writes, or no input stream, is one error line."""
+    from services.client.source import SourceWriter
+
+    try:
+        return SourceWriter(
+            s,
+            stream,
+            bootstrap_for(s, bootstrap, stream, writer=True),
+            wall_clock=wall_clock,
+            exclusive=True,
+        )
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+
+def _generated(
+    s: Spec, stream: str, count: int, rate: float, sensors: int, seed: int, wall_clock: bool
+) -> Iterator[dict[str, Any]]:
+    """The sensor readings workload, its event time stepping at ``rate``: only for a stream of readings."""
+    from services.client.workload import readings
+
+    if s.streams[stream].schema != "reading":
+        raise fail(
+            f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json"
+        )
+    start = int(time.time() * 1000)
+    step = int(1000 / rate) if rate > 0 else 10
+    return readings(
+        count or None,
+        sensors=sensors,
+        seed=seed,
+        start_ms=start,
+        step_ms=max(step, 1),
+        wall_clock=wall_clock,
+    )
+
+
+@contextmanager
+def _registered(spec_name: str, stream: str, deployment: str | None) -> Iterator[None]:
+    """While producing, registered with the deployment so that 'hastream fault stop-source' finds this producer."""
+    from services.deploy import faults
+
+    dep = _source_deployment(spec_name, deployment)
+    if dep is not None:
+        faults.register_source(dep, stream)
+    try:
+        yield
+    finally:
+        if dep is not None:
+            faults.unregister_source(dep, stream)
+
+
 def _source_deployment(spec_name: str, name: str | None):
     """Where a producer registers: the named deployment, else the spec's, else the most recent (or none)."""
+    from services.deploy.deployment import Deployment
     from services.deploy.faults import latest_deployment
-    from services.deploy.local import Deployment
 
     try:
         return Deployment.load(name or spec_name)
@@ -160,7 +195,7 @@ def _json_records(path: Path):
 def _send_paced(writer, records, rate: float, total: int | None, final: int | None, blocking: bool) -> int:
     """Send at ``rate`` with boundaries while idle and a final one (at ``final`` if given); a held
     writer waits for release. ``blocking``: reading ``records`` may wait (stdin), boundaries go on."""
-    from services.client.source import pump
+    from services.client.pump import pump
 
     def bad_record(i: int, e: Exception) -> None:
         raise fail(f"record {i} does not fit the stream's schema: {e}")
@@ -210,55 +245,15 @@ def tail(
             s, stream, bootstrap_for(s, bootstrap, stream), replica, from_beginning, limit, idle, stable_only, as_json
         )
         return
-    from services.client.view import StreamView
-
-    try:
-        view = StreamView(
-            s,
-            stream,
-            bootstrap_for(s, bootstrap, stream),
-            stable_only=stable_only,
-            from_beginning=from_beginning,
-            keep_stable=False,
-        )
-    except ValueError as e:
-        raise fail(str(e)) from None
+    view = _view(s, stream, bootstrap_for(s, bootstrap, stream), stable_only, from_beginning)
     n = 0
     switches = 0
     try:
         for ev in view.follow(idle_timeout=idle or None):
-            for p, old, new, _ in view.switches[switches:]:
-                if not as_json:
-                    out.print(f"[cyan]switch[/]    p{p} replica r{old} -> r{new}")
+            if not as_json:
+                _print_switches(view.switches[switches:])
             switches = len(view.switches)
-            if as_json:
-                out.print_json(
-                    json.dumps(
-                        {
-                            "type": ev.kind.upper(),
-                            "id": ev.id,
-                            "stime": ev.stime,
-                            "partition": ev.partition,
-                            "replica": ev.replica,
-                            "offset": ev.offset,
-                            "value": ev.record,
-                        }
-                    ),
-                    indent=None,
-                )
-            elif ev.kind == "stable":
-                out.print(
-                    f"[green]S[/] p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} {escape(json.dumps(ev.record))}"
-                )
-            elif ev.kind == "tentative":
-                out.print(
-                    f"[bold yellow]T[/] [dim]p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} "
-                    f"{escape(json.dumps(ev.record))}[/]"
-                )
-            elif ev.kind == "undo":
-                out.print(f"[magenta]undo[/]      p{ev.partition} after id {ev.id}: tentative tuples after it are void")
-            else:
-                out.print(f"[cyan]rec_done[/]  p{ev.partition} at id {ev.id}: reconciliation finished")
+            _print_event(ev, as_json)
             if ev.kind in ("stable", "tentative"):
                 n += 1
                 if limit and n >= limit:
@@ -267,6 +262,59 @@ def tail(
         pass
     finally:
         view.close()
+
+
+def _view(s: Spec, stream: str, bootstrap: str, stable_only: bool, from_beginning: bool) -> StreamView:
+    """The stream as a client sees it, over the best replica; a stream that cannot be read is one error line."""
+    from services.client.view import StreamView
+
+    try:
+        return StreamView(
+            s,
+            stream,
+            bootstrap,
+            stable_only=stable_only,
+            from_beginning=from_beginning,
+            keep_stable=False,
+        )
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+
+def _print_switches(switches: Iterable[tuple[int, int, int, Any]]) -> None:
+    for p, old, new, _ in switches:
+        out.print(f"[cyan]switch[/]    p{p} replica r{old} -> r{new}")
+
+
+def _print_event(ev: ViewEvent, as_json: bool) -> None:
+    """One tuple of the view (a JSON object, or a line coloured by its type), or an undo or REC_DONE line."""
+    if as_json:
+        out.print_json(json.dumps(_event_json(ev)), indent=None)
+    elif ev.kind == "stable":
+        out.print(
+            f"[green]S[/] p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} {escape(json.dumps(ev.record))}"
+        )
+    elif ev.kind == "tentative":
+        out.print(
+            f"[bold yellow]T[/] [dim]p{ev.partition} r{ev.replica} id={ev.id:<6} stime={ev.stime} "
+            f"{escape(json.dumps(ev.record))}[/]"
+        )
+    elif ev.kind == "undo":
+        out.print(f"[magenta]undo[/]      p{ev.partition} after id {ev.id}: tentative tuples after it are void")
+    else:
+        out.print(f"[cyan]rec_done[/]  p{ev.partition} at id {ev.id}: reconciliation finished")
+
+
+def _event_json(ev: ViewEvent) -> dict[str, Any]:
+    return {
+        "type": ev.kind.upper(),
+        "id": ev.id,
+        "stime": ev.stime,
+        "partition": ev.partition,
+        "replica": ev.replica,
+        "offset": ev.offset,
+        "value": ev.record,
+    }
 
 
 def _tail_raw(

@@ -9,7 +9,8 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from services.core.codec import codec_for
 from services.core.errors import DecodeError, HeaderError
-from services.core.kafka import plain_consumer, retry_transient
+from services.core.kafka import plain_consumer
+from services.core.retry import retry_transient
 from services.core.tuples import Tuple, parse_headers
 from services.spec import Spec
 

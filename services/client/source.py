@@ -5,18 +5,15 @@ partition will have a smaller tuple time (stime). That promise is what lets a do
 SUnion tell a quiet input from a failed one, so a source sends boundaries even while it has
 no data. ``SourceWriter.hold()`` models a source that is cut off (the fault "stop-source"):
 tuples keep being generated but reach Kafka only when the source is ``release()``d, late.
-``pump()`` is the pacing loop of ``hastream produce``.
+The pacing loop of ``hastream produce`` is ``pump.py``; the readings it generates, ``workload.py``.
 """
 
 from __future__ import annotations
 
 import json
-import queue
-import random
 import signal
-import threading
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from services.core.codec import codec_for, schema_header
 from services.core.errors import WriterConflictError
@@ -257,146 +254,3 @@ def _check_alone(stream: str, tails: list[WriterTail], boundary_interval_ms: int
             "input stream has one writer; wait until it ends, or declare an ingress on the stream to take records "
             "from several producers"
         )
-
-
-def pump(
-    writer: SourceWriter,
-    records: Iterable[dict[str, Any]],
-    rate: float = 0,
-    progress: Callable[[int], None] | None = None,
-    stop: Callable[[], bool] | None = None,
-    on_record_error: Callable[[int, Exception], None] | None = None,
-    wait_release: bool = True,
-    on_wait: Callable[[int], None] | None = None,
-    final_boundary: int | None = None,
-    blocking: bool = False,
-) -> int:
-    """Send ``records`` at ``rate`` per second (0: as fast as possible) with periodic boundaries.
-
-    Boundaries go out every ``boundary_interval``, also while waiting for the rate (not
-    while blocked inside ``records``, e.g. on stdin), plus a final one at the end, also
-    when stopped early: at ``final_boundary`` if given (a source that ends for good), else
-    at the largest stime sent. If the writer is held at the end and ``wait_release``, it waits
-    (``on_wait(buffered)`` is called once) until released, or until ``stop()``, Ctrl-C or
-    ``writer.stop_requested``, which release: no tuple is left unsent. ``stop()`` is
-    checked between records. ``blocking`` says reading ``records`` may wait (stdin): they are
-    then read by a thread, and boundaries go on while none come (an idle but live source).
-    Returns the number of records sent.
-    """
-    t0 = time.monotonic()
-    n = 0
-    tick = max(0.01, writer.boundary_interval_s)
-
-    def stopped() -> bool:
-        return writer.stop_requested or (stop is not None and stop())
-
-    try:
-        try:
-            for rec in _prefetched(records, tick) if blocking else records:
-                if rec is None:  # nothing to read for a tick: the source is idle, not gone
-                    writer.maybe_boundary()
-                    if stopped():
-                        break
-                    continue
-                try:
-                    writer.send(rec)
-                except (ValueError, TypeError, KeyError) as e:
-                    if on_record_error is None:
-                        raise
-                    on_record_error(n + 1, e)
-                    continue
-                n += 1
-                if progress is not None and n % 100 == 0:
-                    progress(n)
-                writer.maybe_boundary()
-                if rate > 0:
-                    while True:
-                        ahead = n / rate - (time.monotonic() - t0)
-                        if ahead <= 0 or writer.stop_requested:
-                            break
-                        writer.producer.poll(0)
-                        time.sleep(min(ahead, tick))
-                        writer.maybe_boundary()
-                if stopped():
-                    break
-        except KeyboardInterrupt:
-            writer.stop_requested = True  # interrupted: end now, but cleanly
-        if progress is not None:
-            progress(n)
-        writer.boundary(final_boundary)  # the final promise: nothing older will follow
-        if wait_release and writer.held_or_pending and not stopped():
-            if on_wait is not None:
-                on_wait(writer.held_count)
-            try:
-                while writer.held_or_pending and not stopped():
-                    time.sleep(tick)
-                    writer.maybe_boundary()
-            except KeyboardInterrupt:
-                pass
-    finally:
-        writer.flush()
-        if writer.held:
-            writer.release()  # never leave tuples unsent: they arrive late instead
-            writer.flush()
-    return n
-
-
-_DONE = object()
-
-
-def _prefetched(records: Iterable[dict[str, Any]], tick: float) -> Iterator[dict[str, Any] | None]:
-    """``records`` read by a thread, with None whenever none came for ``tick`` seconds; an error
-    reading them is raised here."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=10_000)
-
-    def read() -> None:
-        try:
-            for r in records:
-                q.put(r)
-            q.put(_DONE)
-        except BaseException as e:  # handed to the pump, which raises it
-            q.put(e)
-
-    threading.Thread(target=read, name="records", daemon=True).start()
-    while True:
-        try:
-            r = q.get(timeout=tick)
-        except queue.Empty:
-            yield None
-            continue
-        if r is _DONE:
-            return
-        if isinstance(r, BaseException):
-            raise r
-        yield r
-
-
-def readings(
-    n: int | None = None,
-    sensors: int = 10,
-    start_ms: int = 1_700_000_000_000,
-    step_ms: int = 10,
-    seed: int = 7,
-    wall_clock: bool = False,
-) -> Iterator[dict[str, Any]]:
-    """The demo/benchmark workload: sensors reporting temperatures, event time advancing by ``step_ms``.
-
-    Values are whole numbers (as doubles) so sums are exact in any order. With
-    ``wall_clock=True`` a record's ``ts`` is the wall clock when it is generated (never
-    going back), for live deployments whose boundaries track real time; otherwise the
-    workload is fully deterministic (``start_ms + i * step_ms``), for tests and benchmarks.
-    """
-    rng = random.Random(seed)
-    level = {f"s{i}": float(rng.randint(10, 40)) for i in range(sensors)}
-    names = list(level)
-    i = 0
-    last_ts = 0
-    while n is None or i < n:
-        s = names[i % sensors] if sensors <= 1 else rng.choice(names)
-        level[s] = float(min(120, max(-20, level[s] + rng.randint(-3, 3))))
-        if wall_clock:
-            last_ts = ts = max(last_ts, wall_ms())
-        else:
-            ts = start_ms + i * step_ms
-        yield {"sensor": s, "ts": ts, "value": level[s], "seq": i}
-        i += 1

@@ -16,7 +16,8 @@ from confluent_kafka import OFFSET_END, TopicPartition
 from services.control.messages import CLAIM_EPOCH, COORDINATOR, Heartbeat, replica_key
 from services.control.states import NodeState
 from services.core.errors import DecodeError
-from services.core.kafka import plain_consumer, retry_transient
+from services.core.kafka import plain_consumer
+from services.core.retry import retry_transient
 
 
 @dataclass

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from services.core.kafka import observed, retry_transient
+from services.core.kafka import observed
+from services.core.retry import retry_transient
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from services.core import kafka
+from services.core import client_log
 from services.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -85,26 +85,26 @@ class MetricsServer:
 
 class ClientMetrics(Collector):
     """The Kafka clients' own reports in this process, counted instead of logged line by line
-    (``services.core.kafka``): librdkafka's log lines by facility, its errors by name, and the
+    (``services.core.client_log``): librdkafka's log lines by facility, its errors by name, and the
     aiokafka reconnect lines dropped as chatter."""
 
     def collect(self) -> Iterable[Any]:
         yield counters(
             "hastream_kafka_client_log_lines",
             "librdkafka log lines, by facility",
-            [({"facility": f}, n) for f, n in sorted(kafka.RDKAFKA_LOG_LINES.items())],
+            [({"facility": f}, n) for f, n in sorted(client_log.RDKAFKA_LOG_LINES.items())],
             ("facility",),
         )
         yield counters(
             "hastream_kafka_client_errors",
             "Kafka client errors reported by librdkafka, by name",
-            [({"error": e}, n) for e, n in sorted(kafka.RDKAFKA_ERRORS.items())],
+            [({"error": e}, n) for e, n in sorted(client_log.RDKAFKA_ERRORS.items())],
             ("error",),
         )
         yield counters(
             "hastream_kafka_client_suppressed_lines",
             "reconnect lines of other Kafka clients (aiokafka) dropped while a broker is unreachable",
-            [({"logger": lg}, n) for lg, n in sorted(kafka.SUPPRESSED_LOG_LINES.items())],
+            [({"logger": lg}, n) for lg, n in sorted(client_log.SUPPRESSED_LOG_LINES.items())],
             ("logger",),
         )
 

@@ -50,7 +50,8 @@ from confluent_kafka.admin import (
 
 from services.coordinator.names import app_id, internal_topics
 from services.core.admin import admin_client
-from services.core.kafka import GROUP_PREFIX, PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login, env_login, group_id
+from services.core.kafka import GROUP_PREFIX, group_id
+from services.core.login import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login, env_login
 from services.core.paths import write_private
 from services.spec import Spec
 from services.spec.plan import plan_node

@@ -23,7 +23,7 @@ from pathlib import Path
 from services.core.errors import FaultError
 from services.core.paths import hastream_home
 from services.deploy import processes
-from services.deploy.local import Deployment, Process
+from services.deploy.deployment import Deployment, Process
 from services.deploy.local import restart as _restart
 from services.deploy.processes import pid_alive
 

@@ -30,7 +30,8 @@ from typing import Callable
 
 from services.core.logs import LineFormatter, setup_logging
 from services.deploy import processes
-from services.deploy.local import Deployment, Process, process_env, service_env, stop_timeout
+from services.deploy.deployment import Deployment, Process
+from services.deploy.local import process_env, service_env, stop_timeout
 
 log = logging.getLogger("hastream.supervisor")
 

@@ -292,87 +292,88 @@ class Coordination:
         rows = {}
         for key, row in list(self.replicas.items()):
             heard = self.last_heard(key)
-            r = {**row, **self.progress.get(key, {})}
-            sent = r["sent_ms"]
-            rows[key] = {
-                "key": key,
-                "node": r["node"],
-                "partition": r["partition"],
-                "replica": r["replica"],
-                "state": r["state"],
-                "reported": r["reported"],
-                "age_ms": max(0, now - heard),
-                "sent_ms": sent,
-                "since_ms": r["since_ms"],
-                "pid": r["pid"],
-                "epoch": r["epoch"],
-                "stable": r.get("stable", 0),
-                "lag": r.get("lag", 0),
-                "role": r.get("role", ""),
-                "seen": True,
-            }
+            rows[key] = _replica_row(key, {**row, **self.progress.get(key, {})}, max(0, now - heard))
         for node, p, rep in expected:
             key = replica_key(node, p, rep)
-            rows.setdefault(
-                key,
-                {
-                    "key": key,
-                    "node": node,
-                    "partition": p,
-                    "replica": rep,
-                    "state": STARTING,
-                    "reported": None,
-                    "age_ms": None,
-                    "sent_ms": None,
-                    "since_ms": None,
-                    "pid": 0,
-                    "epoch": 0,
-                    "seen": False,
-                },
-            )
+            rows.setdefault(key, _starting_row(key, node, p, rep))
         for key, row in rows.items():
             row["reconciliation"] = recon.get(key, {}).get("status", IDLE)
-        pending = sorted(
-            (
-                {
-                    "key": k,
-                    "node": r["node"],
-                    "partition": r["partition"],
-                    "replica": r["replica"],
-                    "requested_ms": r["requested_ms"],
-                    "waiting_ms": max(0, now - r["requested_ms"]),
-                    "stagger": r["stagger"],
-                }
-                for k, r in recon.items()
-                if r["status"] == PENDING
-            ),
-            key=lambda x: (x["requested_ms"], x["key"]),
-        )
-        grants = sorted(
-            (
-                {
-                    "key": k,
-                    "node": r["node"],
-                    "partition": r["partition"],
-                    "replica": r["replica"],
-                    "granted_ms": r["granted_ms"],
-                    "held_ms": max(0, now - r["granted_ms"]),
-                    "lease_left_ms": max(0, r["granted_ms"] + self.lease_ms - now),
-                    "stagger": r["stagger"],
-                }
-                for k, r in recon.items()
-                if r["status"] == GRANTED
-            ),
-            key=lambda x: x["key"],
-        )
+        pending = [_waiting_row(k, r, now) for k, r in recon.items() if r["status"] == PENDING]
+        grants = [_grant_row(k, r, now, self.lease_ms) for k, r in recon.items() if r["status"] == GRANTED]
         return {
             "now_ms": now,
             "failure_timeout_ms": self.failure_timeout_ms,
             "lease_ms": self.lease_ms,
             "replicas": sorted(rows.values(), key=lambda x: (x["node"], x["partition"], x["replica"])),
-            "pending": pending,
-            "grants": grants,
+            "pending": sorted(pending, key=lambda x: (x["requested_ms"], x["key"])),
+            "grants": sorted(grants, key=lambda x: x["key"]),
         }
+
+
+def _replica_row(key: str, r: dict[str, Any], age_ms: int) -> dict[str, Any]:
+    """A replica heard of: its table row ``r`` with its newest heartbeat's progress laid over it."""
+    return {
+        "key": key,
+        "node": r["node"],
+        "partition": r["partition"],
+        "replica": r["replica"],
+        "state": r["state"],
+        "reported": r["reported"],
+        "age_ms": age_ms,
+        "sent_ms": r["sent_ms"],
+        "since_ms": r["since_ms"],
+        "pid": r["pid"],
+        "epoch": r["epoch"],
+        "stable": r.get("stable", 0),
+        "lag": r.get("lag", 0),
+        "role": r.get("role", ""),
+        "seen": True,
+    }
+
+
+def _starting_row(key: str, node: str, partition: int, replica: int) -> dict[str, Any]:
+    """A replica the spec deploys but never heard of: STARTING, not failed."""
+    return {
+        "key": key,
+        "node": node,
+        "partition": partition,
+        "replica": replica,
+        "state": STARTING,
+        "reported": None,
+        "age_ms": None,
+        "sent_ms": None,
+        "since_ms": None,
+        "pid": 0,
+        "epoch": 0,
+        "seen": False,
+    }
+
+
+def _waiting_row(key: str, r: dict[str, Any], now: int) -> dict[str, Any]:
+    """A REQUEST waiting for its grant, and for how long."""
+    return {
+        "key": key,
+        "node": r["node"],
+        "partition": r["partition"],
+        "replica": r["replica"],
+        "requested_ms": r["requested_ms"],
+        "waiting_ms": max(0, now - r["requested_ms"]),
+        "stagger": r["stagger"],
+    }
+
+
+def _grant_row(key: str, r: dict[str, Any], now: int, lease_ms: int) -> dict[str, Any]:
+    """A grant held, for how long, and how long its lease has left."""
+    return {
+        "key": key,
+        "node": r["node"],
+        "partition": r["partition"],
+        "replica": r["replica"],
+        "granted_ms": r["granted_ms"],
+        "held_ms": max(0, now - r["granted_ms"]),
+        "lease_left_ms": max(0, r["granted_ms"] + lease_ms - now),
+        "stagger": r["stagger"],
+    }
 
 
 # -- the same rule without the coordinator ----------------------------------------------

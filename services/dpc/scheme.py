@@ -26,21 +26,23 @@ import time
 
 from confluent_kafka import Message
 
-from services.control.messages import ControlMessage, now_ms
+from services.control.messages import ControlMessage
 from services.control.states import NodeState
 from services.core.tuples import NO_TIME
+from services.dpc.buckets import STuple
 from services.dpc.consistency import policy_while_partner_reconciles
 from services.dpc.reconciler import reconciler
 from services.dpc.round import Round
 from services.dpc.soutput import SOutput
 from services.dpc.states import check_transition
-from services.dpc.sunion import STuple, SUnion
-from services.node import restart
+from services.dpc.sunion import SUnion
+from services.dpc.switching import Move
 from services.node.intake import Intake
 from services.node.path import StablePath
-from services.node.ports import InputPort, Move
-from services.node.resume import InputPoint, Resume, input_point
+from services.node.ports import InputPort
+from services.node.resume import Resume
 from services.node.scheme import NodeRuntime
+from services.node.state import InputPoint, RecoveryPoint, RestartImages, input_point
 from services.operators.base import Item
 from services.spec.policies import Policy
 
@@ -71,7 +73,8 @@ class DpcScheme:
         self.path.on_tentative = self._tentative
         self.intake = Intake(node, self.path)
         self.restart_topic = plan.restart_topics[node.replica]
-        self.resume = Resume(node, self.path, self.restart_topic)
+        self.store = RestartImages(node, self.restart_topic)
+        self.resume = Resume(node, self.path)
         self.reconciler = reconciler(plan.reconciliation, node.pipeline)
         self.state = NodeState.STABLE
         self.round = Round(node)
@@ -142,7 +145,7 @@ class DpcScheme:
         replay is no longer in the logs: the output would be renumbered otherwise.
         """
         self.node.begin_writing()  # a copy of this replica that is still running is fenced before the logs are read
-        image, offsets = self.resume.resume()
+        image, offsets = self.resume.resume(self.store)
         if image is not None and image.failed:
             self._enter_failure(image.snapshot, offsets)  # still in the failure the image was taken in
         return offsets
@@ -150,7 +153,7 @@ class DpcScheme:
     def on_stop(self) -> None:
         self.path.flush()  # what is decided goes out now, not after the restart
         self._write_image()
-        self.node.images.wait()
+        self.store.wait()
 
     # -- input ------------------------------------------------------------------------
     def before_batch(self, msgs: list[Message], now: float) -> None:
@@ -250,7 +253,7 @@ class DpcScheme:
         if now < self.next_image or self._deduplicating():
             return
         self.next_image = now + interval_s
-        if not self.node.images.busy and not (self.sunion.spilled and self.start_imaged):
+        if not self.store.busy and not (self.sunion.spilled and self.start_imaged):
             self._write_image()  # skipped while one is in flight, or a spilled failure's start is written
 
     def _check_reconciliation(self, now: float) -> None:
@@ -369,18 +372,11 @@ class DpcScheme:
         node.producer.flush()
         spilled = self.failure_start if self.sunion.spilled else None
         point = spilled or self._input_point()
-        image = restart.RestartImage(
-            self.pre_failure if self.pre_failure is not None else node.pipeline.snapshot(node.tick),
-            point.sunion,
-            {s: so.state() for s, so in self.soutputs.items()},
-            point.ports,
-            point.offsets,
-            now_ms(),
-            # A spilled failure restarts before it began, in the failure only if it began with kept buckets.
-            bool(point.sunion.kept) if spilled else self.pre_failure is not None,
-        )
+        outputs = {s: so.state() for s, so in self.soutputs.items()}
+        # A spilled failure restarts before it began, in the failure only if it began with kept buckets.
+        failed = bool(point.sunion.kept) if spilled else self.pre_failure is not None
+        self.store.take(RecoveryPoint(point, outputs, failed, self.pre_failure))
         self.start_imaged = spilled is not None
-        node.images.write(image, node.tick)  # pickled here; chunked and written in the background
 
     def _input_point(self, offsets: dict[str, int] | None = None) -> InputPoint:
         return input_point(self.node, self.sunion, offsets)

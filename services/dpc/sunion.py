@@ -15,12 +15,8 @@ whose upstream has already spent its wait) goes out as soon as every live input 
 passed it; an input is live while its boundary (or, for tentative input, its tuple
 times) advanced within ``delay_s``. From the first tentative bucket until
 reconciliation, every emitted bucket is TENTATIVE (it is processed on tentative state) and
-kept, since the node will roll back to before the failure and redo them: tuples that arrive
-late for them (the failed input's, once it heals) are added, and an UNDO on an input
-removes that input's undone tentative tuples. Once kept buckets have become stable, from
-the first on, ``redo()`` gives their stable serialization; an input that failed again
-meanwhile leaves the later ones kept, so a flapping input still lets the node reconcile
-what is settled.
+kept for the redo (``services.dpc.kept``, which says what a failure keeps and how
+``max_kept`` bounds it); an UNDO on an input removes that input's undone tentative tuples.
 
 A node with one input (``in_order``) needs no serialization across inputs: Kafka gives every
 replica that input's tuples in the same order, so its serialization is that order. Its stable
@@ -29,14 +25,6 @@ bucket, and later ones of the same bucket go out after them. A tuple whose time 
 newest stable one's takes that one's bucket, so no bucket ever reorders the input, on the way
 out, in a tentative bucket or in redo. Boundaries still drive the operators' time, the output
 BOUNDARY and failure handling. docs/dpc.md says why every replica stays identical.
-
-Inputs are Kafka logs, so stable tuples need not be buffered for checkpoint/redo: a node
-replays them by seeking back to the offsets recorded with its checkpoint. The same holds
-for the failure's input: once the kept buckets hold more than ``max_kept`` tuples, SUnion
-drops their tuples and keeps only the range they span (the failure is *spilled*). It
-still knows when that range has settled (every input's boundary past it); the node then
-reconciles by going back to its state at the failure's start (``rewind``) and reading its
-inputs again from there, so memory stays bounded however long the failure lasts.
 
 A bucket leaves SUnion only once the caller has processed it (``buckets`` hands them out
 one at a time), and kept buckets only once their redo is done: a node that dies halfway
@@ -47,40 +35,13 @@ what was left of its wait, since the delay bound counts from when the data first
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from services.core.tuples import NO_TIME, STABLE, TENTATIVE, TupleType
+from services.dpc.buckets import Bucket, Ready, STuple
+from services.dpc.kept import Kept
 from services.spec.policies import FAILURE_POLICIES, Policy
-
-
-@dataclass(slots=True)
-class STuple:
-    """One serialized tuple: its type, which input it came from, its id there, time and record;
-    a tentative one also its t_max (from its ``ht`` header)."""
-
-    type: TupleType
-    port: int
-    id: int
-    stime: int
-    rec: Any
-    tmax: int = NO_TIME
-
-    def order(self) -> tuple[int, int, int]:
-        return (self.stime, self.port, self.id)
-
-
-@dataclass
-class Bucket:
-    first_arrival: float
-    tuples: list[STuple] = field(default_factory=list)
-
-    def clean(self) -> bool:
-        return all(t.type is STABLE for t in self.tuples)
-
-
-# One bucket on its way out: its index, its label and its tuples (copies carrying the label).
-Ready = tuple[int, TupleType, list[STuple]]
 
 
 @dataclass
@@ -130,15 +91,10 @@ class SUnion:
         self.boundaries: list[int | None] = [None] * inputs
         self.pending: dict[int, Bucket] = {}  # bucket index -> tuples not yet emitted
         self.emitted_below: int | None = None  # buckets below this index have been emitted or passed
-        self.kept: dict[int, Bucket] = {}  # emitted since the first tentative bucket: to redo
-        self.max_kept = max_kept  # more kept tuples than this: spill (None: no bound)
-        self.kept_tuples = 0  # tuples in kept buckets
-        self.peak_kept = 0  # the most kept tuples at any time
-        self.spilled_from: int | None = None  # first bucket of a spilled failure: its tuples were dropped
+        self.failure = Kept(max_kept, in_order)  # what it keeps of a failure for the redo
         self.rejected: list[STuple] = []  # stime below their input's boundary: dead-letter them
         self.progress: list[int | None] = [None] * inputs  # boundary, or newest tentative stime
         self.progressed_at: list[float | None] = [None] * inputs  # when progress last moved
-        self._settled: tuple[int | None, float] = (None, 0.0)  # the last settled kept bucket, and since when
         # When the tuples of buckets an UNDO emptied first came: their corrections are the same data,
         # so they wait only what is left of the wait (the delay bound counts from the first arrival).
         self.emptied: dict[int, float] = {}
@@ -152,7 +108,7 @@ class SUnion:
             list(self.boundaries),
             {k: list(b.tuples) for k, b in self.pending.items()},
             self.emitted_below,
-            {k: list(b.tuples) for k, b in self.kept.items()},
+            self.failure.state(),
             list(self.progress),
             self.high,
         )
@@ -164,24 +120,21 @@ class SUnion:
         self.boundaries, self.emitted_below, self.progress = list(st.boundaries), st.emitted_below, list(st.progress)
         self.high = st.high
         self.pending = {k: Bucket(now, list(ts)) for k, ts in st.pending.items()}
-        self.kept = {k: Bucket(now, list(ts)) for k, ts in st.kept.items()}
+        self.failure.restore(st.kept, now)
         self.progressed_at = [None if p is None else now for p in self.progress]
         self.rejected, self.emptied = [], {}
-        self.spilled_from, self._settled = None, (None, 0.0)
-        self._count_kept()
 
     def rewind(self, st: SUnionState, now: float) -> None:
         """Back to ``st``, taken when a failure began, to serialize that failure's input again
         as every port reads it anew right after the last stable tuple it had then: buckets
         kept then are pending again, and tentative tuples go (their inputs are read again)."""
         self.restore(st, now)
-        if self.kept:
-            first = min(self.kept)
+        kept = self.failure.take()
+        if kept:
+            first = min(kept)
             self.emitted_below = first if self.emitted_below is None else min(self.emitted_below, first)
-            for k, b in self.kept.items():
+            for k, b in kept.items():
                 self.pending.setdefault(k, Bucket(now)).tuples.extend(b.tuples)
-            self.kept = {}
-            self._count_kept()
         for b in self.pending.values():
             b.tuples = [t for t in b.tuples if t.type is STABLE]
 
@@ -217,12 +170,7 @@ class SUnion:
             # A bucket already passed without this input (emitted tentatively, or skipped
             # while empty): the tuple is part of its correction, unless the failure spilled
             # (the node will read it again from the log).
-            if self.spilled_from is None:
-                kept = self.kept.get(k)
-                if kept is None:
-                    kept = self.kept[k] = Bucket(now)
-                kept.tuples.append(t)
-                self._kept_more(1)
+            self.failure.add(k, t, now)
             return
         b = self.pending.get(k)
         if b is None:
@@ -259,10 +207,10 @@ class SUnion:
         undoes in two steps: those not processed yet go when the other replica takes over
         (``kept=False``), those processed (kept) with its UNDO (``pending=False``), when the
         ones not processed yet are the other replica's."""
-        for buckets in (self.pending,) * pending + (self.kept,) * kept:
+        for buckets in (self.pending,) * pending + (self.failure.buckets,) * kept:
             for b in buckets.values():
                 b.tuples = [t for t in b.tuples if t.port != port or t.type is STABLE]
-        self._count_kept()
+        self.failure.count()
 
     # -- output ---------------------------------------------------------------
     def _complete(self, k: int) -> bool:
@@ -278,7 +226,8 @@ class SUnion:
         if not self.pending:
             return
         keys = sorted(self.pending)
-        if self.in_order and len(keys) > 1 and not self.in_failure():
+        failure = self.failure
+        if self.in_order and len(keys) > 1 and not failure.active():
             pending = self.pending
             if all(pending[k].tuples and pending[k].clean() for k in keys):
                 # All stable, in order: one run through the operators rather than one per bucket.
@@ -298,7 +247,7 @@ class SUnion:
                 self.emptied[k] = b.first_arrival  # a refilled bucket took it over from ``emptied``
                 del self.pending[k]
                 continue
-            failed = self.in_failure()
+            failed = failure.active()
             complete = self._complete(k)
             passed = k + 1
             if (complete or self.in_order) and b.clean() and not failed:
@@ -316,9 +265,8 @@ class SUnion:
             else:
                 yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax) for t in b.tuples]
             del self.pending[k]
-            if label is TENTATIVE and self.spilled_from is None:
-                self.kept[k] = b  # the caller got copies, so later corrections only change b
-                self._kept_more(len(b.tuples))
+            if label is TENTATIVE:
+                failure.keep(k, b)
             self._passed_up_to(passed)
 
     def _passed_up_to(self, k: int) -> None:
@@ -343,60 +291,66 @@ class SUnion:
         if len(known) < self.inputs:
             return None
         f = min(known)
-        for held in (self.pending, self.kept):
-            if held:
-                f = min(f, min(held) * self.bucket_ms)
-        if self.spilled_from is not None:
-            f = min(f, self.spilled_from * self.bucket_ms)
+        if self.pending:
+            f = min(f, min(self.pending) * self.bucket_ms)
+        first = self.failure.first()
+        if first is not None:
+            f = min(f, first * self.bucket_ms)
         return (f // self.bucket_ms) * self.bucket_ms
 
-    # -- reconciliation -------------------------------------------------------
+    # -- reconciliation: what it keeps of a failure (``services.dpc.kept``) ------
     def in_failure(self) -> bool:
         """Some emitted bucket was tentative and has not been reconciled yet."""
-        return bool(self.kept) or self.spilled_from is not None
+        return self.failure.active()
 
     @property
     def spilled(self) -> bool:
         """The failure's tuples were dropped for ``max_kept``: it is reconciled by reading the inputs again."""
-        return self.spilled_from is not None
+        return self.failure.spilled_from is not None
 
-    def _kept_more(self, n: int) -> None:
-        self.kept_tuples += n
-        if self.max_kept is not None and self.kept_tuples > self.max_kept:
-            self.spilled_from = min(self.kept)
-            self.kept, self.kept_tuples = {}, 0
-        if self.kept_tuples > self.peak_kept:
-            self.peak_kept = self.kept_tuples
+    @property
+    def spilled_from(self) -> int | None:
+        """The first bucket of a spilled failure (None: not spilled)."""
+        return self.failure.spilled_from
 
-    def _count_kept(self) -> None:
-        self.kept_tuples = sum(len(b.tuples) for b in self.kept.values())
-        self.peak_kept = max(self.peak_kept, self.kept_tuples)
+    @property
+    def kept(self) -> dict[int, Bucket]:
+        """The buckets kept for the redo, by index."""
+        return self.failure.buckets
+
+    @property
+    def kept_tuples(self) -> int:
+        """The tuples in kept buckets."""
+        return self.failure.tuples
+
+    @property
+    def peak_kept(self) -> int:
+        """The most kept tuples at any time."""
+        return self.failure.peak
+
+    @property
+    def max_kept(self) -> int | None:
+        """More kept tuples than this spill the failure (None: no bound)."""
+        return self.failure.max_kept
+
+    @max_kept.setter
+    def max_kept(self, n: int | None) -> None:
+        self.failure.max_kept = n
+
+    def _complete_below(self) -> int | None:
+        """Every bucket below this index is complete, every input's boundary past its end
+        (None: some input sent no boundary yet)."""
+        known = [b for b in self.boundaries if b is not None]
+        return min(known) // self.bucket_ms if len(known) == self.inputs else None
 
     def settled(self) -> list[int]:
-        """The kept buckets whose stable version is known, from the first one on up to the
-        first that is not (incomplete, or still holding tentative input): what can be
-        reconciled now. A failure that came back before the last one was reconciled leaves
-        its buckets after these. A spilled failure has no kept buckets (``settled_upto``)."""
-        out = []
-        for k in sorted(self.kept):
-            if not (self._complete(k) and self.kept[k].clean()):
-                break
-            out.append(k)
-        return out
+        """The kept buckets whose stable version is known (``Kept.settled``)."""
+        return self.failure.settled(self._complete_below())
 
     def settled_upto(self) -> tuple[int | None, bool]:
-        """The last bucket of the failure whose stable version is known, counting from the
-        failure's first bucket (None: not even that one), and whether every bucket emitted
-        tentatively is. A spilled failure's bucket is known once every input's boundary has
-        passed it: an input's stable tuples replace its tentative ones before its boundary."""
-        if self.spilled_from is not None:
-            end = self.emitted_below if self.emitted_below is not None else self.spilled_from
-            known = [b for b in self.boundaries if b is not None]
-            below = min(known) // self.bucket_ms if len(known) == self.inputs else self.spilled_from
-            below = min(below, end)
-            return (below - 1 if below > self.spilled_from else None), below >= end
-        done = self.settled()
-        return (done[-1] if done else None), bool(done) and len(done) == len(self.kept)
+        """The last bucket of the failure whose stable version is known, and whether every
+        bucket emitted tentatively is (``Kept.settled_upto``)."""
+        return self.failure.settled_upto(self._complete_below(), self.emitted_below)
 
     def can_reconcile(self) -> bool:
         """Every kept bucket is now complete and clean: its stable version is known."""
@@ -404,41 +358,18 @@ class SUnion:
 
     def ready_to_reconcile(self, now: float) -> bool:
         """Reconcile now: every kept bucket is settled, or some are and no more have settled for
-        ``delay_s`` (an input failed again before the rest could). While corrections keep
-        arriving, the node waits for them rather than reconcile piece by piece."""
-        last, everything = self.settled_upto()
-        if last != self._settled[0]:
-            self._settled = (last, now)
-        if last is None:
-            return False
-        return everything or now - self._settled[1] >= self.delay_s
+        ``delay_s`` (``Kept.ready``)."""
+        return self.failure.ready(now, self.delay_s, self._complete_below(), self.emitted_below)
 
     def redo_buckets(self) -> Iterator[Ready]:
         """The stable version of every settled kept bucket, in order; they are forgotten once
         all are processed. Kept buckets that are not settled stay kept."""
-        done = self.settled()
-        for k in done:
-            yield self._kept_as(k, STABLE)
-        for k in done:
-            del self.kept[k]
-        self._count_kept()
+        yield from self.failure.redo_buckets(self._complete_below())
 
     def rerun_buckets(self) -> Iterator[Ready]:
         """The kept buckets, tentatively again, after a reconciliation of the settled ones:
         the node is still in the failure they belong to; they stay kept."""
-        for k in sorted(self.kept):
-            yield self._kept_as(k, TENTATIVE)
-
-    def _kept_as(self, k: int, label: TupleType) -> Ready:
-        """Kept bucket ``k`` in serialization order, as copies carrying ``label``."""
-        return (
-            k,
-            label,
-            [
-                STuple(label, t.port, t.id, t.stime, t.rec, t.tmax)
-                for t in (self.kept[k].tuples if self.in_order else sorted(self.kept[k].tuples, key=STuple.order))
-            ],
-        )
+        return self.failure.rerun_buckets()
 
     def redo(self) -> list[STuple]:
         """Every settled kept bucket's stable tuples at once (``redo_buckets``, flattened)."""

@@ -53,10 +53,11 @@ from services.control.states import NodeState, Role
 from services.core.errors import FencedError
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import SUnion
+from services.dpc.switching import Move
 from services.log.tail import output_tail
 from services.node.intake import Intake
 from services.node.path import StablePath
-from services.node.ports import InputPort, Move
+from services.node.ports import InputPort
 from services.node.resume import Resume
 from services.node.scheme import NodeRuntime
 from services.spec.model import Recovery
@@ -88,7 +89,7 @@ class HaScheme:
         self.intake = Intake(node, self.path)
         self.restart_topic = plan.restart_topics[node.replica]
         self.precise = plan.ha.guarantee is Recovery.PRECISE  # else a takeover repeats the log's tail
-        self.resume = Resume(node, self.path, self.restart_topic, precise=self.precise)
+        self.resume = Resume(node, self.path, precise=self.precise)
         self.role = Role.CANDIDATE
         self.epoch = 0
         self.recovering = False

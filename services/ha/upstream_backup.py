@@ -26,9 +26,10 @@ from confluent_kafka import Message, TopicPartition
 from services.control.messages import now_ms
 from services.control.states import Role
 from services.core.errors import DecodeError
-from services.core.kafka import plain_consumer, retry_transient
+from services.core.kafka import plain_consumer
+from services.core.retry import retry_transient
+from services.dpc.buckets import STuple
 from services.dpc.soutput import SOutput
-from services.dpc.sunion import STuple
 from services.ha.acks import Ack, Needs, newest_usable
 from services.ha.scheme import HaScheme
 from services.log.tail import messages_between, offset_after_stable, output_tail

@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterator, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from services.core.errors import HeaderError
-from services.core.kafka import plain_consumer, retry_transient
+from services.core.kafka import plain_consumer
+from services.core.retry import retry_transient
 from services.core.tuples import (
     BOUNDARY,
     EPOCH,

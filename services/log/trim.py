@@ -12,7 +12,8 @@ from confluent_kafka import TopicPartition
 
 from services.core.admin import admin_client
 from services.core.errors import TrimmedError
-from services.core.kafka import plain_consumer, retry_transient
+from services.core.kafka import plain_consumer
+from services.core.retry import retry_transient
 
 
 @retry_transient

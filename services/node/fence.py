@@ -25,8 +25,11 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 from services.control.messages import CLAIM_EPOCH, Heartbeat, now_ms
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
+from services.core.client_log import RDKAFKA_LOG
 from services.core.errors import FencedError
-from services.core.kafka import RDKAFKA_LOG, env_login, plain_consumer, retry_transient, security_conf
+from services.core.kafka import plain_consumer
+from services.core.login import env_login, security_conf
+from services.core.retry import retry_transient
 
 log = logging.getLogger(__name__)
 

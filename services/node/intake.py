@@ -31,9 +31,10 @@ from services.core.tuples import (
     peek,
     tmax_of,
 )
+from services.dpc.switching import Move
 from services.node.ingress import RawReader
 from services.node.path import StablePath
-from services.node.ports import InputPort, Move
+from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ class Intake:
         port.tmax = port.skip_upto = port.processed_tmax = None
 
     def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
-        """The port changed what it reads (``services.node.ports.Move``). Moving to a stable replica
+        """The port changed what it reads (``services.dpc.switching.Move``). Moving to a stable replica
         replaces its tentative tuples; moving to one in a failure keeps them (rule 3), as does
         reading a fresh replica besides a reconciling one (rule 4) until that one is done, except
         those not processed yet: the fresh replica sends them again."""

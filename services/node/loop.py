@@ -24,7 +24,8 @@ from services.control.states import NodeState
 from services.core.config import Settings
 from services.core.kafka import BatchConsumer, BatchProducer, group_id
 from services.core.metrics import MetricsServer, serve_from_env
-from services.node import fence, restart
+from services.log import images
+from services.node import fence
 from services.node.engines import operator_builder
 from services.node.metrics import NodeMetrics, reason_label
 from services.node.outputs import Outputs
@@ -202,7 +203,7 @@ class NodeService:
         replicated = any(len(p.topics) > 1 for p in plan.inputs)
         self.fresh_consumer = BatchConsumer(st.bootstrap, group_id(self.name) + ".fresh") if replicated else None
         self.producer = BatchProducer(st.bootstrap, linger_ms=st.linger_ms)
-        self.images = restart.ImageWriter(
+        self.images = images.ImageWriter(
             st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written
         )
         self.outputs.open(self.producer)

@@ -25,8 +25,9 @@ import logging
 from typing import Callable
 
 from services.core.tuples import NO_TIME, STABLE, TENTATIVE, TupleType
+from services.dpc.buckets import STuple
 from services.dpc.soutput import SOutput
-from services.dpc.sunion import STuple, SUnion
+from services.dpc.sunion import SUnion
 from services.node.scheme import NodeRuntime
 from services.operators.base import Item, _ignore
 

@@ -13,52 +13,30 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 from services.core.errors import RestartImageError
 from services.dpc.soutput import SOutput
-from services.dpc.sunion import SUnion, SUnionState
 from services.log.tail import first_offset, last_stable_id, stable_after
 from services.node import restart
 from services.node.path import StablePath
 from services.node.scheme import NodeRuntime
+from services.node.state import StateStore
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class InputPoint:
-    """SUnion's state and where every input stands: what a recovery point holds, and where a
-    spilled failure's redo goes back to (the failure's start)."""
-
-    sunion: SUnionState
-    ports: dict[str, tuple[int, int]]  # input stream -> (replica read, last stable id)
-    offsets: dict[str, int]  # input topic -> next offset
-
-
-def input_point(node: NodeRuntime, sunion: SUnion, offsets: dict[str, int] | None = None) -> InputPoint:
-    """SUnion's state and every port's replica, last stable id and offset (``offsets`` if given) now."""
-    return InputPoint(
-        sunion.state(),
-        {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
-        offsets if offsets is not None else node.inputs.positions(),
-    )
 
 
 class Resume:
     """Continues one node replica partition's outputs from a recovery point (see the module's docstring)."""
 
-    def __init__(self, node: NodeRuntime, path: StablePath, restart_topic: str, precise: bool = True) -> None:
-        self.node, self.path, self.restart_topic, self.precise = node, path, restart_topic, precise
+    def __init__(self, node: NodeRuntime, path: StablePath, precise: bool = True) -> None:
+        self.node, self.path, self.precise = node, path, precise
 
-    def resume(self, undo: bool = True) -> tuple[restart.RestartImage | None, dict[str, int]]:
-        """Take the newest restart image's state (none: start empty) and set each output to drop
-        the stable tuples the replay regenerates up to what its topic holds, checking each;
-        returns the image and the input offsets to replay from. ``undo``: announce an UNDO
-        on each output, since it may end with tentative tuples of the process that died."""
-        node = self.node
-        image = restart.load(node.settings.bootstrap, self.restart_topic, node.partition)
-        return self.resume_from(image, undo, restored=False)
+    def resume(self, store: StateStore, undo: bool = True) -> tuple[restart.RestartImage | None, dict[str, int]]:
+        """Take the newest recovery point's state from ``store`` (none: start empty) and set each output
+        to drop the stable tuples the replay regenerates up to what its topic holds, checking each;
+        returns the point and the input offsets to replay from. ``undo``: announce an UNDO on each
+        output, since it may end with tentative tuples of the process that died."""
+        return self.resume_from(store.recover(), undo, restored=False)
 
     def resume_from(
         self, image: restart.RestartImage | None, undo: bool, restored: bool

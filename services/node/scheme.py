@@ -22,9 +22,10 @@ from services.control.monitor import Monitor
 from services.control.states import NodeState
 from services.core.config import Settings
 from services.core.kafka import DataProducer
+from services.dpc.switching import Move
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
-from services.node.ports import InputPort, Inputs, Move
+from services.node.ports import InputPort, Inputs
 from services.node.restart import RestartImage
 from services.operators.base import Item
 from services.spec.plan import NodePlan
@@ -51,7 +52,7 @@ class NodeStats:
 
 
 class Images(Protocol):
-    """What a scheme uses of the node's ``restart.ImageWriter``, so tests can write images at once."""
+    """What a scheme uses of the node's ``services.log.images.ImageWriter``, so tests can write images at once."""
 
     @property
     def busy(self) -> bool:
@@ -139,7 +140,7 @@ class RecoveryScheme(Protocol):
 
     def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
         """``port`` changed what it reads (its upstream replica failed, fell behind, reconciles or
-        recovered; ``services.node.ports.Move`` says which switching rule applied)."""
+        recovered; ``services.dpc.switching.Move`` says which switching rule applied)."""
 
     def on_control(self, msg: ControlMessage, now: float) -> None: ...
 

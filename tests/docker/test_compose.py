@@ -18,10 +18,11 @@ import pytest
 from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from infra.docker.standins import StandIns
-from services.client.source import readings
+from services.client.workload import readings
 from services.coordinator.client import fetch_status, status_url
 from services.core.admin import admin_client
-from services.core.kafka import PASSWORD_ENV, USERNAME_ENV, Login, plain_consumer
+from services.core.kafka import plain_consumer
+from services.core.login import PASSWORD_ENV, USERNAME_ENV, Login
 from services.core.paths import REPO_ROOT
 from services.deploy import access
 from services.operators.reference import evaluate

@@ -26,8 +26,8 @@ from confluent_kafka import TopicPartition
 from infra.kafka.cluster import set_client_quota
 from services.core.kafka import plain_consumer
 from services.deploy import processes
+from services.log import images
 from services.log.tail import messages_after
-from services.node import restart
 from tests.integration.ha_rig import HaRig
 from tests.integration.helpers import ha_role, wait_for
 
@@ -63,7 +63,7 @@ def test_a_primary_killed_while_writing_an_image_is_recovered_precisely(kafka: A
         # broker's 10 s window): a new primary's first image, over 2 MB, gets its first MB out at
         # once, then crawls, and the kill lands inside it. The deltas behind it wait (a standby that
         # takes over later replays more), which changes nothing in the output.
-        set_client_quota(kafka.bootstrap, restart.client_id(topic), 100_000)
+        set_client_quota(kafka.bootstrap, images.client_id(topic), 100_000)
         _, end = watch.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         watch.assign([TopicPartition(topic, 0, end)])
         processes.kill(rig.proc("n", first))
@@ -73,7 +73,7 @@ def test_a_primary_killed_while_writing_an_image_is_recovered_precisely(kafka: A
         processes.kill(rig.proc("n", second))
         written = messages_after(kafka.bootstrap, topic, 0, chunk)
         seen = [(m.offset(), m.key(), len(m.value() or b"")) for m in written]
-        assert restart.manifest_key(0) not in [m.key() for m in written], f"killed too late: the image is whole: {seen}"
+        assert images.manifest_key(0) not in [m.key() for m in written], f"killed too late: the image is whole: {seen}"
         third = 3 - first - second
         wait_for(lambda: ha_role(rig.mon, "n", third) == "primary", 20, f"r{third} to take over")
         want, got = rig.outputs(f"out_{rig.u}", 120)

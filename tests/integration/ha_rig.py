@@ -13,7 +13,8 @@ from bench.workload import PacedSources, readings_workload
 from services.client.view import StreamView
 from services.control.monitor import ReplicaMonitor
 from services.deploy import processes
-from services.deploy.local import provision, service_commands, service_env
+from services.deploy.local import service_commands, service_env
+from services.deploy.topics import provision
 from services.ha.guarantee import first_copies, repeated_runs
 from services.log.tail import stable_log
 from services.operators.reference import evaluate

@@ -19,16 +19,16 @@ from confluent_kafka import TopicPartition
 from bench.harness import ha_role, wait_primary  # noqa: F401 - shared with the HA tests
 from services.client.reader import StreamReader
 from services.client.source import END_OF_TIME
-from services.coordinator.app import wait_ready
-from services.coordinator.client import fetch_status, status_url
+from services.coordinator.client import fetch_status, status_url, wait_ready
 from services.core.admin import ensure_topics
 from services.core.codec import codec_for
 from services.core.config import Settings
-from services.core.kafka import BatchProducer, Login, plain_consumer
+from services.core.kafka import BatchProducer, plain_consumer
+from services.core.login import Login
 from services.core.paths import REPO_ROOT
 from services.core.tuples import BOUNDARY, STABLE, TupleType, parse_headers
 from services.deploy import access
-from services.deploy.local import topic_specs
+from services.deploy.topics import topic_specs
 from services.node.loop import NodeService
 from services.schemes import build_scheme
 from services.spec import Spec, parse_spec

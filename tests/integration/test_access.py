@@ -15,18 +15,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from infra.kafka.cluster import KafkaCluster
-from services.client.source import SourceWriter, readings
-from services.core.kafka import (
-    PASSWORD_ENV,
-    USERNAME_ENV,
-    BatchConsumer,
-    Login,
-    group_id,
-    plain_consumer,
-)
+from services.client.source import SourceWriter
+from services.client.workload import readings
+from services.core.kafka import BatchConsumer, group_id, plain_consumer
+from services.core.login import PASSWORD_ENV, USERNAME_ENV, Login
 from services.core.partitioner import key_bytes, partition_for
 from services.deploy import access
-from services.deploy.local import Deployment
+from services.deploy.deployment import Deployment
 from services.operators.reference import evaluate
 from services.spec import Spec
 from services.spec.plan import plan_node

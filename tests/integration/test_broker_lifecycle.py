@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.kafka.cluster import KafkaCluster
-from services.client.source import readings
+from services.client.workload import readings
 from services.deploy.processes import pid_alive
 from tests.integration.helpers import ONE_FILTER, hastream, unique_spec, user_env
 

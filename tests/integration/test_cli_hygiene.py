@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from services.deploy.local import Deployment, Process
+from services.deploy.deployment import Deployment, Process
 from services.deploy.processes import pid_alive, spawn
 from tests.integration.helpers import ONE_FILTER, hastream, one_error_line, unique_spec, user_env
 

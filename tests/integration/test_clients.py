@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from services.client.source import SourceWriter, pump, readings
+from services.client.pump import pump
+from services.client.source import SourceWriter
 from services.client.view import StreamView
+from services.client.workload import readings
 from services.control.heartbeat import HeartbeatSender
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
@@ -29,7 +31,7 @@ from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, make_headers, parse_headers
 from services.deploy import faults
-from services.deploy.local import Deployment, Process
+from services.deploy.deployment import Deployment, Process
 from tests.integration.helpers import hastream, unique_spec
 
 pytestmark = pytest.mark.integration

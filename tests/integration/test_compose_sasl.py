@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 
 from infra.kafka.cluster import MAIN_CLASS, STORAGE_TOOL_CLASS, _free_ports, _java, ensure_kafka_jars
 from services.core.admin import admin_client
-from services.core.kafka import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login
+from services.core.login import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login
 from services.core.paths import REPO_ROOT
 from services.deploy import access
 from services.spec import load_spec

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from services.client.source import SourceWriter, readings
+from services.client.source import SourceWriter
+from services.client.workload import readings
 from services.coordinator.client import fetch_status, status_url
-from services.deploy.local import Deployment
+from services.deploy.deployment import Deployment
 from tests.integration.helpers import free_port, hastream, unique_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

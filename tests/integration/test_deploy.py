@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from services.client.source import readings
+from services.client.workload import readings
 from services.core.admin import admin_client
 from services.core.partitioner import key_bytes, partition_for
-from services.deploy.local import Deployment, Process
+from services.deploy.deployment import Deployment, Process
 from services.deploy.processes import pid_alive
 from services.operators.reference import evaluate
 from services.spec import parse_spec

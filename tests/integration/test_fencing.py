@@ -14,7 +14,8 @@ from services.client.view import StreamView
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.deploy import processes
-from services.deploy.local import provision, service_commands, service_env
+from services.deploy.local import service_commands, service_env
+from services.deploy.topics import provision
 from services.operators.reference import evaluate
 from tests.integration.helpers import unique_spec, wait_for
 

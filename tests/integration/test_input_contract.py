@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from services.client.source import SourceWriter, readings
+from services.client.source import SourceWriter
+from services.client.workload import readings
 from services.core.codec import codec_for
 from services.core.kafka import plain_consumer
 from services.core.tuples import headers_dict, read_headers

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.client.source import SourceWriter, readings
+from services.client.source import SourceWriter
+from services.client.workload import readings
 from services.core.paths import REPO_ROOT
 from services.core.tuples import TupleType, make_headers
 from tests.integration.helpers import create_topics, unique_spec, wait_for

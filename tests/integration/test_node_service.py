@@ -8,7 +8,8 @@ import pytest
 from confluent_kafka import Producer
 
 from bench.workload import END_OF_TIME
-from services.client.source import SourceWriter, readings
+from services.client.source import SourceWriter
+from services.client.workload import readings
 from services.core.tuples import TupleType, make_headers
 from services.operators.reference import canonical, evaluate
 from tests.integration.helpers import by_partition, create_topics, read_stream, run_nodes_until_idle, unique_spec
@@ -149,7 +150,7 @@ def test_a_node_that_dies_on_a_delivery_error_persists_nothing_past_what_it_wrot
 
     from services.core.admin import TopicSpec, ensure_topics
     from services.core.config import Settings
-    from services.deploy.local import topic_specs
+    from services.deploy.topics import topic_specs
     from services.node import restart
     from services.node.loop import NodeService
     from services.schemes import build_scheme

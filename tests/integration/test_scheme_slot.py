@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
-from services.client.source import SourceWriter, readings
+from services.client.source import SourceWriter
+from services.client.workload import readings
 from services.control.messages import ControlMessage
 from services.core.config import Settings
 from services.core.tuples import STABLE
+from services.dpc.switching import Move
 from services.node.loop import NodeService
-from services.node.ports import InputPort, Move
+from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 from services.schemes import build_scheme
 from tests.integration.helpers import create_topics, read_stream, unique_spec

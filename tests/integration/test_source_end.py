@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from services.client.source import SourceWriter, readings
+from services.client.source import SourceWriter
+from services.client.workload import readings
 from services.core.config import Settings
 from services.node.loop import NodeService
 from services.operators.reference import canonical

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import pytest
 
-from services.node import ports
+from services.dpc import seeks
 
 
 class InlineExecutor(Executor):
@@ -22,4 +22,4 @@ class InlineExecutor(Executor):
 
 @pytest.fixture(autouse=True)
 def inline_seeks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ports, "SEEKS", InlineExecutor())
+    monkeypatch.setattr(seeks, "SEEKS", InlineExecutor())

@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.client.source import readings
-from services.client.view import PartitionView, ViewEvent
+from services.client.partition import PartitionView, ViewEvent
+from services.client.workload import readings
 from services.core.tuples import TupleType
 
 S, T, U, R, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.REC_DONE, TupleType.BOUNDARY
@@ -281,7 +281,7 @@ def test_corrections_from_a_partner_that_began_to_reconcile_while_the_followed_r
 def test_a_switch_to_a_stable_replica_that_turns_tentative_first_gives_no_tentative_result_twice() -> None:
     """The followed replica's delay ran out just before its partner's: the view moves to the partner
     while it is STABLE, and the partner's first tuples are tentative results the view holds already."""
-    from services.node.ports import Move
+    from services.dpc.switching import Move
 
     view = PartitionView(0)
     events = run(view, [stable(i) for i in range(3)])

@@ -9,8 +9,9 @@ import time
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from services.core import kafka
-from services.core.kafka import BrokerWait, ClientLog, observed
+from services.core import client_log as kafka
+from services.core.client_log import BrokerWait, ClientLog
+from services.core.kafka import observed
 
 REFUSED = (
     "[thrd:127.0.0.1:{port}/bootstrap]: 127.0.0.1:{port}/bootstrap: Connect to ipv4#127.0.0.1:{port} failed: "

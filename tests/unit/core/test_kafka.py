@@ -6,7 +6,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from services.core import admin
-from services.core.kafka import BatchProducer, _retriable
+from services.core.kafka import BatchProducer
+from services.core.retry import _retriable
 
 
 def exc(code: int, **flags: bool) -> KafkaException:

@@ -10,18 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from services.core.kafka import (
-    PASSWORD_ENV,
-    USERNAME_ENV,
-    Login,
-    _connection_line,
-    _login_failure,
-    env_login,
-    group_id,
-    java_client_conf,
-    observed,
-    security_conf,
-)
+from services.core.client_log import _connection_line, _login_failure
+from services.core.kafka import group_id, observed
+from services.core.login import PASSWORD_ENV, USERNAME_ENV, Login, env_login, java_client_conf, security_conf
 from services.deploy import access
 from services.deploy.access import (
     CLUSTER,
@@ -39,7 +30,8 @@ from services.deploy.access import (
     spec_acls,
     usernames,
 )
-from services.deploy.local import Process, process_env, service_commands
+from services.deploy.deployment import Process
+from services.deploy.local import process_env, service_commands
 from services.spec import parse_spec
 from services.spec.plan import plan_node
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from infra.kafka.cluster import ADMIN_USER, FAILOVER_PROPS, KAFKA_VERSION, SASL_LISTENER, KafkaCluster, _Node
-from services.core.kafka import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV
+from services.core.login import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV
 from services.core.paths import REPO_ROOT
 from services.deploy import access
 from services.deploy.local import service_commands, service_env
@@ -103,7 +103,7 @@ def test_services_run_the_launchers_arguments(
 
 
 def test_coordinator_status_page_is_published(compose: dict[str, Any], launcher: dict[str, list[str]]) -> None:
-    from services.coordinator.app import DEFAULT_PORT
+    from services.coordinator.address import DEFAULT_PORT
 
     assert "coordinator" in launcher
     svc = compose["services"]["coordinator"]

@@ -50,7 +50,7 @@ def test_a_deployment_owns_its_topics_and_the_coordinators_but_never_a_shared_on
     """What ``hastream rm --topics`` and a fresh demo delete: a source's shared ``topic:`` may be
     read by other deployments, so it is never among them."""
     from services.coordinator.names import internal_topics
-    from services.deploy.local import owned_topics
+    from services.deploy.topics import owned_topics
     from services.spec import parse_spec
 
     text = (REPO / "examples" / "chain.yaml").read_text()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from services.deploy.local import Deployment, Process
+from services.deploy.deployment import Deployment, Process
 from services.deploy.supervisor import MAX_DELAY_S, RESET_AFTER_S, Supervisor, backoff
 
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.core.tuples import TupleType
-from services.dpc.sunion import STuple, SUnion
+from services.dpc.buckets import STuple
+from services.dpc.sunion import SUnion
 
 BUCKET = 10
 END = 10**6  # a final boundary on every input: end of stream

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from services.client.source import readings
+from services.client.workload import readings
 from services.control.states import NodeState
 from services.core.tuples import REC_DONE, UNDO
-from services.node import ports
-from services.node.ports import Move
+from services.dpc import seeks
+from services.dpc.switching import Move
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode
 
 LATER = 100.0  # past every wait
@@ -23,10 +23,10 @@ LATER = 100.0  # past every wait
 @pytest.fixture(autouse=True)
 def no_kafka_seek(monkeypatch: Any) -> None:
     """Where a move starts in the new topic does not matter here: the test hands the messages over."""
-    monkeypatch.setattr(ports, "seek_after_stable", lambda *a, **k: (0, 0))
-    monkeypatch.setattr(ports, "seek_after_tentative", lambda *a, **k: (0, 0))
-    monkeypatch.setattr(ports, "seek_fresh", lambda *a, **k: (0, 0))
-    monkeypatch.setattr(ports, "undo_after", lambda *a, **k: (0, 0))
+    monkeypatch.setattr(seeks, "seek_after_stable", lambda *a, **k: (0, 0))
+    monkeypatch.setattr(seeks, "seek_after_tentative", lambda *a, **k: (0, 0))
+    monkeypatch.setattr(seeks, "seek_fresh", lambda *a, **k: (0, 0))
+    monkeypatch.setattr(seeks, "undo_after", lambda *a, **k: (0, 0))
 
 
 STEP = 100  # one tuple per SUnion bucket

@@ -164,7 +164,7 @@ def test_hastream_validate_prints_each_nodes_class() -> None:
 
 
 def test_the_logs_ha_schemes_recover_from_keep_every_record_until_trimmed() -> None:
-    from services.deploy.local import topic_specs
+    from services.deploy.topics import topic_specs
 
     spec = with_ha(parse_spec(BASE), "n2", scheme=Scheme.UPSTREAM_BACKUP)
     got = {t.name: t.config for t in topic_specs(spec)}

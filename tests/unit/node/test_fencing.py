@@ -6,7 +6,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from services.client.source import readings
+from services.client.workload import readings
 from services.core.codec import codec_for
 from services.core.tuples import EPOCH, UNDO, HeaderWriter, TupleType, header_writer
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, TENTATIVE, FakeMessage, FakeNode

@@ -95,7 +95,7 @@ def test_every_service_registry_counts_the_kafka_clients_reports(monkeypatch: An
     """librdkafka's lines and errors are counted, not printed: the counts are scraped with the service's."""
     from collections import Counter
 
-    from services.core import kafka
+    from services.core import client_log as kafka
 
     monkeypatch.setattr(kafka, "RDKAFKA_LOG_LINES", Counter({"FAIL": 1200}))
     monkeypatch.setattr(kafka, "RDKAFKA_ERRORS", Counter({"_TRANSPORT": 7}))

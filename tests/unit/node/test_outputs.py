@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.client.source import readings
+from services.client.workload import readings
 from services.core.tuples import UNDO, carries_bound, make_headers, read_headers, with_bound
 from services.node import outputs as outputs_module
 from tests.unit.dpc.fake_node import BOUNDARY, CHAIN, STABLE, FakeMessage, FakeNode, source_messages

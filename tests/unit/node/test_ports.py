@@ -11,8 +11,9 @@ from confluent_kafka import TopicPartition
 from services.control.states import NodeState
 from services.core.errors import InputGapError
 from services.core.tuples import REC_DONE, UNDO
-from services.node import ports
-from services.node.ports import Inputs, Move
+from services.dpc import seeks, switching
+from services.dpc.switching import Move
+from services.node.ports import Inputs
 from services.spec.plan import plan_node
 from tests.unit.dpc.fake_node import CHAIN, FakeMonitor
 
@@ -74,7 +75,7 @@ def test_after_a_switch_the_new_topic_is_where_it_was_assigned_until_read(monkey
     inputs.open(consumer, {port.topic: 10})  # type: ignore[arg-type]
 
     monitor = FakeMonitor({("n1", 0, 0): NodeState.FAILED})
-    monkeypatch.setattr(ports, "seek_after_stable", lambda *a: (77, 0))  # where the seek finds the last stable id
+    monkeypatch.setattr(seeks, "seek_after_stable", lambda *a: (77, 0))  # where the seek finds the last stable id
     moved = inputs.follow_best(monitor, "unused")  # type: ignore[arg-type]
     assert moved == [(port, Move.STABLE)] and port.replica == 1
     assert inputs.positions() == {port.topic: 77}
@@ -154,7 +155,7 @@ def test_a_move_waits_for_its_seek_while_the_reader_goes_on_and_is_dropped_if_th
     monkeypatch: Any,
 ) -> None:
     seeks = HeldSeeks()
-    monkeypatch.setattr(ports, "SEEKS", seeks)
+    monkeypatch.setattr("services.dpc.seeks.SEEKS", seeks)
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     port.last_stable = 41
     monitor = FakeMonitor({("n1", 0, 0): NodeState.UPSTREAM_FAILURE})
@@ -196,7 +197,7 @@ def test_a_fresh_replica_is_read_through_a_consumer_of_its_own_and_its_tuples_co
     port = inputs.ports[0]
     inputs.open(main, {port.topic: 0}, fresh)  # type: ignore[arg-type]
     port.processed_tmax = 2000  # the node has processed tentative input up to this t_max
-    monkeypatch.setattr(ports, "seek_fresh", lambda *a: (40, 0))
+    monkeypatch.setattr(seeks, "seek_fresh", lambda *a: (40, 0))
     monitor = FakeMonitor({("n1", 0, 0): NodeState.STABILIZATION, ("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
     assert inputs.follow_best(monitor, "unused") == [(port, Move.FRESH)]  # type: ignore[arg-type]
     assert fresh.now == {port.topics[1]: 40} and port.topics[1] not in main.now
@@ -224,8 +225,8 @@ def test_a_fresh_read_ends_on_its_own_consumer() -> None:
 
 def test_rule_4s_start_is_sought_ahead_while_both_replicas_are_in_a_failure(monkeypatch: Any) -> None:
     seeks = HeldSeeks()
-    monkeypatch.setattr(ports, "SEEKS", seeks)
-    monkeypatch.setattr(ports, "STANDBY_S", 0.0)
+    monkeypatch.setattr("services.dpc.seeks.SEEKS", seeks)
+    monkeypatch.setattr(switching, "STANDBY_S", 0.0)
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     monitor = FakeMonitor({("n1", 0, 0): NodeState.UPSTREAM_FAILURE, ("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
     assert port.plan(monitor, "b", None) is None and not seeks.calls, "it holds no tentative tuples yet"  # type: ignore[arg-type]
@@ -243,7 +244,7 @@ def test_rule_4s_start_is_sought_ahead_while_both_replicas_are_in_a_failure(monk
 
 def test_no_start_is_sought_ahead_when_no_partner_is_in_a_failure(monkeypatch: Any) -> None:
     seeks = HeldSeeks()
-    monkeypatch.setattr(ports, "SEEKS", seeks)
+    monkeypatch.setattr("services.dpc.seeks.SEEKS", seeks)
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     for states in ((NodeState.UPSTREAM_FAILURE, NodeState.FAILED), (NodeState.STABLE, NodeState.UPSTREAM_FAILURE)):
         monitor = FakeMonitor({("n1", 0, r): s for r, s in enumerate(states)})
@@ -253,7 +254,7 @@ def test_no_start_is_sought_ahead_when_no_partner_is_in_a_failure(monkeypatch: A
 
 def test_a_switch_to_a_partner_that_reconciled_reads_on_from_its_run_sought_ahead(monkeypatch: Any) -> None:
     seeks = HeldSeeks()
-    monkeypatch.setattr(ports, "SEEKS", seeks)
+    monkeypatch.setattr("services.dpc.seeks.SEEKS", seeks)
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     port.last_stable = 41
     monitor = FakeMonitor({("n1", 0, 0): NodeState.UPSTREAM_FAILURE, ("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
@@ -271,7 +272,7 @@ def test_a_partner_that_begins_to_reconcile_is_followed_for_its_corrections_whil
     reconcile. Its corrections are read from its UNDO on (found reading on from its run, sought
     ahead), and the replica followed so far supplies new tuples from where it is read."""
     seeks = HeldSeeks()
-    monkeypatch.setattr(ports, "SEEKS", seeks)
+    monkeypatch.setattr("services.dpc.seeks.SEEKS", seeks)
     inputs = Inputs(plan_node(SPEC, "n2").inputs, 0, 0)
     main, fresh = FakeConsumer(), FakeConsumer()
     port = inputs.ports[0]
@@ -296,7 +297,7 @@ def test_a_partner_that_begins_to_reconcile_is_followed_for_its_corrections_whil
 
 def test_no_correction_read_without_the_partners_undo(monkeypatch: Any) -> None:
     seeks = HeldSeeks()
-    monkeypatch.setattr(ports, "SEEKS", seeks)
+    monkeypatch.setattr("services.dpc.seeks.SEEKS", seeks)
     port = Inputs(plan_node(SPEC, "n2").inputs, 0, 0).ports[0]
     monitor = FakeMonitor({("n1", 0, 0): NodeState.UPSTREAM_FAILURE, ("n1", 0, 1): NodeState.UPSTREAM_FAILURE})
     port.plan(monitor, "b", 2000)  # type: ignore[arg-type]

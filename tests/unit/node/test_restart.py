@@ -13,8 +13,12 @@ from confluent_kafka import KafkaException
 
 from services.core.pickling import dump_frames
 from services.dpc.sunion import SUnionState
+from services.ha import follower
+from services.ha.follower import Follower
+from services.log import images
+from services.log.images import ImageWriter
 from services.node import restart
-from services.node.restart import Follower, ImageWriter, RestartDelta, RestartImage
+from services.node.restart import RestartDelta, RestartImage
 from tests.unit.dpc.fake_node import CHAIN, FakeMessage, FakeNode
 
 TOPIC, CHUNK = "t.restart.n.r0", 1000
@@ -69,7 +73,7 @@ class FakeLog:
 
     def live_chunk_keys(self) -> set[bytes | None]:
         newest = {m.key(): m for m in self.msgs}
-        return {k for k, m in newest.items() if k != restart.manifest_key(0) and m.value() is not None}
+        return {k for k, m in newest.items() if k != images.manifest_key(0) and m.value() is not None}
 
     # what restart reads through services.log.tail
     def last_message(self, bootstrap: str, topic: str, partition: int) -> FakeMessage | None:
@@ -110,10 +114,11 @@ class FakeLogConsumer:
 @pytest.fixture
 def log(monkeypatch: Any) -> FakeLog:
     fake = FakeLog()
-    monkeypatch.setattr(restart, "last_message", fake.last_message)
-    monkeypatch.setattr(restart, "messages_between", fake.messages_between)
-    monkeypatch.setattr(restart, "messages_after", fake.messages_after)
-    monkeypatch.setattr(restart, "plain_consumer", fake.consumer)
+    monkeypatch.setattr(images, "last_message", fake.last_message)
+    monkeypatch.setattr(images, "messages_between", fake.messages_between)
+    monkeypatch.setattr(images, "messages_after", fake.messages_after)
+    monkeypatch.setattr(follower, "messages_between", fake.messages_between)
+    monkeypatch.setattr(follower, "plain_consumer", fake.consumer)
     return fake
 
 
@@ -161,7 +166,7 @@ def load() -> RestartImage | None:
 def test_an_image_many_chunks_large_is_written_in_chunks_and_read_back_whole(log: FakeLog) -> None:
     big = image(25)
     write(writer(log), big)
-    chunks = [m for m in log.msgs if m.key() != restart.manifest_key(0)]
+    chunks = [m for m in log.msgs if m.key() != images.manifest_key(0)]
     assert len(chunks) == 25 and all(len(m.value() or b"") <= CHUNK for m in chunks)
     assert load() == big
 

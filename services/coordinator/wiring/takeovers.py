@@ -1,0 +1,65 @@
+"""HA takeovers: heartbeats into the role table, the timer that checks it, and the role orders
+it gives on the control topic (``services.coordinator.takeover`` decides)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import faust
+
+from services.control.messages import ControlKind, ControlMessage, Heartbeat, now_ms
+from services.control.states import Role
+from services.coordinator.takeover import Order, Takeovers
+from services.node.fence import claim_epoch
+from services.spec import Spec
+
+if TYPE_CHECKING:
+    from services.coordinator.app import Coordinator
+
+log = logging.getLogger("hastream.coordinator")
+
+ROLES = frozenset(r.value for r in Role)
+
+
+def takeovers_of(spec: Spec, bootstrap: str) -> Takeovers:
+    """The role table of the spec's HA-scheme nodes; new primaries' epochs are claimed on the heartbeat topic."""
+    nodes = {n: (nd.replicas, nd.ha.detection_ms / 1000) for n, nd in spec.nodes.items() if nd.ha.scheme.kind.takeovers}
+
+    def claim(node: str, partition: int, replica: int) -> int:
+        return claim_epoch(bootstrap, spec.heartbeat_topic, node, partition, replica)
+
+    return Takeovers(nodes, claim)
+
+
+def wire(app: faust.App, coordinator: Coordinator) -> None:
+    """Timer ``takeovers``, four times per heartbeat interval of the fastest HA node, if the spec has any."""
+    if not coordinator.takeovers.nodes:
+        return
+    every = min(coordinator.spec.nodes[n].ha.heartbeat_ms for n in coordinator.takeovers.nodes)
+
+    @app.timer(interval=every / 4000, name="takeovers")
+    async def takeovers() -> None:
+        if coordinator.ready() and coordinator.caught_up:
+            await send_orders(coordinator, coordinator.takeovers.check(time.monotonic()))
+
+
+async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
+    """Every heartbeat shows the intake moves; an HA replica's, once the backlog is read, may change roles."""
+    takeovers = coordinator.takeovers
+    takeovers.intake(time.monotonic())  # the coordinator reads heartbeats: silence means something
+    if beat.node in takeovers.nodes and coordinator.caught_up:
+        reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
+        now = time.monotonic()
+        sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
+        orders = takeovers.heard(beat.node, beat.partition, beat.replica, now, reported, sent_at)
+        await send_orders(coordinator, orders)
+
+
+async def send_orders(coordinator: Coordinator, orders: list[Order]) -> None:
+    for o in orders:
+        log.info("%s/p%d/r%d is %s at epoch %d", o.node, o.partition, o.replica, o.role.value, o.epoch)
+        coordinator.orders_sent += 1
+        msg = ControlMessage(ControlKind.ROLE, o.node, o.partition, o.replica, role=o.role.value, epoch=o.epoch)
+        await coordinator.control.send(key=o.node.encode(), value=msg.encode())

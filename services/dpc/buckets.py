@@ -1,0 +1,41 @@
+"""What SUnion serializes: one tuple (``STuple``) and the bucket of tuple time it waits in.
+
+Its own module because both SUnion (``sunion``) and what it keeps of a failure for the redo
+(``kept``) hold them, and the node's stable path and the schemes take them from SUnion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.core.tuples import NO_TIME, STABLE, TupleType
+
+
+@dataclass(slots=True)
+class STuple:
+    """One serialized tuple: its type, which input it came from, its id there, time and record;
+    a tentative one also its t_max (from its ``ht`` header)."""
+
+    type: TupleType
+    port: int
+    id: int
+    stime: int
+    rec: Any
+    tmax: int = NO_TIME
+
+    def order(self) -> tuple[int, int, int]:
+        return (self.stime, self.port, self.id)
+
+
+@dataclass
+class Bucket:
+    first_arrival: float
+    tuples: list[STuple] = field(default_factory=list)
+
+    def clean(self) -> bool:
+        return all(t.type is STABLE for t in self.tuples)
+
+
+# One bucket on its way out: its index, its label and its tuples (copies carrying the label).
+Ready = tuple[int, TupleType, list[STuple]]

@@ -1,0 +1,90 @@
+"""Passive standby's warm standby: it follows the primary's checkpoints as they are written.
+
+ICDE 2005, section 5.1: the secondary holds the primary's state of the last checkpoint, so a
+takeover replays only what came after it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from confluent_kafka import Message, TopicPartition
+
+from services.core.errors import RestartImageError
+from services.core.kafka import plain_consumer
+from services.log.images import Manifest, assemble, delta_of, manifest_key
+from services.log.tail import messages_between
+from services.node.restart import RestartDelta, RestartImage, load_from
+
+
+class Follower:
+    """Follows one partition's checkpoints as they are written, so that a standby holds the newest
+    state before it is needed (passive standby's warm standby).
+
+    It starts from the newest image and its deltas (``load``), then reads on: each delta that is the
+    next of its chain goes to ``on_delta``; an image it must take whole (at the start, when the
+    chain changes after a takeover, or after a missing delta) goes to ``on_image`` with its deltas.
+    ``state`` holds the rest of the newest checkpoint (SUnion, outputs, offsets), not the operators.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partition: int,
+        on_image: Callable[[RestartImage], None],
+        on_delta: Callable[[RestartDelta], None],
+    ) -> None:
+        self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
+        self.where = f"{topic}[{partition}]"
+        self.on_image, self.on_delta = on_image, on_delta
+        state, start = load_from(bootstrap, topic, partition)
+        self.state: RestartImage | None = None
+        if state is not None:
+            self._took(state)
+        self.consumer = plain_consumer(bootstrap, "standby", unique=True, **{"fetch.wait.max.ms": 10})
+        self.consumer.assign([TopicPartition(topic, partition, start)])
+        self.next = start  # the offset after the last message read
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Take what has been written since the last call; returns how many messages were read."""
+        msgs = self.consumer.consume(500, timeout)
+        for m in msgs:
+            if m.error() is None:
+                self.next = (m.offset() or 0) + 1
+                self._take(m)
+        return len(msgs)
+
+    def catch_up(self, timeout: float = 10) -> RestartImage | None:
+        """Take everything written up to now; returns the newest checkpoint's state."""
+        _, high = self.consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition), timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while self.next < high:
+            self.poll(0.01)  # consume() waits its whole timeout unless its count of messages comes
+            if time.monotonic() > deadline:
+                raise RestartImageError(f"{self.where}: checkpoints up to offset {high} not read in {timeout}s")
+        return self.state
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def _take(self, m: Message) -> None:
+        st = self.state
+        if m.key() == manifest_key(self.partition):
+            man = Manifest.decode(m.value(), self.where)
+            if st is None or man.chain != st.chain or man.seq > st.seq:  # not the state it holds already
+                off = m.offset() or 0
+                chunks = messages_between(self.bootstrap, self.topic, self.partition, off - man.chunks, off)
+                self._took(assemble(man, chunks, self.partition, self.where, RestartImage))
+            return
+        d = delta_of(m, self.partition, self.where, RestartDelta)
+        if d is not None and st is not None and d.chain == st.chain and d.seq == st.seq + 1:
+            st.advance(d)
+            st.deltas.clear()
+            self.on_delta(d)
+
+    def _took(self, image: RestartImage) -> None:
+        self.on_image(image)
+        image.snapshot, image.deltas = b"", []  # applied: only the rest is kept
+        self.state = image

@@ -1,0 +1,93 @@
+"""The state store seam: how a scheme keeps its recovery points and gets the newest one back.
+
+A scheme decides *when* a recovery point is due and *what* it is (where the inputs stand, the
+outputs' next ids, whether it is taken inside an upstream failure); its store decides *how* the
+point is kept: DPC's restart images (``RestartImages``, here), passive standby's checkpoints of
+deltas between images (``services.ha.checkpoints``), and next CEC's partial checkpoints in the
+output log. The store writes in the background: the loop only hands it the point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.control.messages import now_ms
+from services.dpc.sunion import SUnion, SUnionState
+from services.node import restart
+from services.node.scheme import NodeRuntime
+
+
+@dataclass
+class InputPoint:
+    """SUnion's state and where every input stands: what a recovery point holds, and where a
+    spilled failure's redo goes back to (the failure's start)."""
+
+    sunion: SUnionState
+    ports: dict[str, tuple[int, int]]  # input stream -> (replica read, last stable id)
+    offsets: dict[str, int]  # input topic -> next offset
+
+
+def input_point(node: NodeRuntime, sunion: SUnion, offsets: dict[str, int] | None = None) -> InputPoint:
+    """SUnion's state and every port's replica, last stable id and offset (``offsets`` if given) now."""
+    return InputPoint(
+        sunion.state(),
+        {p.stream: (p.replica, p.last_stable) for p in node.inputs.ports},
+        offsets if offsets is not None else node.inputs.positions(),
+    )
+
+
+@dataclass
+class RecoveryPoint:
+    """What a scheme hands its store: its inputs' point, each output's SOutput state (next stable id,
+    last boundary), and the operators' state when it is not the pipeline's now (``snapshot``: the
+    state from before an upstream failure the point is taken in, ``failed``)."""
+
+    inputs: InputPoint
+    outputs: dict[str, tuple[int, int]]
+    failed: bool = False
+    snapshot: bytes | None = None
+
+
+class StateStore(Protocol):
+    """Takes a node replica partition's recovery points and recovers the newest."""
+
+    @property
+    def busy(self) -> bool:
+        """A point is still being written."""
+
+    def take(self, point: RecoveryPoint) -> None:
+        """Keep ``point`` (with the operators' state): pickled now, written in the background."""
+
+    def recover(self) -> restart.RestartImage | None:
+        """The newest point kept, whole, or None."""
+
+    def wait(self) -> None:
+        """Until every point taken is written (or has failed)."""
+
+
+class RestartImages:
+    """DPC's store: each point is a whole restart image in the replica's restart topic."""
+
+    def __init__(self, node: NodeRuntime, topic: str) -> None:
+        self.node, self.topic = node, topic
+
+    @property
+    def busy(self) -> bool:
+        return self.node.images.busy
+
+    def take(self, point: RecoveryPoint) -> None:
+        node = self.node
+        snapshot = point.snapshot if point.snapshot is not None else node.pipeline.snapshot(node.tick)
+        inputs = point.inputs
+        image = restart.RestartImage(
+            snapshot, inputs.sunion, point.outputs, inputs.ports, inputs.offsets, now_ms(), point.failed
+        )
+        node.images.write(image, node.tick)  # pickled here; chunked and written in the background
+
+    def recover(self) -> restart.RestartImage | None:
+        node = self.node
+        return restart.load(node.settings.bootstrap, self.topic, node.partition)
+
+    def wait(self) -> None:
+        self.node.images.wait()
