@@ -12,6 +12,7 @@ from collections import deque
 from typing import Any, cast
 
 from services.operators.base import Item, Operator, reason
+from services.operators.parts import PartEvent, PartId
 from services.spec.expr import EVAL_ERRORS, compile_expr
 
 # What the join keeps: per side, key -> tuples; per side, arrival order; per side, the time promised.
@@ -46,6 +47,8 @@ class WindowJoin(Operator):
         self.order: tuple[deque, deque] = (deque(), deque())
         # Per side: the time that side has reached; the other side is expired up to it - within.
         self.watermark: list[int | None] = [None, None]
+        self.opened: PartEvent | None = getattr(self, "opened", None)  # watchers of its parts (``parts``)
+        self.closed: PartEvent | None = getattr(self, "closed", None)
         self._untracked()
 
     def state(self) -> object:
@@ -104,6 +107,26 @@ class WindowJoin(Operator):
                 state.setdefault(k, deque()).append(entry)
                 order.append((entry[0], k))
 
+    # -- state parts (``services.operators.parts``): a part is what one side keeps of a key, id (key, side) --
+    def part_ids(self) -> list[PartId]:
+        return [(k, side) for side in (0, 1) for k in self.sides[side]]
+
+    def part(self, pid: PartId) -> object:
+        k, side = pid
+        return list(self.sides[side][k])
+
+    def load_part(self, pid: PartId, state: object) -> None:
+        """Put one key's tuples of one side back; the arrival order across keys is rebuilt by time."""
+        k, side = pid
+        entries = cast(list[tuple[int, int, Any]], state)
+        self.sides[side][k] = deque(entries)
+        order = sorted([*self.order[side], *((e[0], k) for e in entries)], key=lambda e: e[0])
+        self.order[side].clear()
+        self.order[side].extend(order)
+
+    def watch(self, opened: PartEvent | None, closed: PartEvent | None) -> None:
+        self.opened, self.closed = opened, closed
+
     def span(self) -> int:
         return self.within
 
@@ -147,6 +170,8 @@ class WindowJoin(Operator):
             q = mine.get(k)
             if q is None:
                 q = mine[k] = deque()
+                if self.opened is not None:
+                    self.opened((k, port), stime)
             q.append((t, stime, rec))
             order.append((t, k))
             seen = self.watermark[port]
@@ -166,4 +191,6 @@ class WindowJoin(Operator):
             q.popleft()
             if not q:
                 del state[k]
+                if self.closed is not None:
+                    self.closed((k, side), horizon)
             self.expired[side] += 1

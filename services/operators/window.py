@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence, cast
 
 from services.operators.base import Item, Operator, reason
+from services.operators.parts import PartEvent, PartId
 from services.spec import Aggregate
 
 
@@ -109,6 +110,8 @@ class WindowAggregate(Operator):
         self.watermark: int | None = None
         self.late = 0  # tuples that arrived after some of their windows had closed
         self.dirty: set[tuple[int, Any]] | None = None  # (start, key) changed since the last delta()
+        self.opened: PartEvent | None = getattr(self, "opened", None)  # watchers of its parts (``parts``)
+        self.closed: PartEvent | None = getattr(self, "closed", None)
 
     def state(self) -> object:
         return (self.windows, self.watermark, self.late)
@@ -144,6 +147,23 @@ class WindowAggregate(Operator):
             for start in [s for s in self.windows if s + self.size <= self.watermark]:
                 del self.windows[start]  # closed since the last delta
 
+    # -- state parts (``services.operators.parts``): a part is one key's window, id (key, start) ----------
+    def part_ids(self) -> list[PartId]:
+        return [(k, start) for start, w in self.windows.items() for k in w]
+
+    def part(self, pid: PartId) -> object:
+        k, start = pid
+        return self.windows[start][k].__getstate__()
+
+    def load_part(self, pid: PartId, state: object) -> None:
+        k, start = pid
+        acc = Accumulator(len(self.fields))
+        acc.__setstate__(cast(tuple, state))
+        self.windows.setdefault(start, {})[k] = acc
+
+    def watch(self, opened: PartEvent | None, closed: PartEvent | None) -> None:
+        self.opened, self.closed = opened, closed
+
     def span(self) -> int:
         return self.size
 
@@ -164,6 +184,7 @@ class WindowAggregate(Operator):
         out: list[Item] = []
         tf, kf, fields = self.time, self.key, self.fields
         size, slide, windows, nf, dirty = self.size, self.slide, self.windows, len(self.fields), self.dirty
+        opened = self.opened
         for item in items:
             try:  # everything that can fail, before anything changes
                 t, k, values = window_input(item[0], tf, kf, fields)
@@ -183,6 +204,8 @@ class WindowAggregate(Operator):
                 acc = w.get(k)
                 if acc is None:
                     acc = w[k] = Accumulator(nf)
+                    if opened is not None:
+                        opened((k, start), t)
                 acc.add(values)
                 if dirty is not None:
                     dirty.add((start, k))
@@ -199,3 +222,6 @@ class WindowAggregate(Operator):
             end = start + size
             for k in sorted(w):
                 out.append(window_result(self.aggs, self.fields, k, start, end, w[k]))
+            if self.closed is not None:
+                for k in sorted(w):
+                    self.closed((k, start), end)
