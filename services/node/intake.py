@@ -14,6 +14,7 @@ message, goes straight to the operators (``StablePath.direct``), past SUnion's b
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from confluent_kafka import Message
 
@@ -38,6 +39,10 @@ from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
+
+_DUPLICATE = object()  # in place of a record: a stable tuple the port has, read again
+# What a message is once read: type, id, stime, the boundary riding on it, the record, t_max.
+_Read = tuple[TupleType, int, int, int | None, Any, int]
 
 STALE = "stale tentative"  # NodeStats.skipped key
 FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writer
@@ -103,8 +108,11 @@ class Intake:
         port.last_stable, su.high = last, high
 
     def _each(self, msgs: list[Message], now: float) -> None:
+        """Each message by the reader contract. Only reading the message may fail as bad input (dead-
+        lettered with the reason); what SUnion then does with good input runs outside that net, so
+        a bug in it stops the node instead of passing for malformed input."""
         node = self.node
-        su, by_topic, stats = self.path.sunion, node.inputs.by_topic, node.stats
+        su, by_topic = self.path.sunion, node.inputs.by_topic
         bounds = su.boundaries
         for m in msgs:
             topic = m.topic() or ""
@@ -116,58 +124,71 @@ class Intake:
                 continue  # in flight from a replica the port just left, or after a gap it reads again
             try:
                 if port.raw is not None:
-                    self._take_raw(port, port.raw, m, now)
-                    continue
-                got = admit(m.headers(), port.fresh_gate if fresh else port.gate)
-                if got is None:  # written by a replaced copy of the upstream replica
-                    if port.upstream is None:
-                        self._older_writer(port, m)  # a source has one writer: another one is rejected
-                    stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
-                    continue
-                t, tid, stime, carried = got
-                i = port.index
-                if t is STABLE or t is TENTATIVE:
-                    bound = bounds[i]
-                    tm = NO_TIME
-                    if t is TENTATIVE:
-                        news = self._new_tentative(port, fresh, tid, stime, bound, m)
-                        if news is None:
-                            continue
-                        tm = news
-                    if t is STABLE and port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
-                        # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
-                        self.replace_tentative(port)
-                    if tid <= port.last_stable:
-                        if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
-                            raise ContractError(
-                                f"tuple id {tid} goes backwards (the stream is at {port.last_stable}): "
-                                "an input stream has one writer; feed it from several through an ingress"
-                            )
-                        if carried is not None:  # the boundary after it may be news: replicas' stable streams agree
-                            su.boundary(i, carried, now)
-                        continue  # a duplicate after a restart or a switch
-                    if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
-                        if port.upstream is None:  # a source has one log and one writer: nothing to read again
-                            raise ContractError(f"tuple id {tid} jumps past {port.last_stable}: the source skipped ids")
-                        port.report_gap(tid)
-                        stats.gaps += 1
-                        continue
-                    if bound is not None and stime < bound:
-                        raise ValueError(f"stime {stime} is below the input's boundary {bound}")
-                    rec = port.decode(m.value())
-                    su.push(i, t, tid, stime, rec, now, tm)
-                    if t is STABLE:
-                        port.last_stable = tid
-                        if carried is not None:  # a BOUNDARY rode on the tuple
-                            su.boundary(i, carried, now)
-                elif t is BOUNDARY:
-                    su.boundary(i, stime, now)
-                elif fresh:
-                    continue  # from the fresh replica only its new tuples count
+                    got = self._raw(port, port.raw, m, now)
                 else:
-                    self._control(port, t)
+                    got = self._read(port, fresh, m, bounds)
             except (HeaderError, DecodeError, KeyError, TypeError, ValueError) as e:
                 self._bad(m, e)
+                continue
+            if got is None:
+                continue
+            t, tid, stime, carried, rec, tm = got
+            i = port.index
+            if t is STABLE or t is TENTATIVE:
+                if rec is _DUPLICATE:
+                    if carried is not None:  # the boundary after it may be news: replicas' stable streams agree
+                        su.boundary(i, carried, now)
+                    continue
+                su.push(i, t, tid, stime, rec, now, tm)
+                if t is STABLE:
+                    port.last_stable = tid
+                    if carried is not None:  # a BOUNDARY rode on the tuple
+                        su.boundary(i, carried, now)
+            elif t is BOUNDARY:
+                su.boundary(i, stime, now)
+            elif not fresh:  # from the fresh replica only its new tuples count
+                self._control(port, t)
+
+    def _read(self, port: InputPort, fresh: bool, m: Message, bounds: list[int | None]) -> _Read | None:
+        """``m`` as (type, id, stime, carried boundary, record, t_max) if it is news to ``port``, else
+        None; a stable duplicate after a restart or a switch comes back as ``_DUPLICATE`` for the
+        boundary it may carry. Raises on bad input, changing nothing in SUnion."""
+        got = admit(m.headers(), port.fresh_gate if fresh else port.gate)
+        stats = self.node.stats
+        if got is None:  # written by a replaced copy of the upstream replica
+            if port.upstream is None:
+                self._older_writer(port, m)  # a source has one writer: another one is rejected
+            stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
+            return None
+        t, tid, stime, carried = got
+        if t is not STABLE and t is not TENTATIVE:
+            return t, tid, stime, carried, None, NO_TIME
+        bound = bounds[port.index]
+        tm = NO_TIME
+        if t is TENTATIVE:
+            news = self._new_tentative(port, fresh, tid, stime, bound, m)
+            if news is None:
+                return None
+            tm = news
+        if t is STABLE and port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
+            # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
+            self.replace_tentative(port)
+        if tid <= port.last_stable:
+            if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
+                raise ContractError(
+                    f"tuple id {tid} goes backwards (the stream is at {port.last_stable}): "
+                    "an input stream has one writer; feed it from several through an ingress"
+                )
+            return t, tid, stime, carried, _DUPLICATE, tm  # a duplicate after a restart or a switch
+        if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
+            if port.upstream is None:  # a source has one log and one writer: nothing to read again
+                raise ContractError(f"tuple id {tid} jumps past {port.last_stable}: the source skipped ids")
+            port.report_gap(tid)
+            stats.gaps += 1
+            return None
+        if bound is not None and stime < bound:
+            raise ValueError(f"stime {stime} is below the input's boundary {bound}")
+        return t, tid, stime, carried, port.decode(m.value()), tm
 
     def _control(self, port: InputPort, t: TupleType) -> None:
         """UNDO or REC_DONE from the replica ``port`` follows."""
@@ -214,27 +235,23 @@ class Intake:
             "an input stream has one writer; feed it from several through an ingress"
         )
 
-    def _take_raw(self, port: InputPort, raw: RawReader, m: Message, now: float) -> None:
+    def _raw(self, port: InputPort, raw: RawReader, m: Message, now: float) -> _Read | None:
         """An ingress's raw record as a stable tuple (its id its offset), or a tick as a boundary;
         the input's boundary follows the newest tuple time minus the lateness (``services.node.ingress``)."""
         raw.last_read = now
         off = m.offset() or 0
         if off <= port.last_stable:
-            return  # read again after a restart
+            return None  # read again after a restart
         stime, rec = raw.read(m)
-        su, i = self.path.sunion, port.index
-        bound = su.boundaries[i]
         if rec is None:
-            su.boundary(i, stime, now)
-            return
+            return BOUNDARY, off, stime, None, None, NO_TIME
+        bound = self.path.sunion.boundaries[port.index]
         if bound is not None and stime < bound:
             raise ContractError(
                 f"late: tuple time {stime} is {bound - stime} ms behind the stream's boundary {bound} "
                 f"(the newest tuple time minus the lateness of {raw.lateness} ms)"
             )
-        su.push(i, STABLE, off, stime, rec, now)
-        port.last_stable = off
-        su.boundary(i, stime - raw.lateness, now)
+        return STABLE, off, stime, stime - raw.lateness, rec, NO_TIME
 
     def tick_raw(self, now: float) -> None:
         """Write a tick into each raw input idle for its ``idle`` time: its time moves on without records."""
