@@ -38,6 +38,8 @@ class WindowJoin(Operator):
         self.time, self.within = time, within
         body = ", ".join(f"{k!r}: ({v})" for k, v in fields.items())
         self.build = compile_expr("{" + body + "}", left=left_fields, right=right_fields)
+        self.opened: PartEvent | None = None  # watchers of its parts (``parts``): clear() keeps them
+        self.closed: PartEvent | None = None
         self.clear()
 
     def clear(self) -> None:
@@ -47,8 +49,6 @@ class WindowJoin(Operator):
         self.order: tuple[deque, deque] = (deque(), deque())
         # Per side: the time that side has reached; the other side is expired up to it - within.
         self.watermark: list[int | None] = [None, None]
-        self.opened: PartEvent | None = getattr(self, "opened", None)  # watchers of its parts (``parts``)
-        self.closed: PartEvent | None = getattr(self, "closed", None)
         self._untracked()
 
     def state(self) -> object:

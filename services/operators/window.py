@@ -103,6 +103,8 @@ class WindowAggregate(Operator):
         self.key, self.time, self.size, self.slide = key, time, size, slide
         self.aggs = tuple(aggregates)
         self.fields = sorted({a.field for a in self.aggs if a.field})
+        self.opened: PartEvent | None = None  # watchers of its parts (``parts``): clear() keeps them
+        self.closed: PartEvent | None = None
         self.clear()
 
     def clear(self) -> None:
@@ -110,8 +112,6 @@ class WindowAggregate(Operator):
         self.watermark: int | None = None
         self.late = 0  # tuples that arrived after some of their windows had closed
         self.dirty: set[tuple[int, Any]] | None = None  # (start, key) changed since the last delta()
-        self.opened: PartEvent | None = getattr(self, "opened", None)  # watchers of its parts (``parts``)
-        self.closed: PartEvent | None = getattr(self, "closed", None)
 
     def state(self) -> object:
         return (self.windows, self.watermark, self.late)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 from collections import deque
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,8 +48,11 @@ def runs(draw: Any) -> tuple[list[dict], list[dict], list[Step]]:
     return a, b, steps
 
 
-def feed(p: NodePipeline, a: list[dict], b: list[dict], steps: list[Step]) -> list[list[object]]:
-    """Run ``steps`` on ``p``; returns the deltas taken, each pickled and read back as a standby gets it."""
+def feed(
+    p: NodePipeline, a: list[dict], b: list[dict], steps: list[Step], check: Callable[[], None] | None = None
+) -> list[list[object]]:
+    """Run ``steps`` on ``p`` (``check`` after each); returns the deltas taken, each pickled and read back
+    as a standby gets it."""
     pos = {"a": 0, "b": 0}
     data = {"a": a, "b": b}
     deltas: list[list[object]] = []
@@ -63,6 +66,8 @@ def feed(p: NodePipeline, a: list[dict], b: list[dict], steps: list[Step]) -> li
         elif kind == "delta":
             deltas.append(pickle.loads(pickle.dumps(p.delta())))
             p.drain()
+        if check is not None:
+            check()
     return deltas
 
 

@@ -19,7 +19,7 @@ from services.operators.join import WindowJoin
 from services.operators.parts import PartId
 from services.operators.window import WindowAggregate
 from services.spec.plan import plan_node
-from tests.unit.operators.test_deltas import Step, plain, runs
+from tests.unit.operators.test_deltas import Step, feed, plain, runs
 from tests.unit.operators.test_operators import in_order_stream, spec
 
 
@@ -43,19 +43,6 @@ def watched(op: Any) -> set[PartId]:
 
     op.watch(opened, closed)
     return open_
-
-
-def feed(p: NodePipeline, a: list[dict], b: list[dict], steps: list[Step], check: Any = None) -> None:
-    pos, data = {"a": 0, "b": 0}, {"a": a, "b": b}
-    for kind, n in steps:
-        if kind in data:
-            batch = data[kind][pos[kind] : pos[kind] + n]
-            pos[kind] += n
-            p.entry(kind)([(r, r["ts"]) for r in batch])
-        elif kind == "advance":
-            p.advance(min(x[pos[k] - 1]["ts"] if pos[k] else 0 for k, x in data.items()))
-        if check is not None:
-            check()
 
 
 @settings(max_examples=150, deadline=None)
