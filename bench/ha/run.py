@@ -32,7 +32,7 @@ from confluent_kafka import TopicPartition
 from bench.harness import ServiceProcesses, wait_primary
 from bench.workload import PacedSources, readings_workload
 from services.client.view import StreamView
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import Trim, decode_control
 from services.control.monitor import ReplicaMonitor
 from services.core.kafka import plain_consumer
 from services.deploy.topics import provision
@@ -321,7 +321,7 @@ def _ha_bytes(c: Config, spec: Any, bootstrap: str, window: tuple[int, int]) -> 
 
         def trim(m: Any) -> bool:
             try:
-                return ControlMessage.decode(m.value()).kind is ControlKind.TRIM
+                return isinstance(decode_control(m.value()), Trim)
             except Exception:  # noqa: BLE001 - not a control message of this kind
                 return False
 

@@ -24,6 +24,7 @@ from services.spec import Spec, parse_spec
 if TYPE_CHECKING:
     from services.dpc.scheme import DpcScheme
     from services.node.loop import NodeService
+    from services.node.merge import Admitted
     from services.node.scheme import NodeStats
 
 
@@ -172,9 +173,9 @@ def _scheme(svc: NodeService, spec: Spec, job: Job) -> DpcScheme:
 
 
 def _observe(svc: NodeService, scheme: DpcScheme, job: Job, seen: dict[str, float | None]) -> None:
-    """Wrap the node's input opening, batch intake and output writes: they report "ready" and
+    """Wrap the node's input opening, intake and output writes: they report "ready" and
     progress, note the first batch and the last output in ``seen``, and stop the loop at the end."""
-    open_inputs, before_batch, outputs = svc.inputs.open, scheme.before_batch, svc.outputs
+    open_inputs, take, outputs = svc.inputs.open, svc.intake.take, svc.outputs
 
     def metered_open(
         consumer: BatchConsumer, offsets: dict[str, int] | None, fresh: BatchConsumer | None = None
@@ -182,11 +183,11 @@ def _observe(svc: NodeService, scheme: DpcScheme, job: Job, seen: dict[str, floa
         open_inputs(consumer, offsets, fresh)  # clients are up, input assigned: the node is about to poll
         report("ready")
 
-    def metered_batch(msgs: list, now: float) -> None:
+    def metered_take(msgs: list, now: float) -> Admitted:
         t = time.time()
         if msgs and seen["first_at"] is None:
             seen["first_at"] = t
-        before_batch(msgs, now)
+        batch = take(msgs, now)
         if msgs and t - (seen["report"] or 0.0) > 0.2:
             report("progress", consumed=svc.stats.consumed)
             seen["report"] = t
@@ -195,6 +196,7 @@ def _observe(svc: NodeService, scheme: DpcScheme, job: Job, seen: dict[str, floa
             # The loop ends after this iteration's SUnion poll, produce and flush; the
             # final boundary has made every pending bucket stable.
             svc.running = False
+        return batch
 
     def metered(write: Callable[[], int]) -> Callable[[], int]:
         """``Outputs.write`` or ``flush``, noting when the last one that sent or waited for output returned."""
@@ -210,7 +212,7 @@ def _observe(svc: NodeService, scheme: DpcScheme, job: Job, seen: dict[str, floa
 
     # Observing the node means replacing four of its methods on these instances.
     svc.inputs.open = metered_open  # type: ignore[method-assign]
-    scheme.before_batch = metered_batch  # type: ignore[method-assign]
+    svc.intake.take = metered_take  # type: ignore[method-assign]
     outputs.flush = metered(outputs.flush)  # type: ignore[method-assign]
     outputs.write = metered(outputs.write)  # type: ignore[method-assign]
 

@@ -23,9 +23,8 @@ from services.core.tuples import (
     EpochGate,
     RawHeaders,
     TupleType,
-    admit,
-    tmax_of,
 )
+from services.dpc import contract
 from services.dpc.switching import Move
 
 EVENT_KINDS = ("stable", "tentative", "undo", "rec_done")
@@ -132,13 +131,12 @@ class PartitionView:
         """Apply one message as read from the log (``fresh``: from the replica read for new tuples
         only), unless a replaced writer wrote it; returns its (type, id, stime), None if dropped;
         raises HeaderError."""
-        got = admit(headers, self.fresh_gate if fresh else self.gate)
+        verdict, got, tm = contract.judge(self, headers, fresh, not self.started)
         if got is None:
             self.fenced += 1
             return None
         ttype, tid, stime, carried = got
-        tm = tmax_of(headers) if ttype is TENTATIVE else None
-        self.apply(ttype, tid, stime, payload, out, replica, offset, tm, fresh)
+        self.apply(ttype, tid, stime, payload, out, replica, offset, tm, fresh, verdict)
         if carried is not None and ttype is STABLE:
             self.apply(BOUNDARY, tid, carried, None, out, replica, offset)
         return ttype, tid, stime
@@ -154,17 +152,20 @@ class PartitionView:
         offset: int = -1,
         tmax: int | None = None,
         fresh: bool = False,
+        verdict: contract.Verdict | None = None,
     ) -> None:
         """Apply one message; append the resulting events (if any) to ``out``. ``tmax``: a tentative
-        tuple's t_max; ``fresh``: it comes from the replica read for new tuples only."""
+        tuple's t_max; ``fresh``: it comes from the replica read for new tuples only; ``verdict``:
+        the reader contract's (``services.dpc.contract``), if judged already."""
         r = self.replica if replica is None else replica
         if self.gap is not None:
             return  # the rest comes again, from where the missing ids are read
         if ttype is STABLE:
-            if tid <= self.last_stable:
+            verdict = verdict or contract.stable(self, tid, not self.started)
+            if verdict is contract.Verdict.DUPLICATE:
                 self.duplicates += 1
                 return
-            if self.started and tid > self.last_stable + 1:
+            if verdict is contract.Verdict.GAP:
                 self.gap = self.last_stable + 1
                 self.gaps += 1
                 return
@@ -179,7 +180,8 @@ class PartitionView:
                 self.stable.append(rec)
             out.append(ViewEvent("stable", self.partition, tid, stime, rec, r, offset))
         elif ttype is TENTATIVE:
-            self._tentative(tid, stime, payload, out, r, offset, tmax, fresh)
+            verdict = verdict or contract.tentative(self, tid, tmax, fresh)
+            self._tentative(tid, stime, payload, out, r, offset, tmax, verdict)
         elif fresh:
             return  # of the fresh replica only new tuples count
         elif ttype is UNDO:
@@ -214,14 +216,14 @@ class PartitionView:
         r: int,
         offset: int,
         tmax: int | None,
-        fresh: bool,
+        verdict: contract.Verdict,
     ) -> None:
-        if not self.track_tentative or (self.fresh is not None and not fresh):
-            return  # not wanted, or from a reconciling replica while a fresh one supplies new tuples
-        if not fresh and tid <= self.last_stable:
-            return  # already replaced by stable tuples
-        if tmax is not None and self.skip_upto is not None and tmax <= self.skip_upto:
-            self.repeats += 1  # held already, from the replica read before a switch
+        if not self.track_tentative:
+            return
+        if verdict is not contract.Verdict.NEW:
+            # From a reconciling replica while a fresh one supplies new tuples, replaced by stable
+            # tuples already, or held already from the replica read before a switch.
+            self.repeats += verdict is contract.Verdict.HELD
             return
         if tmax is None:  # a writer without t_max that restarted its tentative run: the overlap is void
             mine = [e for e in self.tentative if e.replica == r]

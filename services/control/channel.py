@@ -6,7 +6,7 @@ import logging
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
-from services.control.messages import ControlMessage
+from services.control.messages import ControlMessage, decode_control
 from services.core.errors import DecodeError
 from services.core.kafka import plain_consumer
 
@@ -27,7 +27,7 @@ class ControlReader:
             if m.error() is not None:
                 continue
             try:
-                out.append(ControlMessage.decode(m.value() or b""))
+                out.append(decode_control(m.value() or b""))
             except (DecodeError, ValueError) as e:
                 log.debug("skipping an unreadable control message: %s", e)
         return out

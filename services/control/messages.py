@@ -4,16 +4,18 @@ Reconciliation is a handshake on ``<spec>.control``: a replica that can reconcil
 REQUEST, the coordinator answers GRANT so replicas of one node take turns, the replica
 sends DONE. Heartbeats on ``<spec>.heartbeats`` carry each replica's state. Both topics
 have one partition, so every reader sees one order. This module is the only place that
-knows how these messages look on the wire.
+knows how these messages look on the wire. Each kind of control message is its own class
+with only the fields it uses (``ControlMessage`` is their union), so a reader that matches
+the class knows which fields it has.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar, Literal, TypeAlias
 
 from services.control.states import NodeState
 from services.core.codec import codec_for
@@ -46,69 +48,96 @@ class ControlKind(str, Enum):
     TRIM = "TRIM"  # an active standby primary tells its secondaries what its log holds (``services.ha.active_standby``)
 
 
-@dataclass(frozen=True, slots=True)
-class ControlMessage:
-    """One message of the reconciliation handshake; ``stagger=False`` asks for no turn-taking (Suspend)."""
+# What a kind does not carry is written as the schema's default, so every kind's bytes and
+# ``as_dict`` are as they were when one class carried every field. In ``as_dict``'s order.
+_SCHEMA_DEFAULTS: dict[str, Any] = {"stagger": True, "round_ms": 0, "role": "", "epoch": 0, "ids": {}}
+_ORDER = ("node", "partition", "replica", "stagger", "sent_ms", "round_ms", "role", "epoch", "ids")
 
-    kind: ControlKind
+
+@dataclass(frozen=True, slots=True)
+class _Addressed:
+    """What every control message carries: the node replica partition it is from or for, and when it was sent."""
+
+    kind: ClassVar[ControlKind]
     node: str
     partition: int
     replica: int
-    stagger: bool = True
-    sent_ms: int = 0
-    round_ms: int = 0  # which reconciliation round of the replica it belongs to (a GRANT echoes the REQUEST's)
-    role: str = ""  # ROLE: "primary" or "secondary"
-    epoch: int = 0  # ROLE: the partition's epoch from now on; TRIM: the sender's
-    ids: dict[str, int] = field(default_factory=dict)  # TRIM: output stream -> last stable id the log holds
-
-    def encode(self) -> bytes:
-        return _CONTROL.encode(
-            {
-                "kind": self.kind.value,
-                "node": self.node,
-                "partition": self.partition,
-                "replica": self.replica,
-                "stagger": self.stagger,
-                "sent_ms": self.sent_ms or now_ms(),
-                "round_ms": self.round_ms,
-                "role": self.role,
-                "epoch": self.epoch,
-                "ids": self.ids,
-            }
-        )
-
-    @classmethod
-    def decode(cls, payload: bytes) -> ControlMessage:
-        """Raises DecodeError (bad Avro) or ValueError (unknown kind)."""
-        c = _CONTROL.decode(payload)
-        return cls(
-            ControlKind(c["kind"]),
-            c["node"],
-            c["partition"],
-            c["replica"],
-            c["stagger"],
-            c["sent_ms"],
-            c["round_ms"],
-            c.get("role", ""),
-            c.get("epoch", 0),
-            dict(c.get("ids", {})),
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "node": self.node,
-            "partition": self.partition,
-            "replica": self.replica,
-            "stagger": self.stagger,
-            "sent_ms": self.sent_ms,
-            "round_ms": self.round_ms,
-            "role": self.role,
-            "epoch": self.epoch,
-        }
+    sent_ms: int = 0  # 0 until sent: ``encode_control`` stamps the wall clock
 
     def is_for(self, node: str, partition: int, replica: int) -> bool:
         return (self.node, self.partition, self.replica) == (node, partition, replica)
+
+    def as_dict(self) -> dict[str, Any]:
+        """One shape for every kind (the coordinator's decisions take it): what a kind lacks has its default."""
+        return {"kind": self.kind.value} | {k: v for k, v in _fields(self).items() if k != "ids"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request(_Addressed):
+    """A replica that can reconcile asks for its turn; ``stagger=False`` asks for no turn-taking (Suspend)."""
+
+    kind: ClassVar[Literal[ControlKind.REQUEST]] = ControlKind.REQUEST
+    stagger: bool = True
+    round_ms: int = 0  # the replica's reconciliation round: its clock at the round's first REQUEST
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant(_Addressed):
+    """The coordinator gives a replica its turn, for the round the REQUEST named."""
+
+    kind: ClassVar[Literal[ControlKind.GRANT]] = ControlKind.GRANT
+    stagger: bool = True
+    round_ms: int = 0  # echoes the REQUEST's, so the replica matches it to its round without comparing clocks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Done(_Addressed):
+    """The replica finished reconciling (or gives back a grant of a round that is over)."""
+
+    kind: ClassVar[Literal[ControlKind.DONE]] = ControlKind.DONE
+    round_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleOrder(_Addressed):
+    """The coordinator's takeover order to a replica of an HA scheme (``services.coordinator.takeover``)."""
+
+    kind: ClassVar[Literal[ControlKind.ROLE]] = ControlKind.ROLE
+    role: str  # "primary" or "secondary"
+    epoch: int  # the partition's epoch from now on: a primary writes with it, older writers are fenced
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trim(_Addressed):
+    """An active standby primary tells its secondaries what its log holds (``services.ha.active_standby``)."""
+
+    kind: ClassVar[Literal[ControlKind.TRIM]] = ControlKind.TRIM
+    epoch: int  # the sender's
+    ids: dict[str, int] = field(default_factory=dict)  # output stream -> last stable id the log holds
+
+
+ControlMessage: TypeAlias = Request | Grant | Done | RoleOrder | Trim
+_BY_KIND: dict[ControlKind, type[ControlMessage]] = {c.kind: c for c in (Request, Grant, Done, RoleOrder, Trim)}
+
+
+def _fields(msg: _Addressed) -> dict[str, Any]:
+    """Every field of the schema but ``kind``: the message's own, and the default of those its kind lacks."""
+    own = {f.name: getattr(msg, f.name) for f in fields(msg)}
+    return {k: own[k] if k in own else _SCHEMA_DEFAULTS[k] for k in _ORDER}
+
+
+def encode_control(msg: ControlMessage) -> bytes:
+    return _CONTROL.encode({"kind": msg.kind.value, **_fields(msg), "sent_ms": msg.sent_ms or now_ms()})
+
+
+def decode_control(payload: bytes) -> ControlMessage:
+    """The message of its kind's class. Raises DecodeError (bad Avro) or ValueError (unknown kind)."""
+    record: dict[str, Any] = {**_SCHEMA_DEFAULTS, **_CONTROL.decode(payload)}
+    cls = _BY_KIND[ControlKind(record["kind"])]
+    own = {f.name: record[f.name] for f in fields(cls)}
+    if "ids" in own:
+        own["ids"] = dict(own["ids"])
+    return cls(**own)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ from services.core.errors import HastreamError
 from services.core.login import SASL_MECHANISM, Login, env_login
 from services.core.logs import setup_logging
 from services.dpc.consistency import LEASE_MS, Coordination
-from services.ha.acks import TOPIC_CONFIG as ACKS_TOPIC_CONFIG
+from services.log.retention import ACKS as ACKS_TOPIC_CONFIG
 from services.spec import Spec
 
 

@@ -1,19 +1,15 @@
 """A deployment's topics and their settings: what ``up`` creates, and which of them are its own.
 
-The settings come from the modules whose records the topics hold: restart images
-(``services.log.images``), the logs HA schemes recover from (``services.ha.logs``) and the
-acknowledgements (``services.ha.acks``).
+The settings come from the scheme descriptors of the spec's nodes (``services.spec.topics``):
+each says what its restart images, the logs a recovery reads back and its acknowledgements need.
 """
 
 from __future__ import annotations
 
 from services.coordinator.names import internal_topics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
-from services.ha.acks import TOPIC_CONFIG as ACKS_TOPIC_CONFIG
-from services.ha.logs import TOPIC_CONFIG as HA_LOG_CONFIG
-from services.ha.logs import recovery_logs
-from services.log.images import TOPIC_CONFIG as RESTART_TOPIC_CONFIG
 from services.spec import Spec
+from services.spec.topics import topic_configs
 
 
 def provision(spec: Spec, bootstrap: str) -> list[str]:
@@ -24,11 +20,10 @@ def provision(spec: Spec, bootstrap: str) -> list[str]:
 
 
 def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None = None) -> list[TopicSpec]:
-    """Every topic of a deployment with its settings: restart topics take messages as large as an
-    image, and the logs HA schemes recover from keep every record until trimmed."""
-    own = {t: RESTART_TOPIC_CONFIG for t, _ in spec.restart_topics()}
-    own.update({t: HA_LOG_CONFIG for t in recovery_logs(spec)})
-    own[spec.acks_topic] = ACKS_TOPIC_CONFIG
+    """Every topic of a deployment with its settings: ``config`` for all, then what the schemes of its
+    nodes ask for theirs (restart topics take messages as large as an image, and the logs HA schemes
+    recover from keep every record until trimmed)."""
+    own = topic_configs(spec)
     return [TopicSpec(t, p, replication, {**(config or {}), **own.get(t, {})}) for t, p in spec.all_topics()]
 
 

@@ -11,7 +11,7 @@ granted replica waits while a partner reconciles.
 
 from __future__ import annotations
 
-from services.control.messages import COORDINATOR, ControlKind, ControlMessage, now_ms
+from services.control.messages import COORDINATOR, ControlMessage, Done, Grant, Request, now_ms
 from services.control.states import NodeState
 from services.dpc.consistency import may_reconcile_alone
 from services.node.scheme import NodeRuntime
@@ -30,14 +30,14 @@ class Round:
 
     def on_control(self, msg: ControlMessage) -> None:
         node = self.node
-        if msg.kind is not ControlKind.GRANT or not msg.is_for(node.plan.node, node.partition, node.replica):
+        if not isinstance(msg, Grant) or not msg.is_for(node.plan.node, node.partition, node.replica):
             return
         if self.requested_ms and msg.round_ms == self.requested_ms:
             self.granted = True  # the answer to this round's REQUEST (matched by round, not by clocks)
         elif not self.granted and msg.round_ms and msg.round_ms != self.requested_ms:
             # A grant for a round that is over (a re-sent or replayed one): give it back at
             # once, or the partner would wait for its lease to expire.
-            self._send(ControlKind.DONE, msg.round_ms)
+            node.send_control(Done(*self._address(), round_ms=msg.round_ms))
 
     def turn(self, now: float, partners: list[NodeState], stagger: bool) -> bool:
         """Whether this replica reconciles now; asks for the turn (again) when it has none."""
@@ -56,16 +56,15 @@ class Round:
 
     def done(self) -> None:
         """The reconciliation is over: DONE to the coordinator, and the next failure is a new round."""
-        self._send(ControlKind.DONE, self.requested_ms)
+        self.node.send_control(Done(*self._address(), round_ms=self.requested_ms))
         self.granted = False
         self.requested_at, self.requested_ms = 0.0, 0
 
     def _request(self, stagger: bool) -> None:
         self.requested_ms = self.requested_ms or now_ms()
-        self._send(ControlKind.REQUEST, self.requested_ms, stagger)
+        self.node.send_control(Request(*self._address(), stagger=stagger, round_ms=self.requested_ms))
 
-    def _send(self, kind: ControlKind, round_ms: int, stagger: bool = True) -> None:
+    def _address(self) -> tuple[str, int, int]:
+        """The node replica partition every message of its rounds is from."""
         node = self.node
-        node.send_control(
-            ControlMessage(kind, node.plan.node, node.partition, node.replica, stagger, round_ms=round_ms)
-        )
+        return node.plan.node, node.partition, node.replica

@@ -24,8 +24,6 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Message
-
 from services.control.messages import ControlMessage
 from services.control.states import NodeState
 from services.core.tuples import NO_TIME
@@ -36,10 +34,8 @@ from services.dpc.round import Round
 from services.dpc.soutput import SOutput
 from services.dpc.states import check_transition
 from services.dpc.sunion import SUnion
-from services.dpc.switching import Move
-from services.node.intake import Intake
+from services.node.merge import Admitted, InputMoved
 from services.node.path import StablePath
-from services.node.ports import InputPort
 from services.node.resume import Resume
 from services.node.scheme import NodeRuntime
 from services.node.state import InputPoint, RecoveryPoint, RestartImages, input_point
@@ -55,6 +51,7 @@ class DpcScheme:
     # The loop writes each batch without waiting for it (``Outputs.write``): what needs the output
     # acknowledged (a restart image, REC_DONE before DONE) flushes it first.
     overlap_writes = True
+    wants_positions = False  # see ``RecoveryScheme``
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node
@@ -71,7 +68,6 @@ class DpcScheme:
         )
         self.path = StablePath(node, sunion, {o.stream: SOutput() for o in plan.outputs})
         self.path.on_tentative = self._tentative
-        self.intake = Intake(node, self.path)
         self.restart_topic = plan.restart_topics[node.replica]
         self.store = RestartImages(node, self.restart_topic)
         self.resume = Resume(node, self.path)
@@ -156,12 +152,11 @@ class DpcScheme:
         self.store.wait()
 
     # -- input ------------------------------------------------------------------------
-    def before_batch(self, msgs: list[Message], now: float) -> None:
-        """Hand each message to SUnion by type; malformed ones go to the dead-letter topic."""
-        self.intake.take(msgs, now)
+    def before_batch(self, batch: Admitted, now: float) -> None:
+        pass  # the node's intake admitted the batch into ``path``
 
-    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
-        self.intake.on_input_move(port, move, now)
+    def on_input_move(self, moved: InputMoved, now: float) -> None:
+        pass  # the intake has applied the switching rule to the tuples held
 
     # -- processing --------------------------------------------------------------------
     def after_batch(self, now: float, idle: bool) -> None:
@@ -235,7 +230,7 @@ class DpcScheme:
         return states
 
     def on_check(self, now: float) -> None:
-        self.intake.tick_raw(now)
+        self.node.intake.tick_raw(now)
         if self.recovering:
             self._check_caught_up()
         if self.replaying is not None:

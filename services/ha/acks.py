@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 from services.core.codec import codec_for
 
 _ACK = codec_for("ack")
-TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "60000"}  # each primary's newest ack stays
 
 
 @dataclass(frozen=True)

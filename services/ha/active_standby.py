@@ -2,7 +2,7 @@
 
 The secondary reads the node's inputs as the primary does and runs the same operators, but
 writes nothing: its results wait in an in-memory queue per output. Every ``interval_ms`` the
-primary tells its secondaries which stable ids its log holds (a ``ControlKind.TRIM`` on the
+primary tells its secondaries which stable ids its log holds (a ``Trim`` message on the
 control topic: the paper's queue-trimming message, sent once the log has them); a secondary
 drops what is at or below them, so its queue holds about one interval of output. hastream's
 nodes are deterministic (tuple-time merge, deterministic operators), so both replicas give
@@ -29,21 +29,22 @@ import logging
 import time
 from collections import deque
 
-from confluent_kafka import Message
-
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import ControlMessage, Trim
 from services.control.states import Role
 from services.core.tuples import BOUNDARY, STABLE
 from services.dpc.soutput import Out, RestartMismatch
 from services.ha.scheme import HaScheme
 from services.ha.upstream_backup import Acking
 from services.log.tail import output_tail, stable_after
+from services.node.merge import Admitted
 from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
 
 
 class ActiveStandbyScheme(HaScheme):
+    wants_positions = True  # the cuts note where each input's log stands
+
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
         self.acking = Acking(self, node.plan.ha.interval_ms)  # the cuts a joining secondary rebuilds from
@@ -61,7 +62,7 @@ class ActiveStandbyScheme(HaScheme):
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
-        if msg.kind is ControlKind.TRIM:
+        if isinstance(msg, Trim):
             if msg.node == node.plan.node and msg.partition == node.partition and msg.epoch >= self.epoch:
                 self._trim(msg.ids)
             return
@@ -87,10 +88,9 @@ class ActiveStandbyScheme(HaScheme):
                 q.extend(e for e in out if e[1] > logged)
                 out.clear()
 
-    def before_batch(self, msgs: list[Message], now: float) -> None:
-        super().before_batch(msgs, now)
-        if msgs:
-            self.acking.note_reads(msgs)
+    def before_batch(self, batch: Admitted, now: float) -> None:
+        if batch.positions:
+            self.acking.note_reads(batch.positions)
 
     def after_batch(self, now: float, idle: bool) -> None:
         if self.role is Role.PRIMARY:
@@ -114,9 +114,7 @@ class ActiveStandbyScheme(HaScheme):
         self.trim_at = now + self.acking.interval_s
         node = self.node
         ids = {s: so.last_stable for s, so in self.soutputs.items()}
-        node.send_control(
-            ControlMessage(ControlKind.TRIM, node.plan.node, node.partition, node.replica, epoch=self.epoch, ids=ids)
-        )
+        node.send_control(Trim(node.plan.node, node.partition, node.replica, epoch=self.epoch, ids=ids))
 
     def on_promote(self) -> dict[str, int] | None:
         if not self.following:  # made primary before it followed (a deployment's first start): rebuild

@@ -16,7 +16,7 @@ import pickle
 import random
 
 from services.control.messages import now_ms
-from services.log.images import CHUNK_BYTES
+from services.log.retention import CHUNK_BYTES
 from services.node import restart
 from services.node.scheme import NodeRuntime
 from services.node.state import RecoveryPoint

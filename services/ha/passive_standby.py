@@ -5,7 +5,7 @@ Every ``interval_ms`` (M) the primary writes a checkpoint to the node's checkpoi
 it records: its outputs are flushed first, so a checkpoint never claims output the log does not
 hold. Checkpoints are deltas between whole images (``services.ha.checkpoints``, the scheme's
 state store). The loop only pickles: a thread writes, processing does not stop.
-The input logs keep everything (HA topics have no retention, ``services.ha.logs``), so input
+The input logs keep everything (HA topics have no retention, ``services.log.retention``), so input
 preservation holds without acknowledgements.
 
 A secondary is a **warm standby**: it reads the newest image and its deltas when it becomes

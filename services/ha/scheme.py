@@ -2,7 +2,7 @@
 
 A node of an HA scheme has a primary and secondaries, decided by the coordinator
 (``services.coordinator.takeover``), which sends each replica its role and the partition's
-epoch (a ``ControlKind.ROLE`` message). A replica starts as a *candidate*: it writes
+epoch (a ``RoleOrder`` message). A replica starts as a *candidate*: it writes
 nothing and waits for its order. The primary alone writes the node's outputs; with a one-log
 scheme (``Scheme.one_log``) that is one topic per stream, which a takeover continues:
 
@@ -46,18 +46,14 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Message
-
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import ControlMessage, RoleOrder
 from services.control.states import NodeState, Role
 from services.core.errors import FencedError
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import SUnion
-from services.dpc.switching import Move
 from services.log.tail import output_tail
-from services.node.intake import Intake
+from services.node.merge import Admitted, InputMoved
 from services.node.path import StablePath
-from services.node.ports import InputPort
 from services.node.resume import Resume
 from services.node.scheme import NodeRuntime
 from services.spec.model import Recovery
@@ -76,6 +72,7 @@ class HaScheme:
     # An ack or a trim published at the start of a batch says the output numbered before it is
     # written: the loop waits for every batch it writes.
     overlap_writes = False
+    wants_positions = False  # see ``RecoveryScheme``
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node
@@ -86,7 +83,6 @@ class HaScheme:
         inf = float("inf")
         sunion = SUnion(len(plan.inputs), self.dpc.bucket, inf, self.dpc.failure_policy, self.dpc.max_kept, inf)
         self.path = StablePath(node, sunion, {o.stream: SOutput() for o in plan.outputs}, at_bucket_starts=True)
-        self.intake = Intake(node, self.path)
         self.restart_topic = plan.restart_topics[node.replica]
         self.precise = plan.ha.guarantee is Recovery.PRECISE  # else a takeover repeats the log's tail
         self.resume = Resume(node, self.path, precise=self.precise)
@@ -115,15 +111,15 @@ class HaScheme:
         self.node.set_state(NodeState.STABLE)
         return None
 
-    def before_batch(self, msgs: list[Message], now: float) -> None:
-        self.intake.take(msgs, now)
+    def before_batch(self, batch: Admitted, now: float) -> None:
+        pass  # the node's intake admitted the batch into ``path``
 
-    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
-        self.intake.on_input_move(port, move, now)
+    def on_input_move(self, moved: InputMoved, now: float) -> None:
+        pass  # the intake has applied the switching rule to the tuples held
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
-        if msg.kind is not ControlKind.ROLE or not msg.is_for(node.plan.node, node.partition, node.replica):
+        if not isinstance(msg, RoleOrder) or not msg.is_for(node.plan.node, node.partition, node.replica):
             return
         if msg.epoch < self.epoch:
             return  # an order of an earlier epoch, read late
@@ -148,7 +144,7 @@ class HaScheme:
 
     def on_check(self, now: float) -> None:
         if self.role is Role.PRIMARY:
-            self.intake.tick_raw(now)
+            self.node.intake.tick_raw(now)
             self._lift_floors()
 
     def on_stop(self) -> None:

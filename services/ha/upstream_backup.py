@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import TopicPartition
 
 from services.control.messages import now_ms
 from services.control.states import Role
@@ -34,6 +34,7 @@ from services.ha.acks import Ack, Needs, newest_usable
 from services.ha.scheme import HaScheme
 from services.log.tail import messages_between, offset_after_stable, output_tail
 from services.log.trim import check_retained
+from services.node.merge import Admitted
 from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 
@@ -113,21 +114,13 @@ class Acking:
         return {p.topic: offsets[p.stream] for p in self.node.inputs.ports if len(p.topics) == 1}
 
     # -- processing --------------------------------------------------------------------
-    def note_reads(self, msgs: list[Message]) -> None:
-        """Where each input's log stands after this poll: an offset before every id not read yet."""
-        by_topic, left = self.node.inputs.by_topic, len(self.streams)
-        seen: set[str] = set()
-        for m in reversed(msgs):
-            topic = m.topic() or ""
-            port = by_topic.get(topic)
-            if port is None or topic in seen:
-                continue
-            seen.add(topic)
-            self.needs.read(
-                port.stream, port.last_stable, (m.offset() or 0) + 1, self.path.sunion.boundaries[port.index]
-            )
-            if len(seen) == left:
-                break
+    def note_reads(self, positions: dict[str, int]) -> None:
+        """Where each input's log stands after this poll (``Admitted.positions``): an offset before every
+        id not read yet."""
+        by_topic, boundaries = self.node.inputs.by_topic, self.path.sunion.boundaries
+        for topic, offset in positions.items():
+            port = by_topic[topic]
+            self.needs.read(port.stream, port.last_stable, offset, boundaries[port.index])
 
     def publish_pending(self) -> None:
         """Publish the last cut: the loop flushed the output before it since it was taken."""
@@ -169,6 +162,8 @@ class Acking:
 
 
 class UpstreamBackupScheme(HaScheme):
+    wants_positions = True  # the cuts note where each input's log stands
+
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
         self.acking = Acking(self, node.plan.ha.interval_ms)
@@ -176,10 +171,9 @@ class UpstreamBackupScheme(HaScheme):
     def on_promote(self) -> dict[str, int] | None:
         return self.acking.rebuild(write=True)
 
-    def before_batch(self, msgs: list[Message], now: float) -> None:
-        super().before_batch(msgs, now)
-        if msgs:
-            self.acking.note_reads(msgs)
+    def before_batch(self, batch: Admitted, now: float) -> None:
+        if batch.positions:
+            self.acking.note_reads(batch.positions)
 
     def after_batch(self, now: float, idle: bool) -> None:
         self.acking.publish_pending()

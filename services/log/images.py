@@ -43,18 +43,11 @@ from services.core.errors import RestartImageError
 from services.core.kafka import BatchProducer, DataProducer
 from services.core.pickling import dump_frames
 from services.core.tuples import RawHeaders
+from services.log.retention import CHUNK_BYTES
 from services.log.tail import last_message, messages_after, messages_between
 
 log = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1024 * 1024  # far below the broker's and the consumers' limits on one message
-TOPIC_CONFIG = {
-    "max.message.bytes": str(4 * CHUNK_BYTES),  # one chunk with its key and headers, compressed or not
-    "cleanup.policy": "compact",  # the newest image per partition stays, however old
-    "segment.ms": str(60_000),  # only closed segments are compacted: roll them often
-    "min.cleanable.dirty.ratio": "0.1",
-    "delete.retention.ms": str(60_000),
-}
 HEADER = "ht.image"  # on chunks, tombstones and deltas: "<newest complete manifest's offset>/<slot>/<extent>"
 DELTA_KEYS = 10_000  # a delta's key counts from its image up to this, then wraps
 

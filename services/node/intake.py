@@ -1,14 +1,15 @@
-"""Taking a node's input in: each message admitted once, by the DPC reader contract, into SUnion.
+"""Taking a node's input in, below its recovery scheme: each message admitted once, by the DPC
+reader contract (``services.dpc.contract``), into the scheme's merge (``services.node.merge``).
 
 Per message: its ``ht`` header is read and gated by the writer's epoch (a replaced upstream
 writer's messages are dropped, a source's older writer rejected); stable tuples are taken once
 each, in id order, and a gap in the ids makes the port read the gap again; tentative tuples
 count only if they are news (rules 3 and 4 of the paper's switches); BOUNDARY, UNDO and
-REC_DONE act on SUnion and the port. An ingress's raw records become stable tuples numbered
+REC_DONE act on the merge and the port. An ingress's raw records become stable tuples numbered
 by offset. A message that cannot be read goes to the dead-letter topic with the reason.
 
 One input in order, no failure and no second replica read: its next stable tuple, the usual
-message, goes straight to the operators (``StablePath.direct``), past SUnion's buckets.
+message, goes straight to the operators (``Ordering.direct``), past the merge's buckets.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from services.core.tuples import (
     admit,
     parse_headers,
     peek,
-    tmax_of,
 )
+from services.dpc import contract
+from services.dpc.contract import Verdict
 from services.dpc.switching import Move
 from services.node.ingress import RawReader
-from services.node.path import StablePath
+from services.node.merge import Admitted, InputMoved, Ordering
 from services.node.ports import InputPort
 from services.node.scheme import NodeRuntime
 
@@ -49,27 +51,41 @@ FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writ
 
 
 class Intake:
-    """Admits one node replica partition's input messages into its stable path's SUnion."""
+    """Admits one node replica partition's input messages into its scheme's merge (``Ordering``)."""
 
-    def __init__(self, node: NodeRuntime, path: StablePath) -> None:
-        self.node, self.path = node, path
+    def __init__(self, node: NodeRuntime, path: Ordering, positions: bool = False) -> None:
+        """``positions``: the scheme asks where each input's log stands after every poll (``Admitted``)."""
+        self.node, self.path, self.positions = node, path, positions
 
-    def take(self, msgs: list[Message], now: float) -> None:
-        """Hand each message to SUnion by type (or straight on, ``_in_order``); malformed ones go to
-        the dead-letter topic."""
+    def take(self, msgs: list[Message], now: float) -> Admitted:
+        """Hand each message to the merge by type (or straight on, ``_in_order``); malformed ones go to
+        the dead-letter topic. Returns what the scheme sees of the batch."""
         path = self.path
-        if path.sunion.in_order and not path.failed and self.node.inputs.ports[0].fresh is None:
+        if path.merge.in_order and not path.failed and self.node.inputs.ports[0].fresh is None:
             self._in_order(msgs, now)
         else:
             self._each(msgs, now)
         self.node.stats.consumed += len(msgs)
+        return Admitted(len(msgs), self._positions(msgs) if self.positions and msgs else {})
+
+    def _positions(self, msgs: list[Message]) -> dict[str, int]:
+        """Each input topic a port reads that this poll read: the offset after its last message read."""
+        by_topic = self.node.inputs.by_topic
+        left, out = len(by_topic), {}
+        for m in reversed(msgs):
+            topic = m.topic() or ""
+            if topic in by_topic and topic not in out:
+                out[topic] = (m.offset() or 0) + 1
+                if len(out) == left:
+                    break
+        return out
 
     def _in_order(self, msgs: list[Message], now: float) -> None:
         """One input in order and no failure: its next stable tuple, the usual message, goes straight
         to the operators (``direct``, no bucket to wait in); any other message through ``_take`` to
-        SUnion, and the rest of the batch after it, so the input's order holds (``after_batch`` runs
+        the merge, and the rest of the batch after it, so the input's order holds (``after_batch`` runs
         ``direct`` first)."""
-        su, port, append = self.path.sunion, self.node.inputs.ports[0], self.path.direct.append
+        su, port, append = self.path.merge, self.node.inputs.ports[0], self.path.direct.append
         topic, gate, decode, bounds = port.topic, port.gate, port.decode, su.boundaries
         if port.gap is not None or port.tmax is not None or su.pending:
             self._each(msgs, now)
@@ -95,7 +111,7 @@ class Intake:
                 port.last_stable, su.high = last, high
                 self._each([m], now)  # the general path, which also says why a message is bad
                 if port.gap is not None or port.tmax is not None or su.pending:
-                    self._each(msgs[i + 1 :], now)  # SUnion's buckets keep the input's order from here
+                    self._each(msgs[i + 1 :], now)  # the merge's buckets keep the input's order from here
                     return
                 last, high, bound = port.last_stable, su.high, bounds[0]
                 continue
@@ -109,10 +125,10 @@ class Intake:
 
     def _each(self, msgs: list[Message], now: float) -> None:
         """Each message by the reader contract. Only reading the message may fail as bad input (dead-
-        lettered with the reason); what SUnion then does with good input runs outside that net, so
+        lettered with the reason); what the merge then does with good input runs outside that net, so
         a bug in it stops the node instead of passing for malformed input."""
         node = self.node
-        su, by_topic = self.path.sunion, node.inputs.by_topic
+        su, by_topic = self.path.merge, node.inputs.by_topic
         bounds = su.boundaries
         for m in msgs:
             topic = m.topic() or ""
@@ -150,10 +166,11 @@ class Intake:
                 self._control(port, t)
 
     def _read(self, port: InputPort, fresh: bool, m: Message, bounds: list[int | None]) -> _Read | None:
-        """``m`` as (type, id, stime, carried boundary, record, t_max) if it is news to ``port``, else
-        None; a stable duplicate after a restart or a switch comes back as ``_DUPLICATE`` for the
-        boundary it may carry. Raises on bad input, changing nothing in SUnion."""
-        got = admit(m.headers(), port.fresh_gate if fresh else port.gate)
+        """``m`` as (type, id, stime, carried boundary, record, t_max) if it is news to ``port`` by the
+        reader contract (``services.dpc.contract``), else None; a stable duplicate after a restart or a
+        switch comes back as ``_DUPLICATE`` for the boundary it may carry. Raises on bad input,
+        changing nothing in the merge."""
+        verdict, got, tm = contract.judge(port, m.headers(), fresh, self._first_of_source(port, m))
         stats = self.node.stats
         if got is None:  # written by a replaced copy of the upstream replica
             if port.upstream is None:
@@ -161,34 +178,43 @@ class Intake:
             stats.skipped[FENCED] = stats.skipped.get(FENCED, 0) + 1
             return None
         t, tid, stime, carried = got
-        if t is not STABLE and t is not TENTATIVE:
+        if verdict is Verdict.CONTROL:
             return t, tid, stime, carried, None, NO_TIME
         bound = bounds[port.index]
-        tm = NO_TIME
         if t is TENTATIVE:
-            news = self._new_tentative(port, fresh, tid, stime, bound, m)
-            if news is None:
+            if verdict is not Verdict.NEW or (bound is not None and stime < bound):
+                stats.skipped[STALE] = stats.skipped.get(STALE, 0) + 1
                 return None
-            tm = news
-        if t is STABLE and port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
-            # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
-            self.replace_tentative(port)
-        if tid <= port.last_stable:
-            if port.upstream is None:  # one log, one writer: never a duplicate to drop quietly
-                raise ContractError(
-                    f"tuple id {tid} goes backwards (the stream is at {port.last_stable}): "
-                    "an input stream has one writer; feed it from several through an ingress"
-                )
-            return t, tid, stime, carried, _DUPLICATE, tm  # a duplicate after a restart or a switch
-        if t is STABLE and tid != port.last_stable + 1 and not self._first_of_source(port, m):
+            tmax = NO_TIME if tm is None else tm
+            port.tmax = tmax if port.tmax is None else max(port.tmax, tmax)
+            if tid <= port.last_stable:  # the fresh replica's, behind this port
+                return self._duplicate(port, t, tid, stime, carried, tmax)
+            return t, tid, stime, carried, port.decode(m.value()), tmax
+        if verdict is Verdict.DUPLICATE:
+            return self._duplicate(port, t, tid, stime, carried, NO_TIME)
+        if verdict is Verdict.GAP:
             if port.upstream is None:  # a source has one log and one writer: nothing to read again
                 raise ContractError(f"tuple id {tid} jumps past {port.last_stable}: the source skipped ids")
             port.report_gap(tid)
             stats.gaps += 1
             return None
+        if port.tmax is not None and port.fresh is None and tid == port.last_stable + 1:
+            # Stable tuples past the tentative ones kept at a switch (rule 3): they replace them.
+            self.replace_tentative(port)
         if bound is not None and stime < bound:
             raise ValueError(f"stime {stime} is below the input's boundary {bound}")
-        return t, tid, stime, carried, port.decode(m.value()), tm
+        return t, tid, stime, carried, port.decode(m.value()), NO_TIME
+
+    @staticmethod
+    def _duplicate(port: InputPort, t: TupleType, tid: int, stime: int, carried: int | None, tm: int) -> _Read:
+        """A tuple the port has, after a restart or a switch: only the boundary it carries may be news.
+        A source has one log and one writer: a duplicate there breaks its contract."""
+        if port.upstream is None:
+            raise ContractError(
+                f"tuple id {tid} goes backwards (the stream is at {port.last_stable}): "
+                "an input stream has one writer; feed it from several through an ingress"
+            )
+        return t, tid, stime, carried, _DUPLICATE, tm
 
     def _control(self, port: InputPort, t: TupleType) -> None:
         """UNDO or REC_DONE from the replica ``port`` follows."""
@@ -198,7 +224,7 @@ class Intake:
             if port.fresh is None:
                 self.replace_tentative(port)
             else:  # the tuples not processed yet are the fresh replica's: it voids those processed
-                self.path.sunion.undo(i, pending=False)
+                self.path.merge.undo(i, pending=False)
                 port.processed_tmax = None
             node.stats.undos_received += 1
         elif t is REC_DONE:
@@ -245,7 +271,7 @@ class Intake:
         stime, rec = raw.read(m)
         if rec is None:
             return BOUNDARY, off, stime, None, None, NO_TIME
-        bound = self.path.sunion.boundaries[port.index]
+        bound = self.path.merge.boundaries[port.index]
         if bound is not None and stime < bound:
             raise ContractError(
                 f"late: tuple time {stime} is {bound - stime} ms behind the stream's boundary {bound} "
@@ -271,44 +297,24 @@ class Intake:
             return False
         return port.midway or (port.upstream is None and (m.offset() or 0) > 0)
 
-    def _new_tentative(
-        self, port: InputPort, fresh: bool, tid: int, stime: int, bound: int | None, m: Message
-    ) -> int | None:
-        """A tentative tuple's t_max (NO_TIME if it has none) if it is news to ``port``, else None:
-        not while the followed replica reconciles (new tuples then come from the fresh one), not
-        what the port already has stably, and only past the t_max of the tentative tuples it
-        held at a switch (so none is received twice); counts the rest as skipped."""
-        tm = tmax_of(m.headers())
-        skip = port.skip_upto
-        if (
-            (port.fresh is not None and not fresh)
-            or (bound is not None and stime < bound)
-            or (not fresh and tid <= port.last_stable)  # a replica behind this port: it has that stably
-            or (tm is not None and skip is not None and tm <= skip)
-        ):
-            stats = self.node.stats.skipped
-            stats[STALE] = stats.get(STALE, 0) + 1
-            return None
-        tm = NO_TIME if tm is None else tm
-        port.tmax = tm if port.tmax is None else max(port.tmax, tm)
-        return tm
-
     def replace_tentative(self, port: InputPort) -> None:
         """The port's stable stream replaces the tentative tuples it holds (rule 2)."""
-        self.path.sunion.undo(port.index)
+        self.path.merge.undo(port.index)
         port.tmax = port.skip_upto = port.processed_tmax = None
 
-    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
+    def on_input_move(self, port: InputPort, move: Move, now: float) -> InputMoved:
         """The port changed what it reads (``services.dpc.switching.Move``). Moving to a stable replica
         replaces its tentative tuples; moving to one in a failure keeps them (rule 3), as does
         reading a fresh replica besides a reconciling one (rule 4) until that one is done, except
-        those not processed yet: the fresh replica sends them again."""
-        if move in (Move.STABLE, Move.GAP, Move.END_FRESH):
+        those not processed yet: the fresh replica sends them again. Returns what the scheme sees."""
+        replaced = move in (Move.STABLE, Move.GAP, Move.END_FRESH)
+        if replaced:
             self.replace_tentative(port)
         elif move is Move.FRESH:  # the reconciling replica's tuples not processed yet are void
-            self.path.sunion.undo(port.index, kept=False)
+            self.path.merge.undo(port.index, kept=False)
         if move is not Move.END_FRESH:
             self.node.stats.switches += 1
+        return InputMoved(port.stream, port.replica, keeps_tentative=not replaced)
 
 
 def _sparse(n: int) -> bool:

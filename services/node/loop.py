@@ -18,7 +18,7 @@ from confluent_kafka import Message
 
 from services.control.channel import ControlReader
 from services.control.heartbeat import HeartbeatSender
-from services.control.messages import ControlMessage
+from services.control.messages import ControlMessage, encode_control
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.config import Settings
@@ -27,6 +27,7 @@ from services.core.metrics import MetricsServer, serve_from_env
 from services.log import images
 from services.node import fence
 from services.node.engines import operator_builder
+from services.node.intake import Intake
 from services.node.metrics import NodeMetrics, reason_label
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
@@ -77,6 +78,7 @@ class NodeService:
         self.outputs = Outputs(plan.outputs, partition, replica)
         self.name = plan.service_name(replica, partition)
         self.scheme: RecoveryScheme = build_scheme(self)
+        self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions)
         self.lags: dict[str, int] = {}  # input stream -> messages not read yet, as of the last check
         self.metrics = NodeMetrics(self)
         self.metrics_server: MetricsServer | None = None
@@ -151,12 +153,12 @@ class NodeService:
                 last_input = now
             elif max_idle_s is not None and last_input is not None and now - last_input > max_idle_s:
                 break
-            scheme.before_batch(msgs, now)
+            scheme.before_batch(self.intake.take(msgs, now), now)
             scheme.after_batch(now, idle=not msgs)
             if now >= next_check:
                 next_check = now + CHECK_INTERVAL_S
                 for port, move in self.inputs.follow_best(self.monitor, st.bootstrap):
-                    scheme.on_input_move(port, move, now)
+                    scheme.on_input_move(self.intake.on_input_move(port, move, now), now)
                 for c in self.control.poll():
                     scheme.on_control(c, now)
                 scheme.on_check(now)
@@ -180,7 +182,7 @@ class NodeService:
         return self.heartbeat.working(limit_s)
 
     def send_control(self, msg: ControlMessage) -> None:
-        self.producer.send(self.plan.control_topic, msg.encode())
+        self.producer.send(self.plan.control_topic, encode_control(msg))
 
     def deadletter(self, msg: Message, reason: str) -> None:
         self.outputs.deadletter(self.plan.deadletter_topic, msg, reason, self.name)

@@ -64,6 +64,11 @@ class StablePath:
         self.on_bucket: Bucket = _nothing
         self.on_step: Callable[[int], None] = _nothing
 
+    @property
+    def merge(self) -> SUnion:
+        """Where the intake hands admitted tuples (``services.node.merge.Ordering``): SUnion's time merge."""
+        return self.sunion
+
     def step(self, now: float) -> None:
         """Run what is ready, move the operators' time on, flush what is due."""
         if self.direct:

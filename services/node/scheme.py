@@ -2,18 +2,20 @@
 algorithms, CEC and Flux) acts, and what of the node it may use.
 
 The loop calls, in this order: ``on_restart`` once, then per iteration ``before_batch``
-(the messages just polled, possibly none) and ``after_batch``; every ``CHECK_INTERVAL_S``
-``on_input_move`` for each input port that changed the upstream replica(s) it reads,
-``on_control`` for each control message, ``on_check`` and ``progress`` (what heartbeats
-report); ``on_stop`` on a clean stop. The loop flushes the outputs after every iteration. A scheme never polls or produces by
-itself: it works on the node's inputs, operators and output queues.
+(what the node's intake admitted of the messages just polled, possibly none: the tuples went
+to the scheme's merge, ``path``, see ``services.node.merge``) and ``after_batch``; every
+``CHECK_INTERVAL_S`` ``on_input_move`` for each input that changed the upstream replica(s) it
+reads, ``on_control`` for each control message, ``on_check`` and ``progress`` (what
+heartbeats report); ``on_stop`` on a clean stop. The loop flushes the outputs after every
+iteration. A scheme never polls or produces by itself: it works on the node's inputs,
+operators and output queues.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from confluent_kafka import Message
 
@@ -22,13 +24,16 @@ from services.control.monitor import Monitor
 from services.control.states import NodeState
 from services.core.config import Settings
 from services.core.kafka import DataProducer
-from services.dpc.switching import Move
+from services.node.merge import Admitted, InputMoved, Ordering
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
-from services.node.ports import InputPort, Inputs
+from services.node.ports import Inputs
 from services.node.restart import RestartImage
 from services.operators.base import Item
 from services.spec.plan import NodePlan
+
+if TYPE_CHECKING:  # the intake uses this module's NodeRuntime
+    from services.node.intake import Intake
 
 CHECK_INTERVAL_S = 0.1  # how often upstream replicas and control messages are looked at
 
@@ -96,6 +101,10 @@ class NodeRuntime(Protocol):
     @property
     def monitor(self) -> Monitor: ...
 
+    @property
+    def intake(self) -> Intake:
+        """Admits the input into the scheme's ``path``; writes an idle ingress's ticks (``tick_raw``)."""
+
     def set_state(self, state: NodeState) -> None:
         """Announce the replica's state (its heartbeats carry it)."""
 
@@ -126,21 +135,28 @@ class RecoveryScheme(Protocol):
     # Whether the loop may leave a batch's output unacknowledged while it processes the next
     # (``Outputs.write``); if not, it waits for each one (``Outputs.flush``).
     overlap_writes: bool
+    # Whether it needs, after every poll, where each input's log stands (``Admitted.positions``).
+    wants_positions: bool
+
+    @property
+    def path(self) -> Ordering:
+        """Where the node's intake hands the tuples it admits (``services.node.merge``)."""
 
     def on_restart(self) -> dict[str, int] | None:
         """Before the first poll: continue from what survived a crash; returns the input offsets to
         start at, or None to read nothing yet (the scheme starts the inputs later, ``Inputs.read_from``).
         A scheme that writes at once calls ``NodeRuntime.begin_writing`` here."""
 
-    def before_batch(self, msgs: list[Message], now: float) -> None:
-        """Take the polled input messages in (deduplicate, order, dead-letter what is malformed)."""
+    def before_batch(self, batch: Admitted, now: float) -> None:
+        """The node's intake admitted a poll's messages into ``path`` (deduplicated, each input in order,
+        what is malformed dead-lettered)."""
 
     def after_batch(self, now: float, idle: bool) -> None:
         """Run the operators on what is ready and queue the results on the outputs."""
 
-    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
-        """``port`` changed what it reads (its upstream replica failed, fell behind, reconciles or
-        recovered; ``services.dpc.switching.Move`` says which switching rule applied)."""
+    def on_input_move(self, moved: InputMoved, now: float) -> None:
+        """An input changed what it reads (its upstream replica failed, fell behind, reconciles or
+        recovered); the intake has applied the switching rule to what it holds already."""
 
     def on_control(self, msg: ControlMessage, now: float) -> None: ...
 

@@ -4,16 +4,20 @@ A descriptor says everything the rest of hastream needs to know of a scheme: whe
 is (the node builds it, ``services.schemes``), whether its outputs are one log the primary
 writes or a log per replica, where its settings, heartbeats and detection come from, which
 coordinator protocol drives it (DPC's reconciliation grants, or the HA takeovers), whether it
-publishes level-1 acknowledgements and has its inputs trimmed by them, whether a recovery reads
-its logs back (so they keep every record until trimmed), which engines may run it, and the
-recovery types it gives by operator class (ICDE 2005, Table 2 and section 6). A new scheme is
-its module and one entry in ``KINDS``; nothing else tests which scheme a node has.
+has its inputs trimmed by its acknowledgements, the broker settings each kind of its nodes' topics
+needs (``NodeTopic``: restart images, the input and output logs a recovery reads back, the level-1
+acknowledgements it publishes), which engines may run it, and the recovery types it gives by
+operator class (ICDE 2005, Table 2 and section 6). A new scheme is its module and one entry in
+``KINDS``; nothing else tests which scheme a node has.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+
+from services.log import retention
 
 
 class Scheme(str, Enum):
@@ -73,6 +77,16 @@ class Outcome(Enum):
     GAP = "gap"  # tuples may be lost
 
 
+class NodeTopic(Enum):
+    """A node's topics by what they hold; a descriptor gives each kind the broker settings it needs.
+    A topic of two kinds (two nodes' views of one log) takes the settings of the later one here."""
+
+    RESTART = "restart"  # its restart images: one topic per replica, or per node for a one-log scheme
+    INPUTS = "inputs"  # the logs of the streams it reads
+    OUTPUTS = "outputs"  # the logs of the streams it writes
+    ACKS = "acks"  # the spec's level-1 acknowledgements, which its primary publishes
+
+
 @dataclass(frozen=True)
 class SchemeKind:
     """One scheme's descriptor (see the module's docstring)."""
@@ -87,15 +101,25 @@ class SchemeKind:
     rollback: tuple[Outcome, Outcome, Outcome, Outcome] | None = None  # Table 2: rollback outcome by class
     precise_up_to: OpClass | None = None  # section 6: the most general class it recovers precisely
     precise_else: str = ""  # what to use instead for a more general class
-    acks: bool = False  # its primary publishes level-1 acknowledgements
     trims_inputs: bool = False  # its input logs are trimmed at its acks (when every reader is such a node)
-    keeps_logs: bool = False  # a recovery reads its input and output logs back: no retention may cut them
+    # its topics' broker settings by kind; a kind it does not name keeps the deployment's defaults
+    topics: Mapping[NodeTopic, Mapping[str, str]] = field(default_factory=dict, hash=False)
     engines: tuple[str, ...] = ("python",)
+
+    @property
+    def acks(self) -> bool:
+        """Whether its primary publishes level-1 acknowledgements: it has the acks topic."""
+        return NodeTopic.ACKS in self.topics
 
 
 _R, _C, _D, _A = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE, OpClass.DETERMINISTIC, OpClass.ARBITRARY
 _REP, _CONV, _DIV = Outcome.REPEATING, Outcome.CONVERGENT, Outcome.DIVERGENT
 _KEEPS_ALL = "{scheme} keeps every tuple a recovery needs, so it gives rollback or precise: for gap use amnesia"
+_IMAGES = {NodeTopic.RESTART: retention.IMAGES}
+# A recovery reads the node's input and output logs back: no retention may cut them (amnesia reads
+# none back: it restarts at the inputs' end).
+_READS_BACK = {**_IMAGES, NodeTopic.INPUTS: retention.RECOVERY_LOG, NodeTopic.OUTPUTS: retention.RECOVERY_LOG}
+_ACKED = {**_READS_BACK, NodeTopic.ACKS: retention.ACKS}
 
 # Section 6 on precise recovery: passive standby drops regenerated tuples up to its output log's tail,
 # and for an arbitrary node forwards only checkpointed output; active standby switches downstream after
@@ -108,6 +132,7 @@ KINDS: dict[Scheme, SchemeKind] = {
         settings="dpc",
         takeovers=False,
         recovery=None,
+        topics=_IMAGES,
         engines=("python", "spark"),
     ),
     Scheme.AMNESIA: SchemeKind(
@@ -119,6 +144,7 @@ KINDS: dict[Scheme, SchemeKind] = {
         recoveries=(Recovery.GAP,),
         refuses="amnesia restarts empty and loses tuples, so it gives gap recovery, not {recovery}: "
         "use passive_standby, active_standby or upstream_backup",
+        topics=_IMAGES,
     ),
     Scheme.PASSIVE_STANDBY: SchemeKind(
         "services.ha.passive_standby:PassiveStandbyScheme",
@@ -130,7 +156,7 @@ KINDS: dict[Scheme, SchemeKind] = {
         refuses=_KEEPS_ALL,
         rollback=(_REP, _REP, _REP, _DIV),
         precise_up_to=_A,
-        keeps_logs=True,
+        topics=_READS_BACK,
     ),
     Scheme.UPSTREAM_BACKUP: SchemeKind(
         "services.ha.upstream_backup:UpstreamBackupScheme",
@@ -143,9 +169,8 @@ KINDS: dict[Scheme, SchemeKind] = {
         rollback=(_REP, _CONV, _DIV, _DIV),
         precise_up_to=_C,
         precise_else="passive_standby, or active_standby for a deterministic node",
-        acks=True,
         trims_inputs=True,
-        keeps_logs=True,
+        topics=_ACKED,
     ),
     Scheme.ACTIVE_STANDBY: SchemeKind(
         "services.ha.active_standby:ActiveStandbyScheme",
@@ -158,7 +183,6 @@ KINDS: dict[Scheme, SchemeKind] = {
         rollback=(_REP, _REP, _REP, _DIV),
         precise_up_to=_D,
         precise_else="passive_standby (it forwards only checkpointed output)",
-        acks=True,
-        keeps_logs=True,
+        topics=_ACKED,
     ),
 }

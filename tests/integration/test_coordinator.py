@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from services.control.heartbeat import HeartbeatSender
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import Done, Request, decode_control, encode_control
 from services.control.states import NodeState
 from services.coordinator.client import fetch_status, status_url
 from services.core.kafka import BatchProducer
@@ -68,7 +68,7 @@ class ControlLog:
             for m in self._c.consume(100, 0.1):
                 if m.error() is None:
                     with self._lock:
-                        self.messages.append(ControlMessage.decode(m.value() or b"").as_dict())
+                        self.messages.append(decode_control(m.value() or b"").as_dict())
 
     def grants(self) -> list[int]:
         """Replicas granted, in order."""
@@ -104,7 +104,8 @@ def test_states_grants_failure_and_restart(setup: tuple, kafka: Any) -> None:
     spec, coord, producer, ctl = setup
 
     def send(kind: str, replica: int) -> None:
-        producer.send(spec.control_topic, ControlMessage(ControlKind(kind), "n", 0, replica).encode(), b"n", 0)
+        msg = {"REQUEST": Request, "DONE": Done}[kind]("n", 0, replica)
+        producer.send(spec.control_topic, encode_control(msg), b"n", 0)
         producer.flush(5)
         time.sleep(0.005)  # distinct sent_ms: the queue is ordered by send time
 
@@ -188,8 +189,8 @@ def test_a_burst_of_control_messages_in_one_lz4_batch_is_read(setup: tuple, kafk
     try:
         wait_for(lambda: all(r["seen"] for r in coord.status()["replicas"]), 10, "three replicas seen")
         for _ in range(199):
-            burst.send(spec.control_topic, ControlMessage(ControlKind.DONE, "n", 0, 2).encode(), b"n", 0)
-        burst.send(spec.control_topic, ControlMessage(ControlKind.REQUEST, "n", 0, 1).encode(), b"n", 0)
+            burst.send(spec.control_topic, encode_control(Done("n", 0, 2)), b"n", 0)
+        burst.send(spec.control_topic, encode_control(Request("n", 0, 1)), b"n", 0)
         burst.flush(10)
         wait_for(lambda: ctl.grants() == [1], 10, "GRANT for the REQUEST at the end of the burst")
     finally:

@@ -69,13 +69,13 @@ def check_staggered(run: Run, bootstrap: str) -> None:
     """Replicas of a node reconciled one at a time, each only once the coordinator granted it."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from services.control.messages import ControlMessage
+    from services.control.messages import decode_control
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t-ctl", "enable.auto.commit": False})
     c.assign([TopicPartition(run.spec.control_topic, 0, 0)])
     msgs = []
     while batch := c.consume(500, 2):
-        msgs += [ControlMessage.decode(m.value() or b"").as_dict() for m in batch if m.error() is None]
+        msgs += [decode_control(m.value() or b"").as_dict() for m in batch if m.error() is None]
     c.close()
     holder: dict[str, int | None] = {}
     granted: set[tuple[str, int]] = set()

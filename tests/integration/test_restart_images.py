@@ -17,7 +17,7 @@ from services.core.admin import TopicSpec, ensure_topics
 from services.core.config import Settings
 from services.core.kafka import plain_consumer
 from services.dpc.sunion import SUnionState
-from services.log import images
+from services.log import images, retention
 from services.node import restart
 from services.node.loop import NodeService
 from services.schemes import build_scheme
@@ -34,7 +34,7 @@ def _image(size: int, seed: int) -> restart.RestartImage:
 def test_an_image_many_times_the_topics_message_limit_is_saved_and_loaded(kafka, tmp_path: Path) -> None:
     topic = f"restart-{tmp_path.name}"
     limit = 100_000
-    ensure_topics(kafka.bootstrap, [TopicSpec(topic, 1, 1, {**images.TOPIC_CONFIG, "max.message.bytes": str(limit)})])
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic, 1, 1, {**retention.IMAGES, "max.message.bytes": str(limit)})])
     writer = images.ImageWriter(kafka.bootstrap, topic, 0, chunk_bytes=64 * 1024)
     for seed in (1, 2):  # the second goes to the other slot, and is the one read
         writer.write(_image(3_000_000, seed))
@@ -76,7 +76,7 @@ def test_writing_a_large_image_does_not_stall_the_nodes_heartbeats(kafka, tmp_pa
     never pause for the failure timeout, or its partner and readers would count it failed."""
     spec, _ = unique_spec(JOIN, tmp_path)
     # Segments that hold any image whole: this test is about heartbeats, not size limits.
-    roomy = {**images.TOPIC_CONFIG, "segment.bytes": str(256 * 1024 * 1024)}
+    roomy = {**retention.IMAGES, "segment.bytes": str(256 * 1024 * 1024)}
     ensure_topics(kafka.bootstrap, [TopicSpec(t, n, 1, roomy) for t, n in spec.restart_topics()])
     create_topics(spec, kafka.bootstrap)
     svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), build_scheme)

@@ -1,7 +1,7 @@
 """The node loop calls its recovery scheme at the documented points, in order, on a real broker.
 
-A recording scheme stands in for DPC: the loop must restore it first, hand it every polled
-message, let it check periodically, flush what it queues on the outputs, and stop it last.
+A recording scheme stands in for DPC: the loop must restore it first, hand it every tuple the
+node's intake admitted, let it check periodically, flush what it queues on the outputs, and stop it last.
 """
 
 from __future__ import annotations
@@ -11,18 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
 
 from services.client.source import SourceWriter
 from services.client.workload import readings
 from services.control.messages import ControlMessage
 from services.core.config import Settings
 from services.core.tuples import STABLE
-from services.dpc.switching import Move
 from services.node.loop import NodeService
-from services.node.ports import InputPort
+from services.node.merge import Admitted, InputMoved
 from services.node.scheme import NodeRuntime
-from services.schemes import build_scheme
 from tests.integration.helpers import create_topics, read_stream, unique_spec
 
 pytestmark = pytest.mark.integration
@@ -39,30 +36,55 @@ nodes:
 """
 
 
+class LogOrder:
+    """The merge of one input in its log order (``services.node.merge.Ordering``): what the intake
+    admits is kept in ``direct``, in order."""
+
+    def __init__(self) -> None:
+        self.direct: list[Any] = []
+        self.failed = False
+        self.boundaries: list[int | None] = [None]
+        self.high, self.in_order = -1, True
+        self.pending: dict[int, Any] = {}
+
+    @property
+    def merge(self) -> LogOrder:
+        return self
+
+    def push(self, port: int, ttype: Any, tid: int, stime: int, rec: Any, now: float, tmax: int = -1) -> None:
+        self.direct.append((rec, stime))
+
+    def boundary(self, port: int, stime: int, now: float | None = None) -> None:
+        self.boundaries[port] = stime
+
+    def undo(self, port: int, pending: bool = True, kept: bool = True) -> None:
+        raise AssertionError("a source stream sends no tentative tuples")
+
+
 class RecordingScheme:
-    """Forwards every data tuple as a stable output with its own id; records each call."""
+    """Forwards every admitted data tuple as a stable output with its own id; records each call."""
 
     overlap_writes = True
+    wants_positions = False
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node, self.seen = node, 0
         self.calls: list[str] = []
+        self.path = LogOrder()
 
     def on_restart(self) -> dict[str, int]:
         self.calls.append("on_restart")
         return {}
 
-    def before_batch(self, msgs: list[Message], now: float) -> None:
-        if msgs:
+    def before_batch(self, batch: Admitted, now: float) -> None:
+        if batch.messages:
             self.calls.append("before_batch")
-        port = self.node.inputs.ports[0]
-        for m in msgs:
-            rec = port.decode(m.value()) if m.value() else None
-            if rec is not None:
-                stream = self.node.plan.outputs[0].stream
-                [(payload, stime)] = self.node.outputs.encode(stream, [(rec, rec["ts"])], self._reject)
-                self.node.outputs.queue(stream).append((STABLE, self.seen, stime, payload))
-                self.seen += 1
+        items, self.path.direct = self.path.direct, []
+        for rec, _ in items:
+            stream = self.node.plan.outputs[0].stream
+            [(payload, stime)] = self.node.outputs.encode(stream, [(rec, rec["ts"])], self._reject)
+            self.node.outputs.queue(stream).append((STABLE, self.seen, stime, payload))
+            self.seen += 1
 
     def _reject(self, where: str, item: Any, reason: str) -> None:
         raise AssertionError(reason)
@@ -71,7 +93,7 @@ class RecordingScheme:
         if not idle:
             self.calls.append("after_batch")
 
-    def on_input_move(self, port: InputPort, move: Move, now: float) -> None:
+    def on_input_move(self, moved: InputMoved, now: float) -> None:
         self.calls.append("on_input_move")
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
@@ -96,8 +118,9 @@ def test_loop_calls_the_scheme_at_its_fixed_points(kafka: Any, tmp_path: Path) -
     for rec in readings(50, sensors=3):
         w.send(rec)
     w.flush()
-    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), build_scheme)
-    scheme = svc.scheme = RecordingScheme(svc)
+    svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), RecordingScheme)
+    scheme = svc.scheme
+    assert isinstance(scheme, RecordingScheme)
     t = threading.Thread(target=svc.run, kwargs={"max_idle_s": 2.0}, daemon=True)
     t.start()
     t.join(60)

@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 
-from services.control.messages import COORDINATOR, ControlKind, ControlMessage, Heartbeat, now_ms
+from services.control.messages import (
+    COORDINATOR,
+    ControlMessage,
+    Done,
+    Heartbeat,
+    Request,
+    decode_control,
+    encode_control,
+    now_ms,
+)
+from services.control.messages import Grant as GrantMessage
 from services.control.states import NodeState
 from services.coordinator.wiring.raw import decoded
 from services.dpc.consistency import Grant
@@ -27,7 +37,7 @@ def wire(app: faust.App, coordinator: Coordinator) -> None:
 
     @app.agent(coordinator.control, name="control")
     async def on_control(stream: Any) -> None:
-        async for msg in decoded(stream, ControlMessage.decode, "a control message"):
+        async for msg in decoded(stream, decode_control, "a control message"):
             await on_control_message(coordinator, msg)
 
     @app.timer(interval=coordinator.interval_s, name="tick")
@@ -57,16 +67,17 @@ def _own_heartbeat(coordinator: Coordinator, beat: Heartbeat) -> None:
 
 async def on_control_message(coordinator: Coordinator, msg: ControlMessage) -> None:
     """A REQUEST or DONE may free a turn: send the GRANTs it gives."""
-    if msg.kind in (ControlKind.GRANT, ControlKind.ROLE, ControlKind.TRIM):
+    if not isinstance(msg, (Request, Done)):
         return  # our own, or between the replicas of a node
-    grants = coordinator.logic.on_control(msg.as_dict(), now_ms())
+    fields = msg.as_dict()  # the log line's stagger: a DONE has none, and its dict says True as every DONE was sent
+    grants = coordinator.logic.on_control(fields, now_ms())
     log.info(
         "%s from %s/p%d/r%d (stagger=%s) -> %s",
         msg.kind.value,
         msg.node,
         msg.partition,
         msg.replica,
-        msg.stagger,
+        fields["stagger"],
         ", ".join(g.key for g in grants) or "no grant",
     )
     await send_grants(coordinator, grants)
@@ -100,8 +111,8 @@ async def send_grants(coordinator: Coordinator, grants: list[Grant]) -> None:
     for g in grants:
         log.info("GRANT %s (stagger=%s)", g.key, g.stagger)
         coordinator.grants_sent += 1
-        grant = ControlMessage(ControlKind.GRANT, g.node, g.partition, g.replica, g.stagger, round_ms=g.round_ms)
-        await coordinator.control.send(key=g.node.encode(), value=grant.encode())
+        grant = GrantMessage(g.node, g.partition, g.replica, stagger=g.stagger, round_ms=g.round_ms)
+        await coordinator.control.send(key=g.node.encode(), value=encode_control(grant))
 
 
 async def _beat(coordinator: Coordinator, now: int) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import faust
 
-from services.control.messages import ControlKind, ControlMessage, Heartbeat, now_ms
+from services.control.messages import Heartbeat, RoleOrder, encode_control, now_ms
 from services.control.states import Role
 from services.coordinator.takeover import Order, Takeovers
 from services.node.fence import claim_epoch
@@ -61,5 +61,5 @@ async def send_orders(coordinator: Coordinator, orders: list[Order]) -> None:
     for o in orders:
         log.info("%s/p%d/r%d is %s at epoch %d", o.node, o.partition, o.replica, o.role.value, o.epoch)
         coordinator.orders_sent += 1
-        msg = ControlMessage(ControlKind.ROLE, o.node, o.partition, o.replica, role=o.role.value, epoch=o.epoch)
-        await coordinator.control.send(key=o.node.encode(), value=msg.encode())
+        msg = RoleOrder(o.node, o.partition, o.replica, role=o.role.value, epoch=o.epoch)
+        await coordinator.control.send(key=o.node.encode(), value=encode_control(msg))

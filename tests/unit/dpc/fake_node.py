@@ -19,6 +19,7 @@ from services.core.codec import codec_for
 from services.core.config import Settings
 from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, make_headers, read_headers, with_tmax
 from services.dpc.scheme import DpcScheme
+from services.node.intake import Intake
 from services.node.outputs import Outputs
 from services.node.pipeline import NodePipeline
 from services.node.ports import Inputs
@@ -233,6 +234,7 @@ class FakeNode:
         self.scheme = cast(
             DpcScheme, build_scheme(self)
         )  # DPC's tests use it so; the HA tests check their scheme's class first
+        self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions)
         self.ticks = 0
         self.roles: list[tuple[str, int]] = []
         self.epochs: list[int] = []
@@ -321,7 +323,7 @@ class FakeNode:
         """One loop iteration: the polled messages, processing, the periodic checks, flush."""
         for m in msgs:
             self.consumer.read[m.topic()] = m.offset() + 1
-        self.scheme.before_batch(msgs, now)  # type: ignore[arg-type]
+        self.scheme.before_batch(self.intake.take(msgs, now), now)  # type: ignore[arg-type]
         self.scheme.after_batch(now, idle=not msgs)
         self.scheme.on_check(now)
         self.outputs.end_turn(len(msgs) >= self.settings.batch_size and self.scheme.overlap_writes)

@@ -299,7 +299,7 @@ def test_a_gap_in_an_upstream_replica_stops_the_port_until_it_reads_the_ids_agai
 
 def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() -> None:
     """The coordinator's clock is 5 s behind this replica's: its GRANT still counts."""
-    from services.control.messages import ControlKind, ControlMessage
+    from services.control.messages import ControlKind, Grant
     from services.control.states import NodeState
 
     node = FakeNode(MERGE_AFTER_WINDOW, "n")
@@ -313,7 +313,7 @@ def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() ->
     run(node, [m for m in msgs[cut:] if m.topic() == silent], [5], now=node.plan.delay_s + 3)
     [request] = [c for c in node.controls if c.kind is ControlKind.REQUEST][-1:]
     assert node.stats.reconciliations == 0 and request.round_ms
-    grant = ControlMessage(ControlKind.GRANT, "n", 0, 0, sent_ms=request.round_ms - 5000, round_ms=request.round_ms)
+    grant = Grant("n", 0, 0, sent_ms=request.round_ms - 5000, round_ms=request.round_ms)
     node.scheme.on_control(grant, node.plan.delay_s + 4)
     node.step([], node.plan.delay_s + 4)
     assert node.stats.reconciliations == 1
@@ -322,7 +322,7 @@ def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() ->
 
 
 def test_a_granted_replica_waits_while_its_partner_reconciles_and_a_fallback_turn_is_announced() -> None:
-    from services.control.messages import ControlKind, ControlMessage
+    from services.control.messages import ControlKind, Grant
     from services.control.states import NodeState
 
     node = FakeNode(MERGE_AFTER_WINDOW, "n")
@@ -335,7 +335,7 @@ def test_a_granted_replica_waits_while_its_partner_reconciles_and_a_fallback_tur
     run(node, [m for m in msgs[cut:] if m.topic() != silent], [3], now=node.plan.delay_s + 1)
     run(node, [m for m in msgs[cut:] if m.topic() == silent], [5], now=node.plan.delay_s + 3)
     request = [c for c in node.controls if c.kind is ControlKind.REQUEST][-1]
-    node.scheme.on_control(ControlMessage(ControlKind.GRANT, "n", 0, 0, round_ms=request.round_ms), 0)
+    node.scheme.on_control(Grant("n", 0, 0, round_ms=request.round_ms), 0)
     node.step([], node.plan.delay_s + 4)
     assert node.stats.reconciliations == 0, "a GRANT must not make two replicas reconcile at once"
     node.monitor.known[("n", 0, 1)] = NodeState.STABLE
@@ -436,7 +436,7 @@ def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_wh
     """n1 reconciles and fails again at once (REC_DONE, then new tentative tuples in the same
     poll): n2's first failure is settled, the second is not. n2 must not wait for the second
     to end before its stable output covers the first."""
-    from services.control.messages import ControlKind, ControlMessage
+    from services.control.messages import ControlKind, Grant
     from services.control.states import NodeState
     from services.core.tuples import REC_DONE, UNDO
 
@@ -462,7 +462,7 @@ def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_wh
     n2.step(healed + again, 3.0)
     assert n2.controls[-1].kind is ControlKind.REQUEST, "the first failure is settled: n2 asks for its turn"
     n2.step([], 3.0 + delay)  # the second failure's bucket is overdue: tentative, kept, not settled
-    grant = ControlMessage(ControlKind.GRANT, "n2", 0, 0, round_ms=n2.scheme.requested_ms)
+    grant = Grant("n2", 0, 0, round_ms=n2.scheme.requested_ms)
     n2.scheme.on_control(grant, 3.0 + delay + 0.1)  # the turn comes only now
     n2.step([], 3.0 + delay + 0.1)
     assert [tid for tid, _ in n2.stable("c")] == list(range(20)), "the first failure's results are stable"
@@ -471,7 +471,7 @@ def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_wh
     assert n2.scheme.advanced == 200, "downstream learns that everything before the second failure is stable"
 
     n2.step([n2.message("b", UNDO, 19, 0)] + stable(range(20, 30)) + [n2.message("b", BOUNDARY, 29, 300)], 9.0)
-    n2.scheme.on_control(ControlMessage(ControlKind.GRANT, "n2", 0, 0, round_ms=n2.scheme.requested_ms), 9.0)
+    n2.scheme.on_control(Grant("n2", 0, 0, round_ms=n2.scheme.requested_ms), 9.0)
     n2.step([], 9.0)
     healthy = FakeNode(CHAIN, "n2", replica=1)
     healthy.step([healthy.message("b", STABLE, i, i * 10, reading(i)) for i in range(30)], 0.0)

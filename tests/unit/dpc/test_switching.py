@@ -67,7 +67,7 @@ def switch(node: FakeNode, states: dict[int, NodeState]) -> list[Move]:
         node.monitor.known[("n1", 0, r)] = st
     moves = node.inputs.follow_best(node.monitor, "unused")  # type: ignore[arg-type]
     for port, move in moves:
-        node.scheme.on_input_move(port, move, LATER)
+        node.scheme.on_input_move(node.intake.on_input_move(port, move, LATER), LATER)
     return [m for _, m in moves]
 
 

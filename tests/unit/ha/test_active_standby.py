@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import ControlKind, RoleOrder
 from services.control.states import NodeState
 from services.core.tuples import BOUNDARY, STABLE
 from services.ha import active_standby as act
@@ -73,7 +73,7 @@ def log(monkeypatch: pytest.MonkeyPatch) -> Log:
 
 
 def _role(node: FakeNode, role: str, epoch: int) -> None:
-    node.scheme.on_control(ControlMessage(ControlKind.ROLE, "n", 0, node.replica, role=role, epoch=epoch), 0.0)
+    node.scheme.on_control(RoleOrder("n", 0, node.replica, role=role, epoch=epoch), 0.0)
 
 
 def _copy_log(src: FakeNode, dst: FakeNode) -> None:

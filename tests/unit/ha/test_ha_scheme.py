@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import OFFSET_END
 
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import ControlMessage, RoleOrder
 from services.core.errors import FencedError
 from services.core.tuples import BOUNDARY, EPOCH, STABLE
 from services.ha import scheme as ha_scheme
@@ -31,7 +31,7 @@ def _rec(seq: int, value: float = 1.0) -> dict:
 
 
 def _role(role: str, epoch: int, replica: int = 1) -> ControlMessage:
-    return ControlMessage(ControlKind.ROLE, "n", 0, replica, role=role, epoch=epoch)
+    return RoleOrder("n", 0, replica, role=role, epoch=epoch)
 
 
 @pytest.fixture

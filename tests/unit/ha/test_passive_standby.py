@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import RoleOrder
 from services.core.tuples import BOUNDARY, STABLE
 from services.ha.passive_standby import PassiveStandbyScheme
 from services.node import restart, resume
@@ -38,7 +38,7 @@ def primary(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
     node = FakeNode(SPEC, "n", replica=0)
     node.images.last_bytes = 10**9  # no image is due again but where a test says so
     node.scheme.on_restart()
-    node.scheme.on_control(ControlMessage(ControlKind.ROLE, "n", 0, 0, role="primary", epoch=1), 0.0)
+    node.scheme.on_control(RoleOrder("n", 0, 0, role="primary", epoch=1), 0.0)
     node.scheme.next_image = 0.0  # a checkpoint after every batch
     return node
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.control.messages import ControlKind, ControlMessage
+from services.control.messages import ControlMessage, RoleOrder
 from services.control.states import NodeState
 from services.core.tuples import BOUNDARY, STABLE, read_headers
 from services.ha import upstream_backup as ub
@@ -76,7 +76,7 @@ ROLLBACK = parse_spec(CHAIN_TEXT.replace("recovery: precise", "recovery: rollbac
 
 
 def _role(role: str, epoch: int, replica: int) -> ControlMessage:
-    return ControlMessage(ControlKind.ROLE, "n", 0, replica, role=role, epoch=epoch)
+    return RoleOrder("n", 0, replica, role=role, epoch=epoch)
 
 
 def _inputs(node: FakeNode, streams: list[str], n: int, rnd: random.Random) -> list[FakeMessage]:

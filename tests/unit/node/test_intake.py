@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.node.intake import Intake
 from tests.unit.dpc.fake_node import BOUNDARY, STABLE, FakeNode
 from tests.unit.dpc.test_scheme import MERGE_AFTER_WINDOW, readings
 
@@ -39,3 +40,13 @@ def test_a_message_that_cannot_be_read_is_dead_lettered_and_the_rest_goes_on() -
     reasons = [h["ht.error"].decode() for h in node.deadletters()]
     assert len(reasons) == 1 and node.stats.deadlettered == 1
     assert node.inputs.ports[0].last_stable == 0  # the good one was taken
+
+
+def test_a_scheme_that_asks_sees_where_each_input_stands_after_a_poll() -> None:
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    recs = readings(3, 1, 0)
+    msgs = [node.message("a", STABLE, i, 10 + i, dict(r, ts=10 + i)) for i, r in enumerate(recs)]
+    topic = msgs[0].topic()
+    assert node.intake.take(msgs[:1], 0.0).positions == {}, "only a scheme that asks for them"  # type: ignore[arg-type]
+    batch = Intake(node, node.scheme.path, positions=True).take(msgs[1:], 0.0)  # type: ignore[arg-type]
+    assert batch.messages == 2 and batch.positions == {topic: msgs[-1].offset() + 1}

@@ -1,0 +1,33 @@
+"""The broker settings a spec's topics need, as the scheme descriptors of its nodes say
+(``SchemeKind.topics``): the deployment asks here, so a new scheme's topics get what they need from
+its descriptor alone, and nothing imports a scheme's module for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from services.spec.model import Spec
+from services.spec.schemes import NodeTopic
+
+
+def topic_configs(spec: Spec) -> dict[str, Mapping[str, str]]:
+    """Topic -> the settings its nodes' schemes give it; a topic no scheme names is absent. Kinds are
+    applied in ``NodeTopic`` order, so a topic of two kinds takes the later one's settings."""
+    out: dict[str, Mapping[str, str]] = {}
+    for kind in NodeTopic:
+        for name, node in spec.nodes.items():
+            config = node.ha.scheme.kind.topics.get(kind)
+            if config is not None:
+                out.update(dict.fromkeys(node_topics(spec, name, kind), config))
+    return out
+
+
+def node_topics(spec: Spec, node: str, kind: NodeTopic) -> list[str]:
+    """The topics of ``node`` that are of ``kind`` (a stream internal to a node has none)."""
+    if kind is NodeTopic.RESTART:
+        return [spec.restart_topic(node, r) for r in range(spec.nodes[node].replicas)]
+    if kind is NodeTopic.ACKS:
+        return [spec.acks_topic]
+    streams = spec.node_inputs(node) if kind is NodeTopic.INPUTS else spec.node_outputs(node)
+    return [t for s in streams for t in spec.stream_topics(s)]
