@@ -75,12 +75,12 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
     def node_step() -> None:
         svc = NodeService(spec, node, 0, 0, _settings(), build_scheme)
         scheme = dpc_scheme(svc)
-        su, step, queues = scheme.sunion, scheme.after_batch, list(svc.outputs.queues.values())
+        su, step, queues = scheme.path.sunion, scheme.after_batch, list(svc.outputs.queues.values())
         push = su.push
         tid = 0
         for items in batches:
             if su.in_order:  # one input: its stable tuples go past SUnion, as ``DpcScheme._take_in_order`` sends them
-                scheme.direct.extend(items)
+                scheme.path.direct.extend(items)
                 su.high = max(su.high, max(st for _, st in items))
             else:
                 for rec, stime in items:
@@ -90,7 +90,7 @@ def measure(spec: Spec, node: str, records: list[dict[str, Any]], batch: int = 1
             step(now, False)
             for q in queues:
                 q.clear()  # what Outputs.flush would encode and send
-        assert not scheme.failed and svc.stats.tentative == 0, "a failure-free pass went tentative"
+        assert not scheme.path.failed and svc.stats.tentative == 0, "a failure-free pass went tentative"
 
     def sunion_only() -> None:
         su = SUnion(1, spec.dpc.bucket, spec.node_delay_s(node), spec.dpc.failure_policy)

@@ -8,10 +8,9 @@ the node never imports a scheme.
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import import_module
 from typing import Callable
 
+from services.core.factories import factory
 from services.node.scheme import NodeRuntime, RecoveryScheme
 from services.spec.schemes import Scheme
 
@@ -22,9 +21,7 @@ def build_scheme(node: NodeRuntime) -> RecoveryScheme:
     return scheme_class(node.plan.scheme)(node)
 
 
-@cache
 def scheme_class(scheme: Scheme) -> Factory:
-    """The class a descriptor names."""
-    module, _, name = scheme.kind.factory.partition(":")
-    cls: Factory = getattr(import_module(module), name)
+    """The class a descriptor names (imported once, ``services.core.factories``)."""
+    cls: Factory = factory(scheme.kind.factory)
     return cls

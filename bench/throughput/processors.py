@@ -125,9 +125,17 @@ class PassThroughUnion(SUnion):
         self._ready: list[STuple] = []
 
     def push(
-        self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float, tmax: int = NO_TIME
+        self,
+        port: int,
+        ttype: TupleType,
+        tid: int,
+        stime: int,
+        rec: Any,
+        now: float,
+        tmax: int = NO_TIME,
+        offset: int = -1,
     ) -> None:
-        self._ready.append(STuple(ttype, port, tid, stime, rec, tmax))
+        self._ready.append(STuple(ttype, port, tid, stime, rec, tmax, offset))
 
     def poll(self, now: float) -> list[STuple]:
         out, self._ready = self._ready, []
@@ -153,7 +161,7 @@ def run_node(job: Job, st: Settings) -> dict[str, Any]:
         "deadlettered": stats.deadlettered,
         "tentative": stats.tentative,
         "restart_images": stats.restart_images,
-        "pending": len(scheme.sunion.pending),
+        "pending": len(scheme.path.sunion.pending),
         "first_at": seen["first_at"],
         "last_at": seen["last_at"],
         "state_bytes_peak": seen["state_bytes"],
@@ -166,9 +174,9 @@ def _scheme(svc: NodeService, spec: Spec, job: Job) -> DpcScheme:
 
     scheme = dpc_scheme(svc)
     if job.passthrough:
-        scheme.sunion = PassThroughUnion(len(svc.inputs.ports), spec.dpc.bucket, svc.plan.delay_s)
+        scheme.path.sunion = PassThroughUnion(len(svc.inputs.ports), spec.dpc.bucket, svc.plan.delay_s)
     elif job.serialize:
-        scheme.sunion = SUnion(len(svc.inputs.ports), spec.dpc.bucket, svc.plan.delay_s, spec.dpc.failure_policy)
+        scheme.path.sunion = SUnion(len(svc.inputs.ports), spec.dpc.bucket, svc.plan.delay_s, spec.dpc.failure_policy)
     return scheme
 
 
@@ -191,7 +199,7 @@ def _observe(svc: NodeService, scheme: DpcScheme, job: Job, seen: dict[str, floa
         if msgs and t - (seen["report"] or 0.0) > 0.2:
             report("progress", consumed=svc.stats.consumed)
             seen["report"] = t
-        final = all(b is not None and b >= FINAL_BOUNDARY for b in scheme.sunion.boundaries)
+        final = all(b is not None and b >= FINAL_BOUNDARY for b in scheme.path.sunion.boundaries)
         if final or svc.stats.consumed >= job.stop_after:
             # The loop ends after this iteration's SUnion poll, produce and flush; the
             # final boundary has made every pending bucket stable.

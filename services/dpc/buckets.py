@@ -15,7 +15,8 @@ from services.core.tuples import NO_TIME, STABLE, TupleType
 @dataclass(slots=True)
 class STuple:
     """One serialized tuple: its type, which input it came from, its id there, time and record;
-    a tentative one also its t_max (from its ``ht`` header)."""
+    a tentative one also its t_max (from its ``ht`` header); and its offset in the input's log
+    where the scheme asks for input positions (``RecoveryScheme.wants_positions``), else -1."""
 
     type: TupleType
     port: int
@@ -23,6 +24,7 @@ class STuple:
     stime: int
     rec: Any
     tmax: int = NO_TIME
+    offset: int = -1
 
     def order(self) -> tuple[int, int, int]:
         return (self.stime, self.port, self.id)

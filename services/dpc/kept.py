@@ -161,7 +161,7 @@ class Kept:
             k,
             label,
             [
-                STuple(label, t.port, t.id, t.stime, t.rec, t.tmax)
+                STuple(label, t.port, t.id, t.stime, t.rec, t.tmax, t.offset)
                 for t in (tuples if self.in_order else sorted(tuples, key=STuple.order))
             ],
         )

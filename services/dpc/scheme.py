@@ -38,8 +38,7 @@ from services.node.merge import Admitted, InputMoved
 from services.node.path import StablePath
 from services.node.resume import Resume
 from services.node.scheme import NodeRuntime
-from services.node.state import InputPoint, RecoveryPoint, RestartImages, input_point
-from services.operators.base import Item
+from services.node.state import InputPoint, RecoveryPoint, build_store, input_point
 from services.spec.policies import Policy
 
 log = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ class DpcScheme:
         self.path = StablePath(node, sunion, {o.stream: SOutput() for o in plan.outputs})
         self.path.on_tentative = self._tentative
         self.restart_topic = plan.restart_topics[node.replica]
-        self.store = RestartImages(node, self.restart_topic)
+        self.store = build_store(node, self.restart_topic)
         self.resume = Resume(node, self.path)
         self.reconciler = reconciler(plan.reconciliation, node.pipeline)
         self.state = NodeState.STABLE
@@ -82,56 +81,6 @@ class DpcScheme:
         self.next_image = time.monotonic()
         self.recovering = True  # restarted and not caught up yet: heartbeats say RECOVERING
         self.catch_up: dict[str, tuple[int, int]] | None = None  # the input ends to reach first
-
-    # The parts' state, by the names the scheme has always had.
-    @property
-    def sunion(self) -> SUnion:
-        return self.path.sunion
-
-    @sunion.setter
-    def sunion(self, su: SUnion) -> None:
-        self.path.sunion = su
-
-    @property
-    def soutputs(self) -> dict[str, SOutput]:
-        return self.path.soutputs
-
-    @property
-    def failed(self) -> bool:
-        """In an upstream failure: processed tentative input since the last reconciliation."""
-        return self.path.failed
-
-    @failed.setter
-    def failed(self, failed: bool) -> None:
-        self.path.failed = failed
-
-    @property
-    def advanced(self) -> int | None:
-        return self.path.advanced
-
-    @property
-    def op_time(self) -> int | None:
-        return self.path.op_time
-
-    @op_time.setter
-    def op_time(self, t: int | None) -> None:
-        self.path.op_time = t
-
-    @property
-    def requested_ms(self) -> int:
-        return self.round.requested_ms
-
-    @property
-    def requested_at(self) -> float:
-        return self.round.requested_at
-
-    @requested_at.setter
-    def requested_at(self, t: float) -> None:
-        self.round.requested_at = t
-
-    @property
-    def direct(self) -> list[Item]:
-        return self.path.direct
 
     # -- restart ----------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
@@ -164,7 +113,7 @@ class DpcScheme:
 
     def _tentative(self, tuples: list[STuple]) -> None:
         """A tentative bucket is about to run: the failure begins with the first one."""
-        if not self.failed:
+        if not self.path.failed:
             self._enter_failure()
         self._note_processed(tuples)
 
@@ -189,8 +138,8 @@ class DpcScheme:
         self.reconciler.begin(self.pre_failure)
         self.failure_start = self._input_point(offsets)
         self.start_imaged = False
-        self.op_time_saved = self.op_time
-        self.failed = True
+        self.op_time_saved = self.path.op_time
+        self.path.failed = True
         self._set_state(NodeState.UPSTREAM_FAILURE)
 
     def _set_state(self, state: NodeState) -> None:
@@ -209,8 +158,8 @@ class DpcScheme:
         if self._deduplicating() or not node.inputs.reached(self.catch_up):
             return
         self.recovering = False
-        if not self.failed:
-            for s, so in self.soutputs.items():
+        if not self.path.failed:
+            for s, so in self.path.soutputs.items():
                 so.rec_done(node.outputs.queue(s))
         self._set_state(self.state)
         log.info("caught up after the restart")
@@ -235,7 +184,7 @@ class DpcScheme:
             self._check_caught_up()
         if self.replaying is not None:
             self._check_replayed()
-        if self.sunion.spilled:
+        if self.path.sunion.spilled:
             self.reconciler.spill()
         self._check_reconciliation(now)
         self._image_if_due(now, self.dpc.restart_image_interval / 1000)
@@ -248,16 +197,16 @@ class DpcScheme:
         if now < self.next_image or self._deduplicating():
             return
         self.next_image = now + interval_s
-        if not self.store.busy and not (self.sunion.spilled and self.start_imaged):
+        if not self.store.busy and not (self.path.sunion.spilled and self.start_imaged):
             self._write_image()  # skipped while one is in flight, or a spilled failure's start is written
 
     def _check_reconciliation(self, now: float) -> None:
         partners = self._partners()
         pol = self.dpc.stabilization_policy
-        self.sunion.policy = policy_while_partner_reconciles(partners, pol, self.dpc.failure_policy)
+        self.path.sunion.policy = policy_while_partner_reconciles(partners, pol, self.dpc.failure_policy)
         if (
-            self.failed
-            and self.sunion.ready_to_reconcile(now)
+            self.path.failed
+            and self.path.sunion.ready_to_reconcile(now)
             and self.round.turn(now, partners, pol is not Policy.SUSPEND)
         ):
             self._reconcile()
@@ -271,7 +220,7 @@ class DpcScheme:
         keeps advancing under an input that goes down again and again.
         """
         node = self.node
-        spilled = self.sunion.spilled
+        spilled = self.path.sunion.spilled
         if spilled and self.failure_start is not None:  # its input must still be in the logs
             sources = {p.topic for p in node.inputs.ports if p.upstream is None}  # upstream gaps are read elsewhere
             offsets = self.failure_start.offsets
@@ -282,17 +231,17 @@ class DpcScheme:
             return
         t0 = time.monotonic()
         redone = 0
-        for bucket in self.sunion.redo_buckets():
+        for bucket in self.path.sunion.redo_buckets():
             self.path.run(*bucket)
             redone += len(bucket[2])
             node.tick()
         self.path.advance()
         self.path.flush()  # the corrections, before REC_DONE
-        still_failed = self.sunion.in_failure()
+        still_failed = self.path.sunion.in_failure()
         self._end_round(rec_done=not still_failed)
         if still_failed:
             self._enter_failure()
-            for bucket in self.sunion.rerun_buckets():
+            for bucket in self.path.sunion.rerun_buckets():
                 self.path.run(*bucket)
                 node.tick()
         else:
@@ -308,18 +257,18 @@ class DpcScheme:
         """The turn came: UNDO on every output, the operators back to their pre-failure state."""
         self._set_state(NodeState.STABILIZATION)
         queue = self.node.outputs.queue
-        for s, so in self.soutputs.items():
+        for s, so in self.path.soutputs.items():
             so.undo(queue(s))
         self.reconciler.rollback()
-        self.op_time = self.op_time_saved
-        self.failed = False
+        self.path.op_time = self.op_time_saved
+        self.path.failed = False
         self.pre_failure = None
 
     def _end_round(self, rec_done: bool) -> None:
         """The reconciliation is over: REC_DONE downstream (unless a failure goes on), DONE to the coordinator."""
         node = self.node
         if rec_done:
-            for s, so in self.soutputs.items():
+            for s, so in self.path.soutputs.items():
                 so.rec_done(node.outputs.queue(s))
         node.outputs.flush()
         self.round.done()
@@ -331,7 +280,7 @@ class DpcScheme:
         tuple it had then); the loop then processes the input again."""
         node, start = self.node, self.failure_start
         assert start is not None
-        self.sunion.rewind(start.sunion, time.monotonic())
+        self.path.sunion.rewind(start.sunion, time.monotonic())
         node.inputs.rewind({s: last for s, (_, last) in start.ports.items()}, node.settings.bootstrap)
         self.failure_start = None
         self.replaying = node.inputs.ends()
@@ -342,15 +291,15 @@ class DpcScheme:
         """A spilled failure's redo ends when the inputs are read up to where they ended at the
         turn, or when the input fails again meanwhile (the node is in that new failure)."""
         assert self.replaying is not None
-        if not self.failed and not self.node.inputs.reached(self.replaying):
+        if not self.path.failed and not self.node.inputs.reached(self.replaying):
             return
         self.replaying = None
-        if not self.failed:
+        if not self.path.failed:
             self.path.flush()  # the corrections, before REC_DONE
-        self._end_round(rec_done=not self.failed)
-        if not self.failed:
+        self._end_round(rec_done=not self.path.failed)
+        if not self.path.failed:
             self._set_state(NodeState.STABLE)
-        log.info("redo from the logs done%s", "; a new failure goes on" if self.failed else "")
+        log.info("redo from the logs done%s", "; a new failure goes on" if self.path.failed else "")
 
     # -- restart image -------------------------------------------------------------------
     def _write_image(self) -> None:
@@ -365,13 +314,13 @@ class DpcScheme:
         node = self.node
         node.outputs.flush()
         node.producer.flush()
-        spilled = self.failure_start if self.sunion.spilled else None
+        spilled = self.failure_start if self.path.sunion.spilled else None
         point = spilled or self._input_point()
-        outputs = {s: so.state() for s, so in self.soutputs.items()}
+        outputs = {s: so.state() for s, so in self.path.soutputs.items()}
         # A spilled failure restarts before it began, in the failure only if it began with kept buckets.
         failed = bool(point.sunion.kept) if spilled else self.pre_failure is not None
         self.store.take(RecoveryPoint(point, outputs, failed, self.pre_failure))
         self.start_imaged = spilled is not None
 
     def _input_point(self, offsets: dict[str, int] | None = None) -> InputPoint:
-        return input_point(self.node, self.sunion, offsets)
+        return input_point(self.node, self.path.sunion, offsets)

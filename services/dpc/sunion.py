@@ -149,10 +149,18 @@ class SUnion:
 
     # -- input ----------------------------------------------------------------
     def push(
-        self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float, tmax: int = NO_TIME
+        self,
+        port: int,
+        ttype: TupleType,
+        tid: int,
+        stime: int,
+        rec: Any,
+        now: float,
+        tmax: int = NO_TIME,
+        offset: int = -1,
     ) -> None:
-        """A data tuple (STABLE or TENTATIVE, with its t_max) from input ``port``."""
-        t = STuple(ttype, port, tid, stime, rec, tmax)
+        """A data tuple (STABLE or TENTATIVE, with its t_max, and its input offset or -1) from input ``port``."""
+        t = STuple(ttype, port, tid, stime, rec, tmax, offset)
         if ttype is TENTATIVE:  # tentative input sends no boundaries: its tuple times are its progress
             self._progressed(port, stime, now)
         promised = self.boundaries[port]
@@ -263,7 +271,7 @@ class SUnion:
             if label is STABLE:  # all stable already, and the bucket is not kept: no copies
                 yield k, label, b.tuples
             else:
-                yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax) for t in b.tuples]
+                yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax, t.offset) for t in b.tuples]
             del self.pending[k]
             if label is TENTATIVE:
                 failure.keep(k, b)

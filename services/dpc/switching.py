@@ -38,8 +38,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
+from typing import Callable
 
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
 from services.control.monitor import ReplicaMonitor
 from services.control.replicas import RANK, choose_replica
@@ -69,6 +70,12 @@ SEEKING = (Move.STABLE, Move.TENTATIVE, Move.FRESH, Move.CORRECT)  # the moves t
 STANDBY_S = 1.0  # how often rule 4's start in a partner is sought ahead, while the followed replica is in a failure
 
 
+def after_last_id(reader: ReplicaReader) -> int:
+    """A move's start in a log whose tuple ids are its offsets (an ingress's raw topic): right after
+    the last stable id."""
+    return reader.last_stable + 1 if reader.last_stable >= 0 else OFFSET_BEGINNING
+
+
 @dataclass
 class ReplicaReader:
     """One partition of a replicated stream as one reader follows it."""
@@ -95,6 +102,9 @@ class ReplicaReader:
     # The followed replica's REC_DONE was read and no UNDO since: its stream is stable again before
     # its heartbeat says so (a switch away from its STABILIZATION would only read it again elsewhere).
     corrected: bool = False
+    # Where a move starts when it is not told: None looks for the last stable id in the new topic
+    # (``services.dpc.seeks``); a log whose ids are its offsets goes on right after it (``after_last_id``).
+    start: Callable[[ReplicaReader], int] | None = field(default=None, repr=False)
 
     @property
     def fresh_topic(self) -> str | None:
@@ -217,7 +227,7 @@ class ReplicaReader:
 
     def seeks(self) -> bool:
         """Whether a move must look for its start in the new topic."""
-        return True
+        return self.start is None
 
     def report_gap(self, got: int) -> None:
         """Stable tuple ``got`` came where ``last_stable + 1`` was due: read that id again elsewhere."""
@@ -264,6 +274,8 @@ class ReplicaReader:
         epoch = 0
         if seek is not None:
             offset, epoch = seek
+        elif offset is None and self.start is not None:
+            offset = self.start(self)
         elif offset is None:
             offset, epoch = seeks.seek(
                 self, bootstrap, self.topics[replica], self.last_stable, self.tmax if keep else None

@@ -48,8 +48,8 @@ class ActiveStandbyScheme(HaScheme):
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
         self.acking = Acking(self, node.plan.ha.interval_ms)  # the cuts a joining secondary rebuilds from
-        self.held: dict[str, deque[Out]] = {s: deque() for s in self.soutputs}  # a secondary's results
-        self.logged: dict[str, int] = {s: -1 for s in self.soutputs}  # the last id the primary's log has, as told
+        self.held: dict[str, deque[Out]] = {s: deque() for s in self.path.soutputs}  # a secondary's results
+        self.logged: dict[str, int] = {s: -1 for s in self.path.soutputs}  # the last id the primary's log has, as told
         self.following = False  # a secondary reading the inputs
         self.trim_at = 0.0  # when the primary tells its secondaries next what its log holds
 
@@ -113,7 +113,7 @@ class ActiveStandbyScheme(HaScheme):
             return
         self.trim_at = now + self.acking.interval_s
         node = self.node
-        ids = {s: so.last_stable for s, so in self.soutputs.items()}
+        ids = {s: so.last_stable for s, so in self.path.soutputs.items()}
         node.send_control(Trim(node.plan.node, node.partition, node.replica, epoch=self.epoch, ids=ids))
 
     def on_promote(self) -> dict[str, int] | None:
@@ -121,7 +121,7 @@ class ActiveStandbyScheme(HaScheme):
             return self.acking.rebuild(write=True)
         node = self.node
         bootstrap, part = node.settings.bootstrap, node.partition
-        for s, so in self.soutputs.items():
+        for s, so in self.path.soutputs.items():
             topic = node.outputs.topic(s)
             last, bound = output_tail(bootstrap, topic, part)
             q, out = self.held[s], node.outputs.queue(s)

@@ -28,12 +28,11 @@ import logging
 import time
 
 from services.control.states import Role
-from services.ha.checkpoints import Checkpoints
 from services.ha.follower import Follower
 from services.ha.scheme import HaScheme
 from services.node import restart
 from services.node.scheme import NodeRuntime
-from services.node.state import RecoveryPoint, input_point
+from services.node.state import RecoveryPoint, build_store, input_point
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ class PassiveStandbyScheme(HaScheme):
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
         self.interval_s = node.plan.ha.interval_ms / 1000
-        self.store = Checkpoints(node, self.restart_topic)
+        self.store = build_store(node, self.restart_topic)  # the plan's (``state:``): checkpoints
         self.follower: Follower | None = None
         self.applied = self.taken = 0  # deltas a standby applied, images it took whole
         self.next_image = time.monotonic()  # the primary's next checkpoint
@@ -105,5 +104,5 @@ class PassiveStandbyScheme(HaScheme):
         node = self.node
         node.outputs.flush()
         node.producer.flush()
-        outputs = {s: so.state() for s, so in self.soutputs.items()}
-        self.store.take(RecoveryPoint(input_point(node, self.sunion), outputs))
+        outputs = {s: so.state() for s, so in self.path.soutputs.items()}
+        self.store.take(RecoveryPoint(input_point(node, self.path.sunion), outputs))

@@ -92,18 +92,6 @@ class HaScheme:
         self.catch_up: dict[str, tuple[int, int]] | None = None  # the input ends a takeover reads up to
         self.promoted_at = 0.0  # when it took its current role: a recovery's time counts from it
 
-    @property
-    def sunion(self) -> SUnion:
-        return self.path.sunion
-
-    @property
-    def soutputs(self) -> dict[str, SOutput]:
-        return self.path.soutputs
-
-    @property
-    def op_time(self) -> int | None:
-        return self.path.op_time
-
     # -- the slot ---------------------------------------------------------------------
     def on_restart(self) -> dict[str, int] | None:
         """A replica (re)starts as a candidate, reading nothing until the coordinator's order."""
@@ -194,7 +182,7 @@ class HaScheme:
         """Go on where each output log stands: ids after its last stable one, nothing below its last
         boundary (a scheme that does not regenerate what the log holds: amnesia)."""
         node = self.node
-        for s, so in self.soutputs.items():
+        for s, so in self.path.soutputs.items():
             last, bound = output_tail(node.settings.bootstrap, node.outputs.topic(s), node.partition)
             so.next_id = so.next_tentative = last + 1
             so.boundary_sent = bound
@@ -204,7 +192,7 @@ class HaScheme:
         """Once the operators' time has passed an output's floor, its results are all above it."""
         if self.path.advanced is None:
             return
-        for so in self.soutputs.values():
+        for so in self.path.soutputs.values():
             if so.floor is not None and self.path.advanced >= so.floor:
                 so.floor = None
 

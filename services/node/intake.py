@@ -54,14 +54,15 @@ class Intake:
     """Admits one node replica partition's input messages into its scheme's merge (``Ordering``)."""
 
     def __init__(self, node: NodeRuntime, path: Ordering, positions: bool = False) -> None:
-        """``positions``: the scheme asks where each input's log stands after every poll (``Admitted``)."""
+        """``positions``: the scheme asks where each input's log stands after every poll (``Admitted``)
+        and each tuple's offset there (``STuple.offset``): every tuple then goes through the merge."""
         self.node, self.path, self.positions = node, path, positions
 
     def take(self, msgs: list[Message], now: float) -> Admitted:
         """Hand each message to the merge by type (or straight on, ``_in_order``); malformed ones go to
         the dead-letter topic. Returns what the scheme sees of the batch."""
         path = self.path
-        if path.merge.in_order and not path.failed and self.node.inputs.ports[0].fresh is None:
+        if path.merge.in_order and not path.failed and not self.positions and self.node.inputs.ports[0].fresh is None:
             self._in_order(msgs, now)
         else:
             self._each(msgs, now)
@@ -128,7 +129,7 @@ class Intake:
         lettered with the reason); what the merge then does with good input runs outside that net, so
         a bug in it stops the node instead of passing for malformed input."""
         node = self.node
-        su, by_topic = self.path.merge, node.inputs.by_topic
+        su, by_topic, positions = self.path.merge, node.inputs.by_topic, self.positions
         bounds = su.boundaries
         for m in msgs:
             topic = m.topic() or ""
@@ -155,7 +156,7 @@ class Intake:
                     if carried is not None:  # the boundary after it may be news: replicas' stable streams agree
                         su.boundary(i, carried, now)
                     continue
-                su.push(i, t, tid, stime, rec, now, tm)
+                su.push(i, t, tid, stime, rec, now, tm, (m.offset() or 0) if positions else -1)
                 if t is STABLE:
                     port.last_stable = tid
                     if carried is not None:  # a BOUNDARY rode on the tuple

@@ -7,7 +7,9 @@ merge (``services.dpc.sunion``) is the one DPC and the HA schemes use; one input
 no failure takes the log order itself, past the merge's buckets (``Ordering.direct``); a merge
 by origin sequence number (Flux's exchange) is another ``Merge``. The scheme then sees the
 batch as ``Admitted`` (how much was taken, and where each input's log stands), and an input
-that changed replicas as ``InputMoved``: neither is a Kafka message nor a DPC type.
+that changed replicas as ``InputMoved``: neither is a Kafka message nor a DPC type. A scheme
+that asks for input positions (``RecoveryScheme.wants_positions``) gets each tuple's offset in
+its input's log with it, and every tuple through the merge.
 """
 
 from __future__ import annotations
@@ -28,9 +30,18 @@ class Merge(Protocol):
     pending: Any  # tuples not run yet (a truthy value when there are some)
 
     def push(
-        self, port: int, ttype: TupleType, tid: int, stime: int, rec: Any, now: float, tmax: int = NO_TIME
+        self,
+        port: int,
+        ttype: TupleType,
+        tid: int,
+        stime: int,
+        rec: Any,
+        now: float,
+        tmax: int = NO_TIME,
+        offset: int = -1,
     ) -> None:
-        """A data tuple of input ``port``, after every earlier one of that input."""
+        """A data tuple of input ``port``, after every earlier one of that input (``offset``: its offset
+        in the input's log, where the scheme asks for positions, else -1)."""
 
     def boundary(self, port: int, stime: int, now: float | None = None) -> None:
         """Input ``port`` will send no tuple with a smaller stime."""

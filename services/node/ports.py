@@ -10,13 +10,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from services.control.monitor import ReplicaMonitor
 from services.core.codec import codec_for
 from services.core.kafka import BatchConsumer, know_topics
 from services.core.retry import retry_transient
-from services.dpc.switching import Move, ReplicaReader
+from services.dpc.switching import Move, ReplicaReader, after_last_id
 from services.node.ingress import RawReader
 from services.spec.plan import InputPlan
 
@@ -38,25 +38,6 @@ class InputPort(ReplicaReader):
     # stable tuple may have any id.
     midway: bool = field(default=False, kw_only=True)
 
-    def move(
-        self,
-        consumer: Consumer,
-        bootstrap: str,
-        replica: int,
-        offset: int | None = None,
-        keep: bool = False,
-        seek: tuple[int, int] | None = None,
-    ) -> int:
-        """As ``ReplicaReader.move``; a raw topic's tuple ids are offsets, so it goes on right after."""
-        if self.raw is not None and offset is None:
-            offset = self.last_stable + 1 if self.last_stable >= 0 else OFFSET_BEGINNING
-        if not keep:
-            self.processed_tmax = None
-        return super().move(consumer, bootstrap, replica, offset, keep, seek)
-
-    def seeks(self) -> bool:
-        return self.raw is None  # a raw topic's ids are its offsets
-
 
 class Inputs:
     """Every input port of a node replica partition over one consumer."""
@@ -73,6 +54,7 @@ class Inputs:
                 index=p.index,
                 decode=codec_for(p.schema).decode,
                 raw=RawReader(p, partition) if p.ingress is not None else None,
+                start=after_last_id if p.ingress is not None else None,  # a raw topic's ids are its offsets
             )
             for p in plans
         ]
@@ -137,7 +119,7 @@ class Inputs:
         replica it reads now (a spilled failure's redo)."""
         assert self.consumer is not None
         for p in self.ports:
-            p.last_stable = last_stable[p.stream]
+            p.last_stable, p.processed_tmax = last_stable[p.stream], None
             self.assigned[p.topic] = p.move(self.consumer.raw, bootstrap, p.replica)
         self._index()
 

@@ -135,7 +135,8 @@ class RecoveryScheme(Protocol):
     # Whether the loop may leave a batch's output unacknowledged while it processes the next
     # (``Outputs.write``); if not, it waits for each one (``Outputs.flush``).
     overlap_writes: bool
-    # Whether it needs, after every poll, where each input's log stands (``Admitted.positions``).
+    # Whether it needs, after every poll, where each input's log stands (``Admitted.positions``), and
+    # each tuple's offset in its input's log (``STuple.offset``).
     wants_positions: bool
 
     @property

@@ -5,6 +5,9 @@ outputs' next ids, whether it is taken inside an upstream failure); its store de
 point is kept: DPC's restart images (``RestartImages``, here), passive standby's checkpoints of
 deltas between images (``services.ha.checkpoints``), and next CEC's partial checkpoints in the
 output log. The store writes in the background: the loop only hands it the point.
+
+Which store a node keeps is the spec's (``state:``, in the node's plan), from the registry of
+stores (``services.spec.stores``); a scheme gets it from ``build_store`` and never names its class.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.control.messages import now_ms
+from services.core.factories import factory
 from services.dpc.sunion import SUnion, SUnionState
 from services.node import restart
 from services.node.scheme import NodeRuntime
+from services.spec.stores import STORES
 
 
 @dataclass
@@ -65,6 +70,19 @@ class StateStore(Protocol):
     def wait(self) -> None:
         """Until every point taken is written (or has failed)."""
 
+    def new_chain(self) -> None:
+        """A new primary takes over: the points it takes from now on owe nothing to the old one's."""
+
+
+def build_store(node: NodeRuntime, topic: str) -> StateStore:
+    """The store the node's plan names (``state:``, else its scheme's default), keeping ``topic``;
+    its class is the one its descriptor names (``services.spec.stores``)."""
+    name = node.plan.state
+    if name is None:
+        raise ValueError(f"node '{node.plan.node}' runs {node.plan.scheme.value}, which keeps no state store")
+    store: StateStore = factory(STORES[name].factory)(node, topic)
+    return store
+
 
 class RestartImages:
     """DPC's store: each point is a whole restart image in the replica's restart topic."""
@@ -91,3 +109,6 @@ class RestartImages:
 
     def wait(self) -> None:
         self.node.images.wait()
+
+    def new_chain(self) -> None:
+        """Each image is whole: a new primary's first one needs nothing before it."""

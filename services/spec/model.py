@@ -137,6 +137,12 @@ class NodeDef:
     reconciliation: Reconciliation | None = None  # None: the spec's dpc.reconciliation
     ha: HaDef = HaDef()
     flush_ms: int = 1000  # a spark node's window: how long decided results wait for the next Spark job
+    state: str | None = None  # its ``state:``, a store of ``services.spec.stores``; None: its scheme's default
+
+    @property
+    def store(self) -> str | None:
+        """The state store its recovery points go to; None: its scheme keeps no state."""
+        return self.state if self.state is not None else self.ha.scheme.kind.store
 
 
 @dataclass

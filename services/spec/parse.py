@@ -42,7 +42,7 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 _STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress", "topic"}
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
 _INGRESS_KEYS = {"format", "time", "lateness", "idle", "replicas"}
-_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha", "flush_ms"}
+_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha", "flush_ms", "state"}
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -340,8 +340,9 @@ def _parse_nodes(
                 f"a {engine} node recovers by {' or '.join(runs)} only (its window state is a replica's own "
                 f"segments), not by {ha.scheme.value}: remove 'ha' or use engine: python",
             )
-        repl = ck.pos_int(ndef, "replicas", path, d_repl)
-        out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, ck.pos_int(ndef, "flush_ms", path, 1000))
+        repl, flush_ms = ck.pos_int(ndef, "replicas", path, d_repl), ck.pos_int(ndef, "flush_ms", path, 1000)
+        state = validate.state(ck, ndef, path, ha.scheme)
+        out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, flush_ms, state)
     for o in declared:
         if o not in owner:
             ck.err(("operators", o), f"operator '{o}' is not placed in any node")

@@ -2,7 +2,7 @@
 
 A node replica reads its plan, never the spec: inputs (which upstream node and replica
 topics feed each), outputs (topic per replica, schema, key), its operators in dataflow
-order, its delay share of X, its recovery scheme and the control-plane topics.
+order, its delay share of X, its recovery scheme, its state store and the control-plane topics.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class NodePlan:
     flush_ms: int = 1000  # a spark window's wait for its next Spark job
     ha: HaDef = HaDef()
     acks_topic: str = ""  # upstream backup's level-1 acknowledgements
+    state: str | None = None  # its state store (``services.spec.stores``); None: its scheme keeps no state
 
     @property
     def heartbeat_s(self) -> float:
@@ -139,6 +140,7 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         nd.flush_ms,
         nd.ha,
         spec.acks_topic,
+        nd.store,
     )
 
 

@@ -6,9 +6,10 @@ writes or a log per replica, where its settings, heartbeats and detection come f
 coordinator protocol drives it (DPC's reconciliation grants, or the HA takeovers), whether it
 has its inputs trimmed by its acknowledgements, the broker settings each kind of its nodes' topics
 needs (``NodeTopic``: restart images, the input and output logs a recovery reads back, the level-1
-acknowledgements it publishes), which engines may run it, and the recovery types it gives by
-operator class (ICDE 2005, Table 2 and section 6). A new scheme is its module and one entry in
-``KINDS``; nothing else tests which scheme a node has.
+acknowledgements it publishes), which engines may run it, the recovery types it gives by
+operator class (ICDE 2005, Table 2 and section 6), and the state stores it can keep its recovery
+points in (``services.spec.stores``, its default first). A new scheme is its module and one entry
+in ``KINDS``; nothing else tests which scheme a node has.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+from typing import Any
 
 from services.log import retention
 
@@ -105,21 +107,39 @@ class SchemeKind:
     # its topics' broker settings by kind; a kind it does not name keeps the deployment's defaults
     topics: Mapping[NodeTopic, Mapping[str, str]] = field(default_factory=dict, hash=False)
     engines: tuple[str, ...] = ("python",)
+    stores: tuple[str, ...] = ()  # the state stores it can use (``services.spec.stores``), its default first
 
     @property
     def acks(self) -> bool:
         """Whether its primary publishes level-1 acknowledgements: it has the acks topic."""
         return NodeTopic.ACKS in self.topics
 
+    @property
+    def store(self) -> str | None:
+        """The state store its nodes keep unless they say (``state:``); None: it keeps no state, a
+        recovery starts from the logs alone."""
+        return self.stores[0] if self.stores else None
+
 
 _R, _C, _D, _A = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE, OpClass.DETERMINISTIC, OpClass.ARBITRARY
 _REP, _CONV, _DIV = Outcome.REPEATING, Outcome.CONVERGENT, Outcome.DIVERGENT
-_KEEPS_ALL = "{scheme} keeps every tuple a recovery needs, so it gives rollback or precise: for gap use amnesia"
+# The schemes that keep every tuple a recovery needs.
+_KEEPS_ALL: dict[str, Any] = {
+    "recoveries": (Recovery.ROLLBACK, Recovery.PRECISE),
+    "refuses": "{scheme} keeps every tuple a recovery needs, so it gives rollback or precise: for gap use amnesia",
+}
 _IMAGES = {NodeTopic.RESTART: retention.IMAGES}
 # A recovery reads the node's input and output logs back: no retention may cut them (amnesia reads
 # none back: it restarts at the inputs' end).
 _READS_BACK = {**_IMAGES, NodeTopic.INPUTS: retention.RECOVERY_LOG, NodeTopic.OUTPUTS: retention.RECOVERY_LOG}
 _ACKED = {**_READS_BACK, NodeTopic.ACKS: retention.ACKS}
+
+
+def _ha(factory: str, recovery: Recovery, **rest: Any) -> SchemeKind:
+    """An HA scheme's descriptor (ICDE 2005): one log the primary writes, its ``ha:`` settings, and the
+    coordinator's takeovers."""
+    return SchemeKind(factory, one_log=True, settings="ha", takeovers=True, recovery=recovery, **rest)
+
 
 # Section 6 on precise recovery: passive standby drops regenerated tuples up to its output log's tail,
 # and for an arbitrary node forwards only checkpointed output; active standby switches downstream after
@@ -134,52 +154,39 @@ KINDS: dict[Scheme, SchemeKind] = {
         recovery=None,
         topics=_IMAGES,
         engines=("python", "spark"),
+        stores=("restart_images",),
     ),
-    Scheme.AMNESIA: SchemeKind(
+    Scheme.AMNESIA: _ha(
         "services.ha.amnesia:AmnesiaScheme",
-        one_log=True,
-        settings="ha",
-        takeovers=True,
-        recovery=Recovery.GAP,
+        Recovery.GAP,
         recoveries=(Recovery.GAP,),
         refuses="amnesia restarts empty and loses tuples, so it gives gap recovery, not {recovery}: "
         "use passive_standby, active_standby or upstream_backup",
         topics=_IMAGES,
     ),
-    Scheme.PASSIVE_STANDBY: SchemeKind(
+    Scheme.PASSIVE_STANDBY: _ha(
         "services.ha.passive_standby:PassiveStandbyScheme",
-        one_log=True,
-        settings="ha",
-        takeovers=True,
-        recovery=Recovery.ROLLBACK,
-        recoveries=(Recovery.ROLLBACK, Recovery.PRECISE),
-        refuses=_KEEPS_ALL,
+        Recovery.ROLLBACK,
+        **_KEEPS_ALL,
         rollback=(_REP, _REP, _REP, _DIV),
         precise_up_to=_A,
         topics=_READS_BACK,
+        stores=("checkpoints",),
     ),
-    Scheme.UPSTREAM_BACKUP: SchemeKind(
+    Scheme.UPSTREAM_BACKUP: _ha(
         "services.ha.upstream_backup:UpstreamBackupScheme",
-        one_log=True,
-        settings="ha",
-        takeovers=True,
-        recovery=Recovery.ROLLBACK,
-        recoveries=(Recovery.ROLLBACK, Recovery.PRECISE),
-        refuses=_KEEPS_ALL,
+        Recovery.ROLLBACK,
+        **_KEEPS_ALL,
         rollback=(_REP, _CONV, _DIV, _DIV),
         precise_up_to=_C,
         precise_else="passive_standby, or active_standby for a deterministic node",
         trims_inputs=True,
         topics=_ACKED,
     ),
-    Scheme.ACTIVE_STANDBY: SchemeKind(
+    Scheme.ACTIVE_STANDBY: _ha(
         "services.ha.active_standby:ActiveStandbyScheme",
-        one_log=True,
-        settings="ha",
-        takeovers=True,
-        recovery=Recovery.ROLLBACK,
-        recoveries=(Recovery.ROLLBACK, Recovery.PRECISE),
-        refuses=_KEEPS_ALL,
+        Recovery.ROLLBACK,
+        **_KEEPS_ALL,
         rollback=(_REP, _REP, _REP, _DIV),
         precise_up_to=_D,
         precise_else="passive_standby (it forwards only checkpointed output)",

@@ -51,7 +51,9 @@ class LogOrder:
     def merge(self) -> LogOrder:
         return self
 
-    def push(self, port: int, ttype: Any, tid: int, stime: int, rec: Any, now: float, tmax: int = -1) -> None:
+    def push(
+        self, port: int, ttype: Any, tid: int, stime: int, rec: Any, now: float, tmax: int = -1, offset: int = -1
+    ) -> None:
         self.direct.append((rec, stime))
 
     def boundary(self, port: int, stime: int, now: float | None = None) -> None:

@@ -219,7 +219,7 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
     run(first, msgs[:cut], [3], now=base)
     flowing = [m for m in msgs[cut:] if m.topic() != silent]
     run(first, flowing[: len(flowing) // 2], [3], now=base + delay + 1)
-    assert first.scheme.failed and first.stats.tentative > 0
+    assert first.scheme.path.failed and first.stats.tentative > 0
     first.scheme.next_image = 0.0
     first.step([], base + delay + 1)  # the periodic image, in the failure
     images = first.producer.topics[first.scheme.restart_topic]
@@ -230,7 +230,7 @@ def test_a_replica_restarted_from_an_image_taken_in_a_failure_reconciles_to_the_
     assert image.failed and image.sunion.kept, "the image must hold the kept buckets to redo"
 
     second, offsets = restarted(first, monkeypatch)  # kill -9; the replica restarts on the same topics
-    assert second.scheme.failed, "the restarted replica is still in the failure"
+    assert second.scheme.path.failed, "the restarted replica is still in the failure"
     rest = [m for m in msgs if m.offset() >= offsets.get(m.topic(), 0)]
     run(second, [m for m in rest if m.topic() != silent], [3], now=time.monotonic() + delay + 1)
     run(second, [m for m in rest if m.topic() == silent], [5], now=time.monotonic() + delay + 2)
@@ -309,7 +309,7 @@ def test_a_grant_is_matched_to_its_request_by_round_not_by_comparing_clocks() ->
     cut = len(msgs) // 3
     run(node, msgs[:cut], [3], now=0.0)
     run(node, [m for m in msgs[cut:] if m.topic() != silent], [3], now=node.plan.delay_s + 1)
-    node.scheme.requested_at = -10.0
+    node.scheme.round.requested_at = -10.0
     run(node, [m for m in msgs[cut:] if m.topic() == silent], [5], now=node.plan.delay_s + 3)
     [request] = [c for c in node.controls if c.kind is ControlKind.REQUEST][-1:]
     assert node.stats.reconciliations == 0 and request.round_ms
@@ -456,27 +456,27 @@ def test_a_node_whose_input_fails_again_before_it_reconciled_still_reconciles_wh
     n2.step(stable(range(10)) + [n2.message("b", BOUNDARY, 9, 100)], 0.0)
     n2.step(tentative(range(10, 20)), 1.0)  # n1 in failure
     n2.step([], 1.0 + delay)
-    assert n2.scheme.failed
+    assert n2.scheme.path.failed
     healed = [n2.message("b", UNDO, 9, 0)] + stable(range(10, 20)) + [n2.message("b", BOUNDARY, 19, 200)]
     again = [n2.message("b", REC_DONE, 19, 0)] + tentative(range(20, 30))  # and n1 fails again
     n2.step(healed + again, 3.0)
     assert n2.controls[-1].kind is ControlKind.REQUEST, "the first failure is settled: n2 asks for its turn"
     n2.step([], 3.0 + delay)  # the second failure's bucket is overdue: tentative, kept, not settled
-    grant = Grant("n2", 0, 0, round_ms=n2.scheme.requested_ms)
+    grant = Grant("n2", 0, 0, round_ms=n2.scheme.round.requested_ms)
     n2.scheme.on_control(grant, 3.0 + delay + 0.1)  # the turn comes only now
     n2.step([], 3.0 + delay + 0.1)
     assert [tid for tid, _ in n2.stable("c")] == list(range(20)), "the first failure's results are stable"
-    assert n2.scheme.failed, "the second failure goes on"
+    assert n2.scheme.path.failed, "the second failure goes on"
     assert n2.written("c")[-1][0] is TENTATIVE, "and its results are tentative again"
-    assert n2.scheme.advanced == 200, "downstream learns that everything before the second failure is stable"
+    assert n2.scheme.path.advanced == 200, "downstream learns that everything before the second failure is stable"
 
     n2.step([n2.message("b", UNDO, 19, 0)] + stable(range(20, 30)) + [n2.message("b", BOUNDARY, 29, 300)], 9.0)
-    n2.scheme.on_control(Grant("n2", 0, 0, round_ms=n2.scheme.requested_ms), 9.0)
+    n2.scheme.on_control(Grant("n2", 0, 0, round_ms=n2.scheme.round.requested_ms), 9.0)
     n2.step([], 9.0)
     healthy = FakeNode(CHAIN, "n2", replica=1)
     healthy.step([healthy.message("b", STABLE, i, i * 10, reading(i)) for i in range(30)], 0.0)
     healthy.step([healthy.message("b", BOUNDARY, 29, 300)], 0.0)
-    assert n2.stable("c") == healthy.stable("c") and not n2.scheme.failed
+    assert n2.stable("c") == healthy.stable("c") and not n2.scheme.path.failed
 
 
 def spilled_merge(method: str) -> tuple[FakeNode, FakeNode, list[FakeMessage], float]:
@@ -497,7 +497,7 @@ def spilled_merge(method: str) -> tuple[FakeNode, FakeNode, list[FakeMessage], f
     run(failing, msgs[:cut], [3], now=0.0)
     delay = failing.plan.delay_s
     run(failing, flowing, [3], now=delay + 1)
-    su = failing.scheme.sunion
+    su = failing.scheme.path.sunion
     assert failing.stats.tentative > 0 and su.spilled, "the failure outgrew max_kept"
     assert su.peak_kept <= 4
     if method == "undo":
@@ -516,7 +516,7 @@ def test_a_failure_longer_than_max_kept_is_redone_from_the_logs_to_the_failure_f
 
     monkeypatch.setattr(resume, "first_offset", lambda *a: 0)
     healthy, failing, held, now = spilled_merge(method)
-    su = failing.scheme.sunion
+    su = failing.scheme.path.sunion
     run(failing, held, [5], now=now)  # c heals: the turn comes, the node rewinds its inputs
     assert failing.stats.replays == 1 and failing.states[-1] is NodeState.STABILIZATION
     replay = failing.take_replay()
@@ -549,12 +549,12 @@ def test_a_restart_image_of_a_spilled_failure_is_its_start_and_a_restart_from_it
         return {"sensor": f"s{i % 3}", "ts": i * 10, "value": float(i), "seq": i}
 
     first = FakeNode(CHAIN, "n2")
-    first.scheme.sunion.max_kept = 5
+    first.scheme.path.sunion.max_kept = 5
     first.step([first.message("b", STABLE, i, i * 10, reading(i)) for i in range(10)], 0.0)
     first.step([first.message("b", BOUNDARY, 9, 100)], 0.0)
     first.step([first.message("b", TENTATIVE, i, i * 10, reading(i)) for i in range(10, 30)], 1.0)
     first.step([], 1.0 + first.plan.delay_s)
-    assert first.scheme.sunion.spilled
+    assert first.scheme.path.sunion.spilled
     first.scheme.next_image = 0.0
     first.step([], 2.0 + first.plan.delay_s)
     value = first.producer.topics[first.plan.restart_topics[0]][-1].value
@@ -619,10 +619,10 @@ def test_a_node_with_one_input_keeps_its_order_through_a_failure_and_its_redo(
     run(failing, _one_input(failing, stream, range(fail_at)), cuts, now=0.0)
     run(failing, _one_input(failing, stream, range(fail_at, 40), TENTATIVE), cuts, now=1.0)  # n1 in failure
     failing.step([], 1.0 + failing.plan.delay_s)
-    assert failing.scheme.failed and failing.stats.tentative > 0
+    assert failing.scheme.path.failed and failing.stats.tentative > 0
     healed = [failing.message("b", UNDO, fail_at - 1, 0)] + _one_input(failing, stream, range(fail_at, 40))
     run(failing, healed + [failing.message("b", BOUNDARY, 39, 10**6)], cuts, now=3.0)
-    assert failing.stats.reconciliations == 1 and not failing.scheme.failed
+    assert failing.stats.reconciliations == 1 and not failing.scheme.path.failed
     assert failing.stable("c") == healthy.stable("c")
 
 

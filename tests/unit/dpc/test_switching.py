@@ -55,7 +55,7 @@ def in_failure(node: FakeNode) -> None:
     node.step(stable(node, 0, range(5), 1000), 0.0)
     node.step(tentative(node, 0, range(5, 8), 2000), LATER)
     node.step([], LATER)
-    assert node.scheme.failed
+    assert node.scheme.path.failed
 
 
 def tentative_times(node: FakeNode) -> list[int]:
@@ -92,7 +92,7 @@ def test_rule_3_stable_tuples_of_the_new_replica_replace_the_tentative_input_kep
     node.step([], LATER)
     stable_out = [t[2] for t in node.written("c") if t[0] is STABLE]
     assert stable_out == [1000, 1100, 1200, 1300, 1400, 2000, 2100, 2200, 2300, 2400]
-    assert not node.scheme.failed and node.stats.reconciliations == 1
+    assert not node.scheme.path.failed and node.stats.reconciliations == 1
 
 
 def test_rule_4_corrections_are_read_from_the_reconciling_replica_while_another_supplies_new_tuples() -> None:
@@ -117,7 +117,7 @@ def test_rule_4_corrections_are_read_from_the_reconciling_replica_while_another_
     assert stable_out == [1000, 1100, 1200, 1300, 1400, 2000, 2100, 2200, 2300, 2400, 2500, 2600], (
         "the failure-free output, once"
     )
-    assert not node.scheme.failed
+    assert not node.scheme.path.failed
 
 
 def test_rule_4_goes_on_after_the_reconciling_replicas_stable_heartbeat_until_its_rec_done_is_read() -> None:
@@ -161,7 +161,7 @@ def test_a_partner_that_begins_to_reconcile_gives_its_corrections_while_the_foll
     stable_out = [t[2] for t in node.written("c") if t[0] is STABLE]
     assert stable_out == [1000, 1100, 1200, 1300, 1400, 2000, 2100, 2200, 2300, 2400, 2500, 2600]
     assert tentative_times(node) == [2000, 2100, 2200, 2300, 2400], "no tentative result twice"
-    assert not node.scheme.failed
+    assert not node.scheme.path.failed
 
 
 def test_rule_4_ends_when_the_reconciling_replica_fails_by_following_the_fresh_one() -> None:

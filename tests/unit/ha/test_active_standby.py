@@ -142,7 +142,7 @@ def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed
     assert all(e[1] > trimmed for e in held if e[0] is STABLE), "the secondary held what the log already had"
     # The primary fails here; the secondary takes over and reads the rest.
     tail = log.tail()[0]
-    at = secondary.scheme.soutputs["w"].next_id  # the secondary's next result
+    at = secondary.scheme.path.soutputs["w"].next_id  # the secondary's next result
     _role(secondary, "primary", 9)
     log.writers.append(secondary)
     rest: list[FakeMessage] = pending[k:]

@@ -73,7 +73,7 @@ def test_a_takeover_announces_its_epoch_and_continues_the_log_where_it_stands(no
     written = node.written("b")
     assert written[0][0] is EPOCH
     assert [(t, tid, stime) for t, tid, stime, _ in written[1:]] == [(STABLE, 42, 5100), (BOUNDARY, 42, 5300)]
-    assert node.scheme.soutputs["b"].below_floor == 1
+    assert node.scheme.path.soutputs["b"].below_floor == 1
 
 
 def test_a_primary_told_it_is_secondary_stops_and_a_stale_order_is_ignored(node: FakeNode) -> None:

@@ -101,7 +101,7 @@ def test_a_standby_applying_the_checkpoints_holds_the_primary_state_at_each(prim
         checkpoint()
         at_checkpoint.append(plain([op.state() for op in primary.pipeline.operators]))
 
-    ps._checkpoint = recorded
+    ps._checkpoint = recorded  # type: ignore[method-assign]
     primary.images.last_bytes = 3500  # an image now and then, instead of a delta or besides
     run(primary, 30, keys=5)
     images = 0

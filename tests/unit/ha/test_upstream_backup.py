@@ -239,7 +239,7 @@ def test_an_ack_names_the_oldest_tuple_of_the_open_windows(no_broker) -> None:
     # At 1500 the windows [1300, 1600) and [1400, 1700) are open; the oldest holds ts 1300 = id 6.
     assert ack.cut == 1500 and ack.input_ids == {"a": 6}
     assert ack.input_offsets["ub.a"] <= 6  # an offset at or before that tuple
-    assert ack.outputs == {"w": scheme.soutputs["w"].next_id}
+    assert ack.outputs == {"w": scheme.path.soutputs["w"].next_id}
 
 
 def test_a_source_that_ends_moves_the_operators_to_its_last_boundary_at_once(no_broker) -> None:
@@ -248,5 +248,5 @@ def test_a_source_that_ends_moves_the_operators_to_its_last_boundary_at_once(no_
     scheme = _promote(node, 2)
     rec = {"sensor": "x", "ts": 1000, "value": 1.0, "seq": 0}
     node.step([node.message("a", STABLE, 0, 1000, rec), node.message("a", BOUNDARY, 0, 2**53)], 1.0)
-    assert scheme.op_time == 2**53 - 2**53 % 100
+    assert scheme.path.op_time == 2**53 - 2**53 % 100
     assert [r["window_end"] for _, r in node.stable("w")] == [1100, 1200, 1300]

@@ -98,4 +98,4 @@ def test_an_idle_raw_partition_gets_ticks_that_move_its_time_on() -> None:
     assert len(ticks) == 1 and read_headers(ticks[0].headers)[0] is BOUNDARY
     msg = FakeMessage("ing.r.raw", None, ticks[0].headers, node.offsets["ing.r.raw"])
     node.step([msg], raw.last_read + 0.35)
-    assert node.scheme.sunion.boundaries[0] == read_headers(ticks[0].headers)[2]
+    assert node.scheme.path.sunion.boundaries[0] == read_headers(ticks[0].headers)[2]

@@ -23,7 +23,7 @@ def _broken(*_: object) -> None:
 def test_a_bug_in_sunion_stops_the_node_and_is_not_dead_lettered(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     node = FakeNode(MERGE_AFTER_WINDOW, "n")  # two inputs: every message goes through the general path
     rec = readings(1, 1, 0)[0]
-    monkeypatch.setattr(node.scheme.sunion, where, _broken)
+    monkeypatch.setattr(node.scheme.path.sunion, where, _broken)
     msgs = [node.message("a", STABLE, 0, 10, dict(rec, ts=10)), node.message("a", BOUNDARY, 0, 20)]
     with pytest.raises(SUnionBug):
         node.step(msgs, 0.0)
@@ -50,3 +50,14 @@ def test_a_scheme_that_asks_sees_where_each_input_stands_after_a_poll() -> None:
     assert node.intake.take(msgs[:1], 0.0).positions == {}, "only a scheme that asks for them"  # type: ignore[arg-type]
     batch = Intake(node, node.scheme.path, positions=True).take(msgs[1:], 0.0)  # type: ignore[arg-type]
     assert batch.messages == 2 and batch.positions == {topic: msgs[-1].offset() + 1}
+
+
+def test_a_scheme_that_asks_gets_each_tuple_with_its_input_offset() -> None:
+    node = FakeNode(MERGE_AFTER_WINDOW, "n")
+    recs = readings(3, 1, 0)
+    msgs = [node.message("a", STABLE, i, 10 + i, dict(r, ts=10 + i)) for i, r in enumerate(recs)]
+    Intake(node, node.scheme.path, positions=True).take(msgs, 0.0)  # type: ignore[arg-type]
+    held = [t for b in node.scheme.path.sunion.pending.values() for t in b.tuples]
+    assert [(t.id, t.offset) for t in held] == [(m_id, m.offset()) for m_id, m in enumerate(msgs)]
+    node.step([node.message("a", STABLE, 3, 13, dict(recs[0], ts=13))], 0.0)  # a scheme that does not ask
+    assert [t.offset for b in node.scheme.path.sunion.pending.values() for t in b.tuples][-1] == -1

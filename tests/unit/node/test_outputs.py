@@ -64,7 +64,7 @@ def test_a_boundary_rides_on_the_last_result_of_a_batch_and_readers_see_the_same
     reference.step(_as_input(apart, "b", reference), 0.0)
     assert downstream.written("c") == reference.written("c")
     assert len(downstream.stable("c")) == 40
-    assert downstream.scheme.sunion.boundaries == [END], "the end reached n2 riding on n1's last result"
+    assert downstream.scheme.path.sunion.boundaries == [END], "the end reached n2 riding on n1's last result"
 
 
 def test_write_leaves_only_its_own_batch_unacknowledged_and_flush_none() -> None:
@@ -116,10 +116,10 @@ def test_a_reader_that_has_the_tuple_a_boundary_rode_on_still_takes_the_boundary
     port = node.inputs.ports[0]
     first = node.message("b", STABLE, 0, 100, rec)
     node.step([first], 0.0)
-    assert port.last_stable == 0 and node.scheme.sunion.boundaries == [None]
+    assert port.last_stable == 0 and node.scheme.path.sunion.boundaries == [None]
     again = FakeMessage(port.topic, first.value(), with_bound(make_headers(STABLE, 0, 100), END), 1)
     node.step([again], 0.0)
-    assert node.scheme.sunion.boundaries == [END]
+    assert node.scheme.path.sunion.boundaries == [END]
     assert len(node.stable("c")) == 1, "the duplicate is not processed twice"
 
 
