@@ -135,8 +135,11 @@ class Inputs:
 
     def follow_best(self, monitor: ReplicaMonitor, bootstrap: str) -> list[tuple[InputPort, Move]]:
         """Apply the switching rules to every port (``ReplicaReader.next_move``); returns the ports
-        that changed what they read, and how."""
+        that changed what they read, and how. Inputs that read nothing yet (an HA candidate's, until
+        its order) stay where they are: a move would unassign what was never assigned."""
         assert self.consumer is not None
+        if not self.assigned:
+            return []
         moved = []
         for p in self.ports:
             step = p.plan(monitor, bootstrap, p.processed_tmax)

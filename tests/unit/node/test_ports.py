@@ -6,7 +6,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from services.control.states import NodeState
 from services.core.errors import InputGapError
@@ -307,3 +307,39 @@ def test_no_correction_read_without_the_partners_undo(monkeypatch: Any) -> None:
     seeks.futures[-1].set_result(None)  # something other than tentative tuples came first
     assert port.plan(monitor, "b", 2000) is None and port.replica == 0  # type: ignore[arg-type]
     assert port.next_move(monitor) is None, "it stays on the replica in a failure, as before"  # type: ignore[arg-type]
+
+
+class AssignmentConsumer(FakeConsumer):
+    """Keeps the assignment as librdkafka does, which refuses to unassign from an empty one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.assignment: set[str] = set()
+
+    def assign_offsets(self, tps: list[TopicPartition]) -> None:
+        super().assign_offsets(tps)
+        self.assignment = {tp.topic for tp in tps}
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        super().incremental_assign(tps)
+        self.assignment |= {tp.topic for tp in tps}
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        if not self.assignment:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "Can't subtract from empty assignment"))
+        super().incremental_unassign(tps)
+        self.assignment -= {tp.topic for tp in tps}
+
+
+def test_inputs_that_read_nothing_yet_do_not_move_until_they_start(monkeypatch: Any) -> None:
+    """An HA candidate reads nothing until the coordinator's order (``Inputs.open`` without offsets).
+    An upstream failure meanwhile moves no port: moving would unassign what was never assigned. Once
+    the inputs start, the switching rules apply as usual."""
+    inputs = Inputs(plan_node(SPEC, "n2").inputs, 0, 0)
+    consumer, port = AssignmentConsumer(), inputs.ports[0]
+    inputs.open(consumer, None)  # type: ignore[arg-type]
+    monitor = FakeMonitor({("n1", 0, 0): NodeState.FAILED})
+    monkeypatch.setattr(seeks, "seek_after_stable", lambda *a: (77, 0))
+    assert inputs.follow_best(monitor, "unused") == [] and port.replica == 0  # type: ignore[arg-type]
+    inputs.read_from({})
+    assert inputs.follow_best(monitor, "unused") == [(port, Move.STABLE)] and port.replica == 1  # type: ignore[arg-type]
