@@ -65,6 +65,7 @@ class Inputs:
         self.fresh_consumer: BatchConsumer | None = None  # rule 4's reads (None: ``consumer``'s)
         # Where each topic was assigned from: its position until a message is read from it.
         self.assigned: dict[str, int] = {}
+        self.idle = False  # opened to read nothing yet (``open`` without offsets), until ``read_from``
 
     def open(self, consumer: BatchConsumer, offsets: dict[str, int] | None, fresh: BatchConsumer | None = None) -> None:
         """Start reading every port's topic at ``offsets`` (by topic), else from the beginning, or
@@ -74,6 +75,7 @@ class Inputs:
         know_topics(consumer.raw, others)
         if fresh is not None:
             know_topics(fresh.raw, others)
+        self.idle = offsets is None
         if offsets is not None:
             self.read_from(offsets)
 
@@ -81,6 +83,7 @@ class Inputs:
         """Read every port's topic from ``offsets`` (by topic; ``OFFSET_END``: what comes from now
         on), else from the beginning."""
         assert self.consumer is not None
+        self.idle = False
         self.by_topic = {p.topic: p for p in self.ports}
         self.assigned = {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.ports}
         self.consumer.assign_offsets([TopicPartition(t, self.partition, off) for t, off in self.assigned.items()])
@@ -138,7 +141,7 @@ class Inputs:
         that changed what they read, and how. Inputs that read nothing yet (an HA candidate's, until
         its order) stay where they are: a move would unassign what was never assigned."""
         assert self.consumer is not None
-        if not self.assigned:
+        if self.idle:
             return []
         moved = []
         for p in self.ports:
