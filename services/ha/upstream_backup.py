@@ -139,15 +139,11 @@ class Acking:
             self.needs.processed(self.streams[port], start, first)
 
     def on_step(self, t: int) -> None:
-        """The operators were just advanced to bucket start ``t``: a cut there when one is due, which a
-        primary publishes. A secondary (active standby's) takes it too and drops it: a cut forgets what
-        no later cut can need, so its bookkeeping stays as small as a primary's however long it runs."""
+        """The operators were just advanced to bucket start ``t``: a primary's cut there when one is due."""
         now = time.monotonic()
-        if now >= self.next_cut and self.scheme.role is not Role.CANDIDATE:
+        if self.scheme.role is Role.PRIMARY and now >= self.next_cut:
             self.next_cut = now + self.interval_s
-            cut = self._cut(t)
-            if self.scheme.role is Role.PRIMARY:
-                self.pending = cut
+            self.pending = self._cut(t)
 
     def _cut(self, t: int) -> Ack:
         node, scheme = self.node, self.scheme

@@ -157,24 +157,3 @@ def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed
         assert all(r.start >= min(trimmed + 1, at) and r.stop - 1 <= tail for r in runs), f"{where}: repeated {runs}"
         assert len(runs) <= 1, f"{where}: one rollback per failure, got {runs}"
     assert secondary.states[-1] is NodeState.STABLE
-
-
-@pytest.mark.parametrize("n", [200, 800])
-def test_a_secondary_forgets_what_no_cut_can_need(n: int, log: Log) -> None:
-    """A secondary's bookkeeping of its inputs (where each poll read up to, which ids each bucket
-    took) is pruned as a primary's is, so it stays the same size however long the secondary runs,
-    rather than growing by an entry per poll and per bucket."""
-    rnd = random.Random(3)
-    secondary = FakeNode(SPECS["precise"], "n", replica=1)
-    msgs = _inputs(secondary, ["a", "b"], n, rnd)
-    secondary.scheme.on_restart()
-    assert isinstance(secondary.scheme, ActiveStandbyScheme)
-    secondary.scheme.acking.interval_s = 0.0
-    _role(secondary, "secondary", 5)
-    now = 1.0
-    for i in range(0, len(msgs), 4):
-        secondary.step(msgs[i : i + 4], now)
-        now += 0.01
-    assert secondary.scheme.held["w"], "the secondary processed its input"
-    kept = sum(len(inp.reads) + len(inp.buckets) for inp in secondary.scheme.acking.needs.inputs.values())
-    assert kept <= 20, f"{kept} entries kept after {len(msgs) // 4} polls"
