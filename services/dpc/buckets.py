@@ -29,6 +29,10 @@ class STuple:
     def order(self) -> tuple[int, int, int]:
         return (self.stime, self.port, self.id)
 
+    def labeled(self, label: TupleType) -> STuple:
+        """This tuple as ``label``, every other field kept: a bucket emitted or redone under its label."""
+        return STuple(label, self.port, self.id, self.stime, self.rec, self.tmax, self.offset)
+
 
 @dataclass
 class Bucket:

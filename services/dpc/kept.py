@@ -160,8 +160,5 @@ class Kept:
         return (
             k,
             label,
-            [
-                STuple(label, t.port, t.id, t.stime, t.rec, t.tmax, t.offset)
-                for t in (tuples if self.in_order else sorted(tuples, key=STuple.order))
-            ],
+            [t.labeled(label) for t in (tuples if self.in_order else sorted(tuples, key=STuple.order))],
         )

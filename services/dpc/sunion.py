@@ -271,7 +271,7 @@ class SUnion:
             if label is STABLE:  # all stable already, and the bucket is not kept: no copies
                 yield k, label, b.tuples
             else:
-                yield k, label, [STuple(label, t.port, t.id, t.stime, t.rec, t.tmax, t.offset) for t in b.tuples]
+                yield k, label, [t.labeled(label) for t in b.tuples]
             del self.pending[k]
             if label is TENTATIVE:
                 failure.keep(k, b)

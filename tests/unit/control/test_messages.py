@@ -23,6 +23,18 @@ from services.control.states import NodeState
 from services.core.codec import codec_for
 from services.core.errors import DecodeError
 
+# Every field of the control schema but ``kind`` and ``ids``, set away from its default.
+_EVERY_FIELD: dict[str, Any] = {
+    "node": "n2",
+    "partition": 1,
+    "replica": 0,
+    "stagger": False,
+    "sent_ms": 1234,
+    "round_ms": 1200,
+    "role": "primary",
+    "epoch": 7,
+}
+
 # One message of each kind with every field it has set, and the fields of today's ``as_dict``
 # its kind does not carry, at the value they always had for that kind.
 _EVERY_KIND: dict[ControlKind, tuple[ControlMessage, dict[str, Any]]] = {
@@ -43,21 +55,7 @@ def test_control_message_round_trip(kind: ControlKind) -> None:
     back = decode_control(encode_control(m))
     assert back == m and back.kind is kind
     assert back.is_for("n2", 1, 0) and not back.is_for("n2", 1, 1)
-    assert (
-        back.as_dict()
-        == {
-            "kind": kind.value,
-            "node": "n2",
-            "partition": 1,
-            "replica": 0,
-            "stagger": False,
-            "sent_ms": 1234,
-            "round_ms": 1200,
-            "role": "primary",
-            "epoch": 7,
-        }
-        | lacks
-    )
+    assert back.as_dict() == {"kind": kind.value, **_EVERY_FIELD} | lacks
 
 
 @pytest.mark.parametrize("kind", list(ControlKind))
@@ -69,20 +67,7 @@ def test_each_kind_decodes_to_an_equal_message_of_its_class(kind: ControlKind) -
 
 def _old_bytes(kind: str) -> bytes:
     """What the one class of every kind wrote: every field of the schema, whatever the kind."""
-    return codec_for("control").encode(
-        {
-            "kind": kind,
-            "node": "n2",
-            "partition": 1,
-            "replica": 0,
-            "stagger": False,
-            "sent_ms": 1234,
-            "round_ms": 1200,
-            "role": "primary",
-            "epoch": 7,
-            "ids": {"w": 3, "x": 5},
-        }
-    )
+    return codec_for("control").encode({"kind": kind, **_EVERY_FIELD, "ids": {"w": 3, "x": 5}})
 
 
 @pytest.mark.parametrize(

@@ -433,3 +433,16 @@ def test_one_input_keeps_its_order_failure_free_and_through_a_failure_and_its_re
     got += [t.id for t in su.redo()]
     got += [t.id for t in su.poll(2.0)]
     assert got == ids, "the redo serializes as the failure-free pass did"
+
+
+def test_a_bucket_emitted_under_its_label_keeps_every_field_of_its_tuples() -> None:
+    """Emitting a bucket tentative, and redoing it, copies its tuples under the new label: the input
+    position a scheme asked for (``STuple.offset``) and the t_max go with them."""
+    su = SUnion(1, BUCKET, delay_s=5.0, policy="process")
+    su.push(0, TupleType.TENTATIVE, 0, 1, "t0", 0.0, tmax=7, offset=41)
+    su.push(0, TupleType.TENTATIVE, 1, 12, "t1", 0.0, tmax=7, offset=42)  # bucket 0 is passed
+    (t,) = su.poll(0.0)
+    assert (t.type, t.port, t.id, t.stime, t.rec, t.tmax, t.offset) == (TupleType.TENTATIVE, 0, 0, 1, "t0", 7, 41)
+    assert STuple(TupleType.TENTATIVE, 0, 0, 1, "t0", 7, 41).labeled(TupleType.STABLE) == STuple(
+        TupleType.STABLE, 0, 0, 1, "t0", 7, 41
+    )
