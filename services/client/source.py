@@ -20,7 +20,7 @@ from services.core.errors import WriterConflictError
 from services.core.kafka import BatchProducer
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType, header_writer
-from services.log.tail import NO_WRITER, WriterTail, writer_tail
+from services.log.writer_tail import NO_WRITER, WriterTail, writer_tail
 from services.spec import Spec
 
 # The stime of a source's final boundary: no tuple will ever come after it, so downstream

@@ -65,6 +65,7 @@ class HeartbeatSender:
         self.state = state
         self.epoch = 0
         self.role = ""  # an HA scheme's replica: its role (``services.control.states.Role``)
+        self.keeps: dict[str, int] = {}  # an HA replica's: what of its output log its takeover reads (replaced whole)
         self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
         self.ticked = time.monotonic()
         self.working_until = 0.0  # monotonic: blocking work on the loop that counts as progress (``working``)
@@ -116,6 +117,7 @@ class HeartbeatSender:
             boundary_ms=self.boundary_ms,
             lag=self.lag,
             role=self.role,
+            keeps=self.keeps,
         )
         self._producer.send(self.topic, hb.encode(), self.node.encode(), 0)
         self._producer.poll(0)

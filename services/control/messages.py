@@ -155,6 +155,8 @@ class Heartbeat:
     boundary_ms: int = -1  # the last BOUNDARY it sent: how far its stable output has come
     lag: int = 0  # input messages not yet processed
     role: str = ""  # an HA scheme's replica: "primary", "secondary", or "candidate" until told
+    # output stream -> the oldest id a takeover by this replica checks in the log (``services.coordinator.trims``)
+    keeps: dict[str, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return _HEARTBEAT.encode(
@@ -170,6 +172,7 @@ class Heartbeat:
                 "boundary_ms": self.boundary_ms,
                 "lag": self.lag,
                 "role": self.role,
+                "keeps": self.keeps,
             }
         )
 
@@ -189,6 +192,7 @@ class Heartbeat:
             hb.get("boundary_ms", -1),
             hb.get("lag", 0),
             hb.get("role", ""),
+            dict(hb.get("keeps") or {}),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -204,4 +208,5 @@ class Heartbeat:
             "boundary_ms": self.boundary_ms,
             "lag": self.lag,
             "role": self.role,
+            "keeps": self.keeps,
         }

@@ -4,15 +4,30 @@ The coordinator reads every level-1 acknowledgement (``services.ha.acks``) and, 
 interval, moves the start of each log whose readers all acknowledge (upstream backup nodes)
 to the oldest of their current primaries' acks. A log with another reader (a node of another
 scheme, an application reading a sink) is never trimmed, nor is a shared source topic, nor a
-replica log (each replica's offsets differ). Kafka-free: the coordinator makes the calls.
+replica log (each replica's offsets differ), nor the output of a DPC node (its restart images
+are not reported).
+
+A log is also its writer's: its tail says where a writer that takes over or restarts goes on
+(the next id, the last boundary, a source writer's epoch), and a passive standby, upstream
+backup or active standby writer checks what its takeover regenerates against the log from its
+restart point (the newest written checkpoint, the newest published ack, what a secondary holds).
+So a trim never passes the writer's restart point, which its replicas report in their
+heartbeats (``keeps``: the oldest id a takeover by that replica reads back), nor the log's last
+record with a boundary (``services.log.trim.trim_limit``). A writer whose current primary has not
+reported yet is not trimmed. Kafka-free: the coordinator makes the calls.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
+from services.control.messages import Heartbeat
+from services.control.states import Role
 from services.ha.acks import Ack, Key, trim_points
 from services.spec import Spec
+
+LIMIT_EVERY_S = 1.0  # a log's limit (the writer's restart point, its tail) is read again this often at most
 
 
 def trimmable(spec: Spec) -> dict[str, list[str]]:
@@ -23,19 +38,49 @@ def trimmable(spec: Spec) -> dict[str, list[str]]:
         topics = spec.stream_topics(s)
         if not readers or len(topics) != 1 or sd.topic is not None:
             continue
+        writer = spec.node_producing(s)
+        if writer is not None and not writer.ha.scheme.kind.takeovers:
+            continue
         if all(spec.nodes[n].ha.scheme.kind.trims_inputs for n in readers):
             out[topics[0]] = readers
     return out
 
 
+def writers(spec: Spec, topics: list[str]) -> dict[str, tuple[str, str]]:
+    """Topic -> (node, stream) of its writer, for each of ``topics`` a takeover reads back."""
+    out = {}
+    for s in spec.streams:
+        node = spec.node_producing(s)
+        for t in spec.stream_topics(s):
+            if t in topics and node is not None and node.ha.scheme.kind.reads_own_log:
+                out[t] = (node.name, s)
+    return out
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where a log may start by its readers' acks (``offset``), and the oldest id its writer reads
+    back (``keep``; None: only the tail)."""
+
+    offset: int
+    keep: int | None
+
+
+Role_ = Callable[[str, int, int], Role | None]
+
+
 class Trims:
-    """The acks heard so far and how far each log was trimmed."""
+    """The acks and restart points heard so far, and how far each log was trimmed."""
 
     def __init__(self, spec: Spec) -> None:
         self.readers = trimmable(spec)
+        self.writers = writers(spec, list(self.readers))
+        self.replicas = {n: nd.replicas for n, nd in spec.nodes.items()}
         self.partitions = {t: spec.streams[s].partitions for s in spec.streams for t in spec.stream_topics(s)}
         self.acks: dict[tuple[str, int, int], Ack] = {}  # (node, partition, epoch) -> that primary's newest ack
+        self.keeps: dict[tuple[str, int, int], Heartbeat] = {}  # (node, partition, replica) -> its newest heartbeat
         self.starts: dict[Key, int] = {}  # (topic, partition) -> the log start the last trim gave
+        self.limits: dict[Key, tuple[int | None, int, float]] = {}  # -> (keep, limit, when read) last read
         self.trims = 0
 
     def heard(self, ack: Ack) -> None:
@@ -44,10 +89,60 @@ class Trims:
         if had is None or ack.taken_ms >= had.taken_ms:
             self.acks[key] = ack
 
-    def due(self, epoch: Callable[[str, int], int]) -> dict[Key, int]:
-        """(topic, partition) -> offset, for each log that may now start later than it does."""
+    def reported(self, beat: Heartbeat) -> None:
+        """A heartbeat: a writer's replica says what of its log its takeover reads back."""
+        key = (beat.node, beat.partition, beat.replica)
+        had = self.keeps.get(key)
+        if beat.node in self.replicas and (had is None or beat.sent_ms >= had.sent_ms):
+            self.keeps[key] = beat
+
+    def due(self, epoch: Callable[[str, int], int], role: Role_) -> dict[Key, Point]:
+        """(topic, partition) -> where it may start by its readers, for each log that may start later
+        than it does and whose writer has said what it reads back."""
         points = trim_points(self.readers, self.partitions, self.acks, epoch)
-        return {k: off for k, off in points.items() if off > self.starts.get(k, 0)}
+        out = {}
+        for k, off in points.items():
+            if off <= self.starts.get(k, 0):
+                continue
+            keep = self._keep(k, epoch, role)
+            if keep != 0:
+                out[k] = Point(off, keep)
+        return out
+
+    def _keep(self, key: Key, epoch: Callable[[str, int], int], role: Role_) -> int | None:
+        """The oldest id of ``key``'s log a takeover of its writer reads back: the least its current
+        primary and its secondaries report (0, everything: the primary has not reported)."""
+        topic, p = key
+        if topic not in self.writers:
+            return None
+        node, stream = self.writers[topic]
+        cur, lows, primary = epoch(node, p), [], False
+        for r in range(self.replicas[node]):
+            beat = self.keeps.get((node, p, r))
+            if beat is None or stream not in beat.keeps:
+                continue
+            if beat.role == Role.PRIMARY.value and beat.epoch == cur:
+                primary = True
+            elif not (beat.role == Role.SECONDARY.value and role(node, p, r) is Role.SECONDARY):
+                continue  # a replaced primary's, or a replica that is not a live secondary now
+            lows.append(beat.keeps[stream])
+        return min(lows) if primary else 0
+
+    def limited(self, key: Key, point: Point, now: float) -> int | None:
+        """Where ``key``'s log may start, from the limit last read for it; None: read it again first.
+        A limit read for an older restart point still holds (the tail only moves on); one read for
+        a newer point than ``point.keep`` (a secondary that joined holds older ids) does not."""
+        had = self.limits.get(key)
+        if had is None or not _at_or_before(had[0], point.keep):
+            return None
+        if point.offset <= had[1] or now - had[2] < LIMIT_EVERY_S:
+            return min(point.offset, had[1])
+        return None
+
+    def read_limit(self, key: Key, point: Point, limit: int, now: float) -> int:
+        """The limit read for ``key`` (``trim_limit``); returns where its log may start."""
+        self.limits[key] = (point.keep, limit, now)
+        return min(point.offset, limit)
 
     def trimmed(self, key: Key, start: int) -> None:
         self.starts[key] = max(start, self.starts.get(key, 0))
@@ -56,3 +151,8 @@ class Trims:
     def table(self) -> dict[str, int]:
         """Each trimmed log's start, for the status page."""
         return {f"{t}[{p}]": off for (t, p), off in sorted(self.starts.items())}
+
+
+def _at_or_before(a: int | None, b: int | None) -> bool:
+    """Whether restart point ``a`` is at or before ``b`` (None: the tail, after every id)."""
+    return b is None or (a is not None and a <= b)

@@ -22,6 +22,7 @@ restart, since the topic may end with tentative tuples of the process that died.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from services.core.errors import RestartImageError
@@ -67,10 +68,7 @@ class SOutput:
         self.in_topic, self.name = in_topic, name
         missing = [i for i in range(self.next_id, last_in_topic + 1) if i not in in_topic]
         if missing:
-            raise RestartMismatch(
-                f"{name}: stable tuples {missing[0]}..{missing[-1]} are missing from the topic, "
-                "so a restart cannot tell what it already wrote"
-            )
+            raise missing_from_log(name, missing[0], missing[-1], in_topic)
         self.next_tentative = max(self.next_id, last_in_topic + 1)
         self.rec_done_due = True
         return [(UNDO, last_in_topic, 0, None)]
@@ -145,3 +143,17 @@ class SOutput:
         if stime > self.boundary_sent and not self.deduplicating and not self.tentative_sent:
             out.append((BOUNDARY, self.last_stable, stime, None))
             self.boundary_sent = stime
+
+
+def missing_from_log(name: str, first: int, last: int, in_topic: Mapping[int, object]) -> RestartMismatch:
+    """The one line a restart stops with when stable ids ``first``..``last`` it must check are not in
+    its log: trimmed past (the log starts after them), or lost."""
+    if in_topic and last < min(in_topic):
+        return RestartMismatch(
+            f"{name}: stable tuples {first}..{last} are gone from the log (it now starts at stable id "
+            f"{min(in_topic)}): it was trimmed past this writer's restart point, so a restart cannot tell "
+            "what it already wrote"
+        )
+    return RestartMismatch(
+        f"{name}: stable tuples {first}..{last} are missing from the topic, so a restart cannot tell what it already wrote"
+    )

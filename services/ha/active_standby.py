@@ -29,10 +29,10 @@ import logging
 import time
 from collections import deque
 
-from services.control.messages import ControlMessage, Trim
+from services.control.messages import ControlMessage, RoleOrder, Trim
 from services.control.states import Role
 from services.core.tuples import BOUNDARY, STABLE
-from services.dpc.soutput import Out, RestartMismatch
+from services.dpc.soutput import Out, RestartMismatch, missing_from_log
 from services.ha.scheme import HaScheme
 from services.ha.upstream_backup import Acking
 from services.log.tail import output_tail, stable_after
@@ -66,6 +66,9 @@ class ActiveStandbyScheme(HaScheme):
             if msg.node == node.plan.node and msg.partition == node.partition and msg.epoch >= self.epoch:
                 self._trim(msg.ids)
             return
+        if isinstance(msg, RoleOrder) and msg.role == Role.SECONDARY and not self.following:
+            if msg.is_for(node.plan.node, node.partition, node.replica):
+                node.set_keeps({s: 0 for s in self.held})  # what it will hold is not known until it rebuilds
         super().on_control(msg, now)
 
     def _trim(self, ids: dict[str, int]) -> None:
@@ -79,14 +82,17 @@ class ActiveStandbyScheme(HaScheme):
                 q.popleft()
 
     def _hold(self) -> None:
-        """A secondary keeps what it would write and the primary's log does not have yet."""
-        node = self.node
+        """A secondary keeps what it would write and the primary's log does not have yet, and says from
+        which id its takeover would read the log back (``keeps``)."""
+        node, keeps = self.node, {}
         for s, q in self.held.items():
             out = node.outputs.queue(s)
             if out:
                 logged = self.logged[s]
                 q.extend(e for e in out if e[1] > logged)
                 out.clear()
+            keeps[s] = next((e[1] for e in q if e[0] is STABLE), self.path.soutputs[s].next_id)
+        node.set_keeps(keeps)
 
     def before_batch(self, batch: Admitted, now: float) -> None:
         if batch.positions:
@@ -131,7 +137,9 @@ class ActiveStandbyScheme(HaScheme):
             for e in q:
                 ttype, tid, stime, payload = e
                 if ttype is STABLE and tid <= last and self.precise:
-                    if logged.get(tid) != (stime, payload):
+                    if tid not in logged:
+                        raise missing_from_log(f"{topic}[{part}]", tid, tid, logged)
+                    if logged[tid] != (stime, payload):
                         raise RestartMismatch(
                             f"{topic}[{part}]: the standby holds stable tuple {tid} as {payload!r} at {stime}, the log "
                             f"{logged.get(tid)!r}: the replicas did not compute the same output"

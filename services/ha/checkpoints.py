@@ -19,7 +19,7 @@ from services.control.messages import now_ms
 from services.log.retention import CHUNK_BYTES
 from services.node import restart
 from services.node.scheme import NodeRuntime
-from services.node.state import RecoveryPoint
+from services.node.state import RecoveryPoint, WrittenPoints
 
 MAX_DELTAS = 1000  # deltas after one image at most: a cold takeover reads them all
 IMAGE_EVERY = 4  # an image once the deltas since the last one weigh this many images
@@ -34,6 +34,7 @@ class Checkpoints:
         self.image_seq = 0  # the number of the last image taken
         self.delta_bytes = 0  # bytes of the deltas written since that image
         self.failed_seen = 0  # the image writer's failures already answered with an image
+        self.points = WrittenPoints(node)
 
     @property
     def busy(self) -> bool:
@@ -46,6 +47,7 @@ class Checkpoints:
     def take(self, point: RecoveryPoint) -> None:
         """A delta of everything since the last checkpoint, an image instead or besides when due."""
         node, inputs = self.node, point.inputs
+        self.points.taken(node.images.queued + 1, point.outputs)
         operators = node.pipeline.delta()
         self.seq += 1
         images = node.images
@@ -80,6 +82,9 @@ class Checkpoints:
 
     def wait(self) -> None:
         self.node.images.wait()
+
+    def written(self) -> dict[str, tuple[int, int]] | None:
+        return self.points.newest()
 
     def _image_instead(self, size: int) -> bool:
         """An image rather than a delta of ``size`` bytes: one too large for a message, or one that

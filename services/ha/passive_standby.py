@@ -98,6 +98,9 @@ class PassiveStandbyScheme(HaScheme):
         if self.role is Role.PRIMARY and now >= self.next_image and not self.path.deduplicating():
             self.next_image = now + self.interval_s
             self._checkpoint()
+        written = self.store.written() if self.role is Role.PRIMARY else None
+        if written is not None:  # a takeover now starts at this checkpoint or a later one
+            self.node.set_keeps({s: next_id for s, (next_id, _) in written.items()})
 
     def _checkpoint(self) -> None:
         """Its outputs flushed first, so a checkpoint never claims output the log does not hold."""

@@ -152,6 +152,8 @@ class HaScheme:
         log.info("primary at epoch %d", epoch)
         with node.working(TAKEOVER_S):
             self._read_from(self.on_promote())
+        # what this primary's own takeover would read back, until it says a newer point (``keeps``)
+        node.set_keeps({s: so.next_id for s, so in self.path.soutputs.items()})
         if not self.recovering:  # it had the state already (an active standby): nothing to rebuild
             log.info("primary caught up in %.0f ms", (time.monotonic() - self.promoted_at) * 1000)
 

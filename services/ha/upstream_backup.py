@@ -54,6 +54,7 @@ class Acking:
         self.needs = Needs(scheme.dpc.bucket)
         self.streams = [p.stream for p in self.node.inputs.ports]  # by port index
         self.pending: Ack | None = None  # the last cut, published once the output before it is written
+        self.published: Ack | None = None  # the last ack published
         self.next_cut = 0.0
         self.acks_sent = 0
         self.path.on_bucket = self.on_bucket
@@ -159,6 +160,10 @@ class Acking:
             node.outputs.guard()  # a primary that was replaced acknowledges nothing more
         node.producer.send(node.plan.acks_topic, ack.encode(), ack.key, 0)
         self.acks_sent += 1
+        if self.published is not None and self.scheme.role is Role.PRIMARY:
+            # the ack before is written (a loop turn flushed since): a takeover reads back from it at the oldest
+            node.set_keeps(self.published.outputs)
+        self.published = ack
 
 
 class UpstreamBackupScheme(HaScheme):

@@ -208,7 +208,7 @@ def assemble(man: Manifest, msgs: list[Message], partition: int, where: str, kin
     return image
 
 
-_Job = tuple[str, list[bytes], int, int]  # ("image" | "delta", pickled frames, chain, seq)
+_Job = tuple[str, list[bytes], int, int, int]  # ("image" | "delta", pickled frames, chain, seq, job number)
 
 
 class ImageWriter:
@@ -246,6 +246,11 @@ class ImageWriter:
         self._base = (0, 0)  # chain and number of the last image written: deltas' keys count from it
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self._taken = self._done = 0  # images taken, and written or failed (each counted by one thread)
+        self.queued = 0  # jobs handed over, numbered from 1
+        # the last job written whose restart point a load reaches: after a delta that failed, none
+        # until an image is written (the deltas after it depend on the lost one)
+        self.written = 0
+        self._broken = False
         self._thread: threading.Thread | None = None
 
     @property
@@ -257,16 +262,17 @@ class ImageWriter:
         """Pickle ``image`` now, on the caller's thread (calling ``progress`` as it goes), then
         write it in the background, after what is in flight."""
         self._taken += 1
-        self._put(("image", dump_frames(image, progress), image.chain, image.seq))
+        self._put(("image", dump_frames(image, progress), image.chain, image.seq, self.queued + 1))
 
     def write_delta(self, data: bytes, chain: int, seq: int) -> None:
         """Write a pickled delta in the background, after what is in flight."""
-        self._put(("delta", [data], chain, seq))
+        self._put(("delta", [data], chain, seq, self.queued + 1))
 
     def _put(self, job: _Job) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"image-{self.topic}", daemon=True)
             self._thread.start()
+        self.queued = job[4]
         self._jobs.put(job)
 
     def wait(self) -> None:
@@ -281,15 +287,18 @@ class ImageWriter:
             finally:
                 self._jobs.task_done()
 
-    def _do(self, kind: str, frames: list[bytes], chain: int, seq: int) -> None:
+    def _do(self, kind: str, frames: list[bytes], chain: int, seq: int, number: int) -> None:
         try:
             if kind == "image":
                 self._write(b"".join(frames), chain, seq)
-                self._base = (chain, seq)
+                self._base, self._broken = (chain, seq), False
             else:
                 self._write_delta(frames[0], chain, seq)
+            if not self._broken:
+                self.written = number
         except Exception as e:  # the loop goes on: the next image is tried at the next interval
             self.failed += 1
+            self._broken = self._broken or kind == "delta"
             self._head = None  # read again: the manifest may have landed though its flush failed
             log.warning("restart %s not written to %s[%d]: %s", kind, self.topic, self.partition, e)
             return

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -82,7 +81,7 @@ def _meta(m: Message) -> Meta:
     return meta.type, meta.id, meta.epoch, meta.bound is not None, meta.tmax if meta.type is TENTATIVE else None
 
 
-def _backward(
+def backward(
     bootstrap: str, topic: str, partition: int, chunk: int, view: Callable[[Message], V]
 ) -> Iterator[list[tuple[int, V]]]:
     """The partition's messages as (offset, ``view(message)``) in chunks, newest chunk first.
@@ -109,7 +108,7 @@ def _live_backward(
     at most what it had in flight and one flush after its successor's EPOCH before it stops
     (``services.node.fence``), fewer messages than a chunk.
     """
-    chunks = _backward(bootstrap, topic, partition, chunk, view)
+    chunks = backward(bootstrap, topic, partition, chunk, view)
     cur = next(chunks, None)
     while cur is not None:
         older = next(chunks, None)
@@ -259,18 +258,32 @@ def _bound_meta(m: Message) -> Meta:
     return t, meta.id, meta.epoch, bound is not None, bound
 
 
+def _tail(bootstrap: str, topic: str, partition: int, chunk: int) -> tuple[int, int, int]:
+    """(the offset of the live writer's newest message with a boundary, -1 if none; the last stable
+    id, -1 if none; that boundary, -1 if none)."""
+    last: int | None = None
+    for off, (t, tid, _, _, bound) in _live_backward(bootstrap, topic, partition, chunk, _bound_meta):
+        if last is None and t not in (None, TENTATIVE, EPOCH) and tid is not None:
+            last = tid
+        if bound is not None:  # a STABLE or BOUNDARY message: it named the last stable id above, if not a newer one
+            return off, (last if last is not None else -1), bound
+    return -1, (last if last is not None else -1), -1
+
+
 @retry_transient
 def output_tail(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> tuple[int, int]:
     """Where the live writer of a one-log output left it: (the last stable id, -1 if none; the last
     boundary, -1 if none). A writer that takes over goes on from there: the next id, and no
     tuple below that boundary (``services.ha.scheme``)."""
-    last: int | None = None
-    for _, (t, tid, _, _, bound) in _live_backward(bootstrap, topic, partition, chunk, _bound_meta):
-        if last is None and t not in (None, TENTATIVE, EPOCH) and tid is not None:
-            last = tid
-        if bound is not None:  # a STABLE or BOUNDARY message: it named the last stable id above, if not a newer one
-            return (last if last is not None else -1), bound
-    return (last if last is not None else -1), -1
+    _, last, bound = _tail(bootstrap, topic, partition, chunk)
+    return last, bound
+
+
+@retry_transient
+def tail_offset(bootstrap: str, topic: str, partition: int, chunk: int = 200) -> int:
+    """The oldest offset a writer that goes on from the log's tail reads (``output_tail``, which reads
+    further back than ``last_stable_id`` and a source's ``writer_tail``); -1: no message has a boundary."""
+    return _tail(bootstrap, topic, partition, chunk)[0]
 
 
 @retry_transient
@@ -355,43 +368,3 @@ def messages_between(bootstrap: str, topic: str, partition: int, start: int, end
     """Every message of one partition from offset ``start`` up to ``end`` (excluded), in order."""
     with _range_consumer(bootstrap, "peek") as c:
         return list(_read_range(c, topic, partition, start, end))
-
-
-@dataclass(frozen=True)
-class WriterTail:
-    """Where a source writer finds one partition of its stream: what the last hastream writer left."""
-
-    next_id: int  # the id that continues the dense sequence (0 in an empty partition)
-    epoch: int  # that writer's epoch (0: no hastream writer wrote here)
-    stime: int  # the stime of its newest message
-    written_ms: int  # when that message was written (its Kafka timestamp), 0 if none
-    boundary: bool  # that message is a BOUNDARY
-
-
-NO_WRITER = WriterTail(0, 0, 0, 0, False)  # a partition no hastream writer wrote
-
-
-def _writer_view(m: Message) -> WriterTail | None:
-    """What a message says of its writer, if a hastream writer wrote it (an epoch >= 1 and a type)."""
-    try:
-        meta = parse_headers(m.headers())
-    except HeaderError:
-        return None
-    if meta.epoch < 1 or meta.type not in (STABLE, BOUNDARY, EPOCH):
-        return None
-    next_id = meta.id + 1  # a boundary names the last id sent, an EPOCH the one before the next
-    return WriterTail(next_id, meta.epoch, meta.stime, m.timestamp()[1], meta.type is BOUNDARY)
-
-
-@retry_transient
-def writer_tail(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> WriterTail:
-    """The newest message a hastream source writer (``services.client.source``) wrote in one partition.
-
-    Messages of other clients (no epoch, or none of its tuple types) are passed over, so
-    another client's tuple id never decides where the writer's sequence goes on.
-    """
-    for rows in _backward(bootstrap, topic, partition, chunk, _writer_view):
-        for _, tail in reversed(rows):
-            if tail is not None:
-                return tail
-    return NO_WRITER

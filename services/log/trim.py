@@ -14,6 +14,7 @@ from services.core.admin import admin_client
 from services.core.errors import TrimmedError
 from services.core.kafka import plain_consumer
 from services.core.retry import retry_transient
+from services.log.tail import first_offset, seek_after_stable, tail_offset
 
 
 @retry_transient
@@ -44,3 +45,16 @@ def check_retained(bootstrap: str, positions: dict[tuple[str, int], int], timeou
                 )
     finally:
         c.close()
+
+
+def trim_limit(bootstrap: str, topic: str, partition: int, keep: int | None) -> int:
+    """How far one partition may be trimmed for its writer's sake: up to the newest message with a
+    boundary (a writer that goes on from the tail reads back to it: an emptied log would restart its
+    ids, or a source's epoch, at 0) and, ``keep`` not None, up to stable id ``keep`` (what a takeover
+    regenerates from its restart point is checked against the log from there)."""
+    limit = tail_offset(bootstrap, topic, partition)
+    if limit < 0:
+        return first_offset(bootstrap, topic, partition)  # no boundary yet: everything is the tail
+    if keep is not None:
+        limit = min(limit, seek_after_stable(bootstrap, topic, partition, keep - 1)[0])
+    return limit

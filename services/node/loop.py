@@ -175,6 +175,9 @@ class NodeService:
         self.heartbeat.role, self.heartbeat.epoch = role, epoch
         self.heartbeat.beat()
 
+    def set_keeps(self, keeps: dict[str, int]) -> None:
+        self.heartbeat.keeps = dict(keeps)
+
     def tick(self) -> None:
         self.heartbeat.tick()
 

@@ -71,6 +71,14 @@ class Images(Protocol):
     def last_bytes(self) -> int:
         """Size of the last image written."""
 
+    @property
+    def queued(self) -> int:
+        """Writes handed over so far, numbered from 1."""
+
+    @property
+    def written(self) -> int:
+        """The number of the last write a restart reaches (written, with every write it depends on)."""
+
     def write(self, image: RestartImage, progress: Callable[[], None]) -> None: ...
 
     def write_delta(self, data: bytes, chain: int, seq: int) -> None: ...
@@ -110,6 +118,10 @@ class NodeRuntime(Protocol):
 
     def set_role(self, role: str, epoch: int) -> None:
         """Announce an HA scheme's role and the epoch it knows (its heartbeats carry them)."""
+
+    def set_keeps(self, keeps: dict[str, int]) -> None:
+        """Announce, by output stream, the oldest id of its output log a takeover by this replica
+        reads back (its heartbeats carry them): the coordinator trims the log no further."""
 
     def begin_writing(self, epoch: int | None = None) -> int:
         """Announce on every output that this replica writes now, with ``epoch`` or (None) a new epoch

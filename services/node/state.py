@@ -12,6 +12,7 @@ stores (``services.spec.stores``); a scheme gets it from ``build_store`` and nev
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -73,6 +74,29 @@ class StateStore(Protocol):
     def new_chain(self) -> None:
         """A new primary takes over: the points it takes from now on owe nothing to the old one's."""
 
+    def written(self) -> dict[str, tuple[int, int]] | None:
+        """The outputs (next stable id, last boundary) of the newest point written since the last call
+        (None: none): a recovery now starts at it or later."""
+
+
+class WrittenPoints:
+    """The points a store took, each until the image writer has written it (``Images.written``)."""
+
+    def __init__(self, node: NodeRuntime) -> None:
+        self.node = node  # its image writer is made after its scheme
+        self.pending: deque[tuple[int, dict[str, tuple[int, int]]]] = deque()
+
+    def taken(self, first: int, outputs: dict[str, tuple[int, int]]) -> None:
+        """A point with ``outputs`` was handed over as writes ``first`` on."""
+        self.pending.append((first, outputs))
+
+    def newest(self) -> dict[str, tuple[int, int]] | None:
+        """The outputs of the newest point written since the last call, if any."""
+        out, done = None, self.node.images.written
+        while self.pending and self.pending[0][0] <= done:
+            out = self.pending.popleft()[1]
+        return out
+
 
 def build_store(node: NodeRuntime, topic: str) -> StateStore:
     """The store the node's plan names (``state:``, else its scheme's default), keeping ``topic``;
@@ -89,6 +113,7 @@ class RestartImages:
 
     def __init__(self, node: NodeRuntime, topic: str) -> None:
         self.node, self.topic = node, topic
+        self.points = WrittenPoints(node)
 
     @property
     def busy(self) -> bool:
@@ -96,6 +121,7 @@ class RestartImages:
 
     def take(self, point: RecoveryPoint) -> None:
         node = self.node
+        self.points.taken(node.images.queued + 1, point.outputs)
         snapshot = point.snapshot if point.snapshot is not None else node.pipeline.snapshot(node.tick)
         inputs = point.inputs
         image = restart.RestartImage(
@@ -109,6 +135,9 @@ class RestartImages:
 
     def wait(self) -> None:
         self.node.images.wait()
+
+    def written(self) -> dict[str, tuple[int, int]] | None:
+        return self.points.newest()
 
     def new_chain(self) -> None:
         """Each image is whole: a new primary's first one needs nothing before it."""

@@ -104,6 +104,9 @@ class SchemeKind:
     precise_up_to: OpClass | None = None  # section 6: the most general class it recovers precisely
     precise_else: str = ""  # what to use instead for a more general class
     trims_inputs: bool = False  # its input logs are trimmed at its acks (when every reader is such a node)
+    # a takeover reads its output log back from a restart point its replicas report (heartbeats'
+    # ``keeps``): a log it writes is trimmed no further (``services.coordinator.trims``)
+    reads_own_log: bool = False
     # its topics' broker settings by kind; a kind it does not name keeps the deployment's defaults
     topics: Mapping[NodeTopic, Mapping[str, str]] = field(default_factory=dict, hash=False)
     engines: tuple[str, ...] = ("python",)
@@ -127,6 +130,7 @@ _REP, _CONV, _DIV = Outcome.REPEATING, Outcome.CONVERGENT, Outcome.DIVERGENT
 _KEEPS_ALL: dict[str, Any] = {
     "recoveries": (Recovery.ROLLBACK, Recovery.PRECISE),
     "refuses": "{scheme} keeps every tuple a recovery needs, so it gives rollback or precise: for gap use amnesia",
+    "reads_own_log": True,
 }
 _IMAGES = {NodeTopic.RESTART: retention.IMAGES}
 # A recovery reads the node's input and output logs back: no retention may cut them (amnesia reads

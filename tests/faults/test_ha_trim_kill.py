@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 
+from services.core.codec import codec_for
 from services.deploy import processes
 from services.log.tail import first_offset
+from services.operators.reference import evaluate
 from tests.integration.ha_rig import HaRig
 from tests.integration.test_ha_failover import UPSTREAM as SPEC  # a window node of two replicas
 
@@ -64,3 +66,59 @@ def _trimmed(bootstrap: str, topic: str) -> None:
     deadline = time.monotonic() + 20
     while first_offset(bootstrap, topic, 0) == start:
         assert time.monotonic() < deadline, f"{topic} was not trimmed within 20 s"
+
+
+# A window node w of a recovery scheme that reads its output log back at a takeover, read only by a
+# stateless upstream backup node r: r's acks follow w's output within about its interval (50 ms),
+# so the coordinator's trims of w's log would pass w's own restart point (its newest checkpoint,
+# ack or trim message, up to w's interval of 1 s old).
+WRITER = """\
+name: wtrim-{u}
+defaults: {partitions: 1}
+streams:
+  in_{u}: {schema: reading, key: sensor}
+  mid_{u}: {schema: window_stat, key: key}
+  out_{u}: {schema: window_stat, key: key}
+operators:
+  win: {type: window, input: in_{u}, output: mid_{u}, key: sensor, size: 500, slide: 100,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+  same: {type: filter, input: mid_{u}, output: out_{u}, where: "True"}
+nodes:
+  w: {operators: [win], replicas: 2, ha: {scheme: SCHEME, recovery: precise, interval_ms: 1000}}
+  r: {operators: [same], replicas: 1, ha: {scheme: upstream_backup, interval_ms: 50}}
+"""
+
+
+@pytest.mark.parametrize("scheme", ["active_standby", "passive_standby", "upstream_backup"])
+def test_a_writer_read_only_by_a_stateless_upstream_backup_node_takes_over_precisely(
+    kafka: Any, tmp_path: Path, scheme: str
+) -> None:
+    """ha-review D1(a): the trims of w's log never pass what w's takeover checks, so the takeover does
+    not stop on missing ids (in a loop, every replica alike); its log, checked from its trimmed start,
+    holds the failure-free output's tail once, and r's output is the failure-free output."""
+    rig = HaRig(kafka.bootstrap, tmp_path, WRITER.replace("SCHEME", scheme), COUNT, RATE)
+    mid = f"{rig.spec.name}.mid_{rig.u}"
+    for node, r in (("w", 0), ("w", 1), ("r", 0)):
+        rig.start(node, r)
+    try:
+        first = rig.primary("w", None, 60)
+        rig.primary("r", None, 60)
+        rig.feed()
+        time.sleep(3.0)
+        _trimmed(kafka.bootstrap, mid)
+        processes.kill(rig.proc("w", first))
+        rig.primary("w", first)
+        rig.start("w", first)
+        want, got = rig.outputs(f"out_{rig.u}", 60)
+        rig.assert_precise(f"out_{rig.u}", want, got)
+        want_mid = evaluate(rig.spec, {rig.input: [rig.workload[rig.input]]}, ended=True)[f"mid_{rig.u}"][0]
+        stored = rig.stored(f"mid_{rig.u}")
+        first_id = stored[0][0]
+        assert first_id > 0, f"{mid} was never trimmed: the test shows nothing"
+        assert [tid for tid, _ in stored] == list(range(first_id, len(want_mid))), f"{mid}: ids not each once"
+        decode = codec_for("window_stat").decode
+        assert [decode(value) for _, (_, (value, _)) in stored] == want_mid[first_id:], (
+            f"{mid}: not the failure-free output"
+        )
+    finally:
+        rig.close()

@@ -13,8 +13,9 @@ from services.core.admin import TopicSpec, ensure_topics
 from services.core.errors import TrimmedError
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.core.tuples import TupleType, make_headers
-from services.log.tail import NO_WRITER, last_stable_id, offset_after_stable, writer_tail
-from services.log.trim import check_retained, trim_before
+from services.log.tail import last_stable_id, offset_after_stable, output_tail
+from services.log.trim import check_retained, trim_before, trim_limit
+from services.log.writer_tail import NO_WRITER, writer_tail
 
 pytestmark = pytest.mark.integration
 S, T, U, B = TupleType.STABLE, TupleType.TENTATIVE, TupleType.UNDO, TupleType.BOUNDARY
@@ -49,6 +50,34 @@ def test_trim_moves_the_log_start_forward_only(kafka: Any, topic_name: Callable[
     assert trim_before(kafka.bootstrap, topic, 0, 2) == 4  # never backwards
     assert offset_after_stable(kafka.bootstrap, topic, 0, -1) == 4  # readers start at the new log start
     assert last_stable_id(kafka.bootstrap, topic, 0) == 9  # the tail is untouched
+
+
+def test_a_trim_keeps_the_writers_tail_and_its_restart_point(kafka: Any, topic_name: Callable[..., str]) -> None:
+    """ha-review D1: readers that acked the whole log must not empty it, nor pass what its writer
+    reads back at a takeover (stable ids from its restart point on)."""
+    topic = topic_name()
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic)])
+    assert trim_limit(kafka.bootstrap, topic, 0, None) == 0  # empty: nothing to keep, nothing to trim
+    p = BatchProducer(kafka.bootstrap)
+    #          offsets: 0       1       2       3          4       5       6          7
+    for t, tid, stime in [(S, 0, 1), (S, 1, 2), (S, 2, 3), (B, 2, 100), (S, 3, 4), (S, 4, 5), (B, 4, 200), (T, 5, 6)]:
+        p.send(topic, b"v" if t in (S, T) else None, None, 0, make_headers(t, tid, stime, epoch=1))
+    p.flush()
+    assert trim_limit(kafka.bootstrap, topic, 0, None) == 6  # the last boundary: the tail a writer reads
+    assert trim_limit(kafka.bootstrap, topic, 0, 3) == 3  # a takeover checks ids 3 on
+    assert trim_limit(kafka.bootstrap, topic, 0, 5) == 6
+    trim_before(kafka.bootstrap, topic, 0, trim_limit(kafka.bootstrap, topic, 0, None))
+    assert output_tail(kafka.bootstrap, topic, 0) == (4, 200)  # an amnesia or upstream writer goes on from it
+    tail = writer_tail(kafka.bootstrap, topic, 0)
+    assert (tail.next_id, tail.epoch) == (5, 1)  # a source writer goes on with its ids and epoch, not 0 and 1
+    assert trim_limit(kafka.bootstrap, topic, 0, 3) == 6  # ids 3 and 4 trimmed already: no further
+
+
+def test_a_log_without_a_boundary_is_not_trimmed(kafka: Any, topic_name: Callable[..., str]) -> None:
+    topic = topic_name()
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic)])
+    write(kafka.bootstrap, topic, [(S, i) for i in range(5)])
+    assert trim_limit(kafka.bootstrap, topic, 0, None) == 0
 
 
 def test_a_recovery_position_before_the_log_start_fails_loudly(kafka: Any, topic_name: Callable[..., str]) -> None:

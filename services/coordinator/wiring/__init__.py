@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # Each heartbeat is heard in this order: the takeovers hear the coordinator's own first heartbeat
 # before it marks the backlog read.
-HEARERS: tuple[heartbeats.Hear, ...] = (takeovers.heard, grants.heard)
+HEARERS: tuple[heartbeats.Hear, ...] = (takeovers.heard, grants.heard, trims.heard)
 WIRES = (grants.wire, takeovers.wire, trims.wire, pages.wire)
 
 

@@ -1,9 +1,14 @@
 """Which logs the coordinator trims for upstream backup, and how far: only logs that upstream
-backup nodes alone read, at the oldest ack of their current primaries, never backwards."""
+backup nodes alone read, at the oldest ack of their current primaries, never backwards, and never
+past what the log's writer reads back at a takeover (ha-review D1)."""
 
 from __future__ import annotations
 
-from services.coordinator.trims import Trims, trimmable
+from collections.abc import Callable
+
+from services.control.messages import Heartbeat
+from services.control.states import NodeState, Role
+from services.coordinator.trims import LIMIT_EVERY_S, Point, Trims, trimmable
 from services.ha.acks import Ack
 from services.spec import parse_spec
 
@@ -22,7 +27,7 @@ operators:
   copy: {type: filter, input: other, output: side, where: "True"}
   copy2: {type: filter, input: src, output: other, where: "True"}
 nodes:
-  a: {operators: [keep], ha: upstream_backup}
+  a: {operators: [keep], replicas: 2, ha: upstream_backup}
   b: {operators: [win], ha: upstream_backup}
   c: {operators: [copy2], ha: upstream_backup}
   d: {operators: [copy], replicas: 2}
@@ -31,6 +36,14 @@ nodes:
 
 def _ack(node: str, epoch: int, offsets: dict[str, int], ms: int = 0) -> Ack:
     return Ack(node, 0, epoch, 1000, {}, offsets, {}, ms)
+
+
+def _beat(node: str, replica: int, role: Role, epoch: int, keeps: dict[str, int], ms: int = 1) -> Heartbeat:
+    return Heartbeat(node, 0, replica, NodeState.STABLE, ms, epoch, role=role.value, keeps=keeps)
+
+
+def _roles(table: dict[int, Role]) -> Callable[[str, int, int], Role | None]:
+    return lambda node, p, r: table.get(r)
 
 
 def test_only_logs_that_upstream_backup_nodes_alone_read_are_trimmed() -> None:
@@ -43,21 +56,86 @@ def test_only_logs_that_upstream_backup_nodes_alone_read_are_trimmed() -> None:
 def test_a_log_is_trimmed_at_the_oldest_current_ack_and_never_back() -> None:
     trims = Trims(SPEC)
     epochs = {"a": 3, "b": 5, "c": 4}
+    role = _roles({0: Role.PRIMARY})
 
     def epoch(n: str, p: int) -> int:
         return epochs[n]
 
+    def due() -> dict[tuple[str, int], int]:
+        return {k: pt.offset for k, pt in trims.due(epoch, role).items()}
+
+    trims.reported(_beat("a", 0, Role.PRIMARY, 3, {"mid": 10**6}))  # mid's writer reads back little
     trims.heard(_ack("a", 3, {"tr.src": 120}))
-    assert trims.due(epoch) == {}  # c has not acked src
+    assert due() == {}  # c has not acked src
     trims.heard(_ack("c", 4, {"tr.src": 80}))
     trims.heard(_ack("b", 5, {"tr.mid": 40}))
-    assert trims.due(epoch) == {("tr.src", 0): 80, ("tr.mid", 0): 40}
+    assert due() == {("tr.src", 0): 80, ("tr.mid", 0): 40}
     trims.trimmed(("tr.src", 0), 80)
     trims.trimmed(("tr.mid", 0), 40)
-    assert trims.due(epoch) == {}  # nothing new
+    assert due() == {}  # nothing new
     trims.heard(_ack("c", 4, {"tr.src": 70}, ms=-1))  # an older ack read late: ignored
     trims.heard(_ack("c", 4, {"tr.src": 150}, ms=5))
-    assert trims.due(epoch) == {("tr.src", 0): 120}
+    assert due() == {("tr.src", 0): 120}
     epochs["c"] = 6  # c was taken over and its new primary has not acked: src keeps what it has
-    assert trims.due(epoch) == {}
+    assert due() == {}
     assert trims.table() == {"tr.mid[0]": 40, "tr.src[0]": 80}
+
+
+def _mid_due(trims: Trims, epoch: int, roles: dict[int, Role]) -> Point | None:
+    return trims.due(lambda n, p: epoch if n == "a" else 5, _roles(roles)).get(("tr.mid", 0))
+
+
+def test_a_log_is_not_trimmed_until_its_writers_current_primary_says_what_a_takeover_reads_back() -> None:
+    trims = Trims(SPEC)
+    trims.heard(_ack("b", 5, {"tr.mid": 40}))
+    primary = {0: Role.PRIMARY, 1: Role.SECONDARY}
+    assert _mid_due(trims, 3, primary) is None  # a (passive, active or upstream writer) said nothing
+    trims.reported(_beat("a", 1, Role.SECONDARY, 3, {"mid": 50}))
+    assert _mid_due(trims, 3, primary) is None  # a secondary alone does not do
+    trims.reported(_beat("a", 0, Role.PRIMARY, 2, {"mid": 70}))
+    assert _mid_due(trims, 3, primary) is None  # a replaced primary's report does not do
+    trims.reported(_beat("a", 0, Role.PRIMARY, 3, {"mid": 70}, ms=2))
+    assert _mid_due(trims, 3, primary) == Point(40, 50)  # the least of the primary's and the live secondary's
+    assert _mid_due(trims, 3, {0: Role.PRIMARY, 1: Role.FAILED}) == Point(40, 70)  # a failed one holds nothing
+    trims.reported(_beat("a", 1, Role.SECONDARY, 3, {"mid": 0}, ms=3))  # an active standby about to rebuild
+    assert _mid_due(trims, 3, primary) is None
+    trims.reported(_beat("a", 1, Role.SECONDARY, 3, {"mid": 60}, ms=1))  # older than the last one: ignored
+    assert _mid_due(trims, 3, primary) is None
+    assert _mid_due(trims, 4, primary) is None  # a takeover: its new primary has not reported
+
+
+def test_a_source_or_an_amnesia_writer_needs_only_the_tail_and_a_dpc_writer_is_not_trimmed() -> None:
+    spec = parse_spec("""\
+name: tw
+streams:
+  src: {schema: reading, key: sensor}
+  x: {schema: reading, key: sensor}
+  y: {schema: reading, key: sensor}
+  o1: {schema: reading, key: sensor}
+  o2: {schema: reading, key: sensor}
+operators:
+  f: {type: filter, input: src, output: x, where: "True"}
+  g: {type: filter, input: src, output: y, where: "True"}
+  h: {type: filter, input: x, output: o1, where: "True"}
+  i: {type: filter, input: y, output: o2, where: "True"}
+nodes:
+  am: {operators: [f], ha: amnesia}
+  dp: {operators: [g]}
+  u1: {operators: [h], ha: upstream_backup}
+  u2: {operators: [i], ha: upstream_backup}
+""")
+    trims = Trims(spec)
+    assert set(trims.readers) == {"tw.x"}  # y's writer is a DPC node (its restart images are not reported)
+    trims.heard(Ack("u1", 0, 1, 1000, {}, {"tw.x": 30}, {}, 0))
+    assert trims.due(lambda n, p: 1, _roles({})) == {("tw.x", 0): Point(30, None)}
+
+
+def test_a_limit_read_for_an_older_restart_point_serves_until_it_is_due_again_and_a_newer_ones_never() -> None:
+    trims, key = Trims(SPEC), ("tr.mid", 0)
+    assert trims.limited(key, Point(40, 50), 0.0) is None  # nothing read yet
+    assert trims.read_limit(key, Point(40, 50), 30, 0.0) == 30  # the writer needs from offset 30 on
+    assert trims.limited(key, Point(25, 50), 0.1) == 25  # within the limit read: no read
+    assert trims.limited(key, Point(45, 60), 0.1) == 30  # a later point: the limit read still holds
+    assert trims.limited(key, Point(45, 60), LIMIT_EVERY_S + 0.1) is None  # read again, at most this often
+    assert trims.limited(key, Point(20, 40), 0.1) is None  # a secondary reads back older ids: read again
+    assert trims.limited(key, Point(20, None), 0.1) == 20

@@ -139,12 +139,24 @@ class FakeImages:
 
     def __init__(self, producer: FakeProducer, topic: str) -> None:
         self.producer, self.topic = producer, topic
+        self.queued = self.written = 0
+        self.hold = False  # writes wait (``written`` stays) until ``release``
 
     def write(self, image: Any, progress: Any = None) -> None:
         self.producer.send(self.topic, pickle.dumps(image))
+        self._done()
 
     def write_delta(self, data: bytes, chain: int, seq: int) -> None:
         self.producer.send(self.topic, data)
+        self._done()
+
+    def _done(self) -> None:
+        self.queued += 1
+        if not self.hold:
+            self.written = self.queued
+
+    def release(self) -> None:
+        self.hold, self.written = False, self.queued
 
     def wait(self) -> None:
         pass
@@ -237,6 +249,7 @@ class FakeNode:
         self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions)
         self.ticks = 0
         self.roles: list[tuple[str, int]] = []
+        self.keeps: dict[str, int] = {}  # what its heartbeats would carry (``set_keeps``)
         self.epochs: list[int] = []
 
     # -- NodeRuntime -----------------------------------------------------------------
@@ -245,6 +258,9 @@ class FakeNode:
 
     def set_role(self, role: str, epoch: int) -> None:
         self.roles.append((role, epoch))
+
+    def set_keeps(self, keeps: dict[str, int]) -> None:
+        self.keeps = dict(keeps)
 
     def begin_writing(self, epoch: int | None = None) -> int:
         epoch = epoch if epoch is not None else len(self.epochs) + 1

@@ -40,6 +40,7 @@ class Log:
 
     def __init__(self) -> None:
         self.writers: list[FakeNode] = []
+        self.reads: list[int] = []  # the first id of each read of the log
 
     def written(self) -> list[tuple[Any, int, int, Any]]:
         return [e for n in self.writers for e in n.written("w")]
@@ -51,6 +52,7 @@ class Log:
         return last, bound
 
     def stable_after(self, last: int) -> dict[int, Any]:
+        self.reads.append(last + 1)
         out = {}
         for n in self.writers:
             out.update({i: v for i, v in n.stable_in(n.outputs.topic("w")) if i > last})
@@ -141,7 +143,9 @@ def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed
     trimmed = max((c.ids["w"] for c in primary.controls if c.kind is ControlKind.TRIM), default=-1)
     assert all(e[1] > trimmed for e in held if e[0] is STABLE), "the secondary held what the log already had"
     # The primary fails here; the secondary takes over and reads the rest.
+    keeps = secondary.keeps["w"]  # what its heartbeats said its takeover reads back (ha-review D1)
     tail = log.tail()[0]
+    log.reads.clear()
     at = secondary.scheme.path.soutputs["w"].next_id  # the secondary's next result
     _role(secondary, "primary", 9)
     log.writers.append(secondary)
@@ -149,6 +153,7 @@ def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed
     _feed(secondary, rest, rnd)
     got = log.stable()
     where = f"join at {join_at}, failure at {fail_at} of {len(msgs)}, secondary at {k} of {len(pending)}"
+    assert all(first >= keeps for first in log.reads), f"{where}: read the log from {log.reads}, said {keeps}"
     if recovery == "precise":
         assert got == want, where
     else:  # the log's tuples since the last trim message (or since the secondary, if behind) come again
@@ -157,3 +162,15 @@ def test_a_takeover_continues_the_log_exactly_wherever_the_secondary_stands(seed
         assert all(r.start >= min(trimmed + 1, at) and r.stop - 1 <= tail for r in runs), f"{where}: repeated {runs}"
         assert len(runs) <= 1, f"{where}: one rollback per failure, got {runs}"
     assert secondary.states[-1] is NodeState.STABLE
+
+
+def test_a_secondary_says_its_takeover_reads_back_everything_until_it_has_rebuilt(log: Log) -> None:
+    """Told to be secondary, it reports 0 before its role: the coordinator must not trim past the
+    ack it is about to rebuild from, whatever the primary reports meanwhile."""
+    node = FakeNode(SPECS["precise"], "n", replica=1)
+    node.scheme.on_restart()
+    beats: list[tuple[dict[str, int], list[tuple[str, int]]]] = []
+    node.set_role = lambda role, epoch: beats.append((dict(node.keeps), [(role, epoch)]))  # type: ignore[method-assign]
+    _role(node, "secondary", 3)
+    assert beats[0] == ({"w": 0}, [("secondary", 3)])
+    assert node.keeps == {"w": 0}  # nothing acked: it rebuilds from the inputs' start

@@ -43,9 +43,9 @@ def primary(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
     return node
 
 
-def run(node: FakeNode, checkpoints: int, keys: int = 3) -> None:
-    """One batch of input per checkpoint, ``keys`` sensors each, time moving 30 ms a batch."""
-    for i in range(checkpoints):
+def run(node: FakeNode, checkpoints: int, keys: int = 3, start: int = 0) -> None:
+    """One batch of input per checkpoint, ``keys`` sensors each, time moving 30 ms a batch (from batch ``start``)."""
+    for i in range(start, start + checkpoints):
         t = 1000 + 30 * i
         recs = [{"sensor": f"s{k}", "ts": t, "value": float(k + i), "seq": i} for k in range(keys)]
         msgs = [node.message("a", STABLE, i * keys + j, t, r) for j, r in enumerate(recs)]
@@ -115,3 +115,18 @@ def test_a_standby_applying_the_checkpoints_holds_the_primary_state_at_each(prim
         assert plain([op.state() for op in standby.pipeline.operators]) == want, f"at checkpoint {c.seq}"
     deltas = [c for c in checkpoints(primary) if isinstance(c, RestartDelta)]
     assert images >= 3 and len(deltas) >= 10 and scheme.applied == len(deltas)
+
+
+def test_the_primary_reports_a_checkpoint_as_its_restart_point_once_it_is_written(primary: FakeNode) -> None:
+    """ha-review D1: the coordinator trims the log no further than what a takeover from the newest
+    written checkpoint checks; a checkpoint still in the writer's queue is not that yet."""
+    assert primary.keeps == {"b": 0}  # the takeover's own point: nothing written before it
+    run(primary, 20)
+    next_id = primary.scheme.path.soutputs["b"].next_id
+    assert next_id > 0 and primary.keeps == {"b": next_id}
+    primary.images.hold = True
+    run(primary, 10, start=20)
+    assert primary.keeps == {"b": next_id}, "a checkpoint not yet written is no restart point"
+    primary.images.release()
+    run(primary, 1, start=30)
+    assert primary.keeps == {"b": primary.scheme.path.soutputs["b"].next_id} != {"b": next_id}

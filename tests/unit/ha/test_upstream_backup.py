@@ -250,3 +250,16 @@ def test_a_source_that_ends_moves_the_operators_to_its_last_boundary_at_once(no_
     node.step([node.message("a", STABLE, 0, 1000, rec), node.message("a", BOUNDARY, 0, 2**53)], 1.0)
     assert scheme.path.op_time == 2**53 - 2**53 % 100
     assert [r["window_end"] for _, r in node.stable("w")] == [1100, 1200, 1300]
+
+
+def test_the_primary_reports_the_ack_before_its_newest_as_its_restart_point(no_broker) -> None:
+    """ha-review D1: a takeover rebuilds from the newest ack the log holds the output of; the newest
+    published one may still be on its way, the one before it is written (a loop turn flushed since)."""
+    primary = FakeNode(WINDOW, "n", replica=0)
+    _promote(primary, 5)
+    assert primary.keeps == {"w": 0}  # no ack yet: a takeover reads the log back from its start
+    rnd = random.Random(3)
+    _feed(primary, _inputs(primary, ["a"], 60, rnd), rnd)
+    acks = _acks(primary)
+    assert len(acks) >= 2 and acks[-2].outputs["w"] > 0
+    assert primary.keeps == acks[-2].outputs

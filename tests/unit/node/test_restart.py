@@ -310,3 +310,28 @@ def test_pickling_large_state_reports_progress_as_it_goes() -> None:
     frames = dump_frames(state, lambda: calls.append(1))
     size = sum(map(len, frames))
     assert size > 2_000_000 and len(calls) >= size // (128 * 1024)
+
+
+def test_written_counts_the_writes_a_load_reaches_none_past_a_lost_delta_until_an_image(log: FakeLog) -> None:
+    """What a passive standby reports as its restart point (ha-review D1): a write a load cannot reach
+    (a delta after a lost one) is not written for it, and a torn image loses no delta before it."""
+    w = writer(log)
+    write(w, image(2, 1, chain=5, seq=1))
+    write_delta(w, delta(5, 2))
+    w.wait()
+    assert (w.queued, w.written) == (2, 2)
+    log.crash_after(0)
+    write_delta(w, delta(5, 3))  # lost
+    w.wait()
+    log.crash_after(None)
+    write_delta(w, delta(5, 4))  # written, but a load stops at the lost one
+    w.wait()
+    assert (w.queued, w.written, w.failed) == (4, 2, 1)
+    write(w, image(2, 2, chain=5, seq=5))
+    assert w.written == 5 and load() == image(2, 2, chain=5, seq=5)
+    log.crash_after(0)
+    write(w, image(2, 3, chain=5, seq=6))  # torn: the chain up to it stays whole
+    log.crash_after(None)
+    write_delta(w, delta(5, 7))
+    w.wait()
+    assert (w.queued, w.written) == (7, 7)
