@@ -51,6 +51,7 @@ class DpcScheme:
     # acknowledged (a restart image, REC_DONE before DONE) flushes it first.
     overlap_writes = True
     wants_positions = False  # see ``RecoveryScheme``
+    takes_tentative = True
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node

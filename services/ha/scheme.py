@@ -73,6 +73,7 @@ class HaScheme:
     # written: the loop waits for every batch it writes.
     overlap_writes = False
     wants_positions = False  # see ``RecoveryScheme``
+    takes_tentative = False  # its guarantee is for stable input: it waits for a DPC upstream's corrections
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node

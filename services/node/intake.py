@@ -48,15 +48,18 @@ _Read = tuple[TupleType, int, int, int | None, Any, int]
 
 STALE = "stale tentative"  # NodeStats.skipped key
 FENCED = "fenced"  # NodeStats.skipped key: messages of a replaced upstream writer
+AWAITED = "tentative, awaiting stable"  # NodeStats.skipped key: tentative input a node takes only stable
 
 
 class Intake:
     """Admits one node replica partition's input messages into its scheme's merge (``Ordering``)."""
 
-    def __init__(self, node: NodeRuntime, path: Ordering, positions: bool = False) -> None:
+    def __init__(self, node: NodeRuntime, path: Ordering, positions: bool = False, tentative: bool = True) -> None:
         """``positions``: the scheme asks where each input's log stands after every poll (``Admitted``)
-        and each tuple's offset there (``STuple.offset``): every tuple then goes through the merge."""
-        self.node, self.path, self.positions = node, path, positions
+        and each tuple's offset there (``STuple.offset``): every tuple then goes through the merge.
+        ``tentative``: a DPC upstream's tentative tuples reach the merge (else they are passed over:
+        not yet arrived, the stable stream that replaces them is awaited)."""
+        self.node, self.path, self.positions, self.tentative = node, path, positions, tentative
 
     def take(self, msgs: list[Message], now: float) -> Admitted:
         """Hand each message to the merge by type (or straight on, ``_in_order``); malformed ones go to
@@ -183,6 +186,9 @@ class Intake:
             return t, tid, stime, carried, None, NO_TIME
         bound = bounds[port.index]
         if t is TENTATIVE:
+            if not self.tentative:
+                stats.skipped[AWAITED] = stats.skipped.get(AWAITED, 0) + 1
+                return None
             if verdict is not Verdict.NEW or (bound is not None and stime < bound):
                 stats.skipped[STALE] = stats.skipped.get(STALE, 0) + 1
                 return None

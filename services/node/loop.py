@@ -78,7 +78,7 @@ class NodeService:
         self.outputs = Outputs(plan.outputs, partition, replica)
         self.name = plan.service_name(replica, partition)
         self.scheme: RecoveryScheme = build_scheme(self)
-        self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions)
+        self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions, self.scheme.takes_tentative)
         self.lags: dict[str, int] = {}  # input stream -> messages not read yet, as of the last check
         self.metrics = NodeMetrics(self)
         self.metrics_server: MetricsServer | None = None

@@ -150,6 +150,9 @@ class RecoveryScheme(Protocol):
     # Whether it needs, after every poll, where each input's log stands (``Admitted.positions``), and
     # each tuple's offset in its input's log (``STuple.offset``).
     wants_positions: bool
+    # Whether a DPC upstream's tentative tuples reach its merge; if not, they count as not yet arrived:
+    # the node waits for the stable stream that replaces them (an HA scheme's stable processing).
+    takes_tentative: bool
 
     @property
     def path(self) -> Ordering:

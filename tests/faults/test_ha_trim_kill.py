@@ -18,11 +18,14 @@ from typing import Any
 
 import pytest
 
+from services.client.source import SourceWriter
+from services.client.view import StreamView
 from services.core.codec import codec_for
 from services.deploy import processes
 from services.log.tail import first_offset
 from services.operators.reference import evaluate
 from tests.integration.ha_rig import HaRig
+from tests.integration.helpers import wait_for
 from tests.integration.test_ha_failover import UPSTREAM as SPEC  # a window node of two replicas
 
 pytestmark = pytest.mark.integration
@@ -120,5 +123,81 @@ def test_a_writer_read_only_by_a_stateless_upstream_backup_node_takes_over_preci
         assert [decode(value) for _, (_, (value, _)) in stored] == want_mid[first_id:], (
             f"{mid}: not the failure-free output"
         )
+    finally:
+        rig.close()
+
+
+SOURCE = """\
+name: srctrim-{u}
+defaults: {partitions: 1}
+streams:
+  in_{u}: {schema: reading, key: sensor}
+  mid_{u}: {schema: reading, key: sensor}
+  out_{u}: {schema: reading, key: sensor}
+operators:
+  twice: {type: map, input: in_{u}, output: mid_{u}, fields: {sensor: sensor, ts: ts, value: "value * 2", seq: seq}}
+  same: {type: filter, input: mid_{u}, output: out_{u}, where: "True"}
+nodes:
+  w: {operators: [twice], replicas: 2, ha: {scheme: SCHEME, recovery: precise, interval_ms: 50}}
+  n: {operators: [same], replicas: 1, ha: {scheme: upstream_backup, recovery: precise, interval_ms: 50}}
+"""
+# The source alone, read by n.
+SOURCE_ONLY = """\
+name: srctrim-{u}
+defaults: {partitions: 1}
+streams:
+  in_{u}: {schema: reading, key: sensor}
+  out_{u}: {schema: reading, key: sensor}
+operators:
+  twice: {type: map, input: in_{u}, output: out_{u}, fields: {sensor: sensor, ts: ts, value: "value * 2", seq: seq}}
+nodes:
+  n: {operators: [twice], replicas: 1, ha: {scheme: upstream_backup, recovery: precise, interval_ms: 50}}
+"""
+
+
+@pytest.mark.parametrize("writer", [None, "upstream_backup", "passive_standby"])
+def test_a_log_whose_reader_acked_all_of_it_keeps_its_writers_tail(
+    kafka: Any, tmp_path: Path, writer: str | None
+) -> None:
+    """ha-review D1(b, c): the only reader of a log, a stateless upstream backup node, acks all of it.
+    The trims must leave the writer's tail: else a restarted source writer starts again at id 0 and
+    epoch 1 and the reader dead-letters every new tuple (silent loss of all new input), and a node
+    writer's takeover replays from offset 0 into trimmed input or renumbers its output from id 0.
+    The source's writer stops, the log's writer w is taken over (if a node), the source's writer
+    restarts: the output is the failure-free output."""
+    text = SOURCE_ONLY if writer is None else SOURCE.replace("SCHEME", writer)
+    rig = HaRig(kafka.bootstrap, tmp_path, text, 400, 200)
+    topic = f"{rig.spec.name}.{rig.input if writer is None else 'mid_' + rig.u}"
+    nodes = [("n", 0)] if writer is None else [("w", 0), ("w", 1), ("n", 0)]
+    for node, r in nodes:
+        rig.start(node, r)
+    try:
+        rig.primary("n", None, 60)
+        recs = rig.workload[rig.input]
+        recs = recs[:200] + [{**r, "ts": r["ts"] + 1000} for r in recs[200:]]  # after a pause of 1 s
+        first = SourceWriter(rig.spec, rig.input, kafka.bootstrap)
+        for k in range(0, 200, 10):  # paced, as a source sends: a batch and its boundary
+            for rec in recs[k : k + 10]:
+                first.send(rec)
+            # the last boundary moves time on past the last tuple's bucket: the reader acks all it read
+            first.boundary(recs[k + 9]["ts"] + (1 if k < 190 else 500))
+            first.flush()
+            time.sleep(0.1)
+        # and the writer stops
+        wait_for(lambda: first_offset(kafka.bootstrap, topic, 0) > 0, 20, f"a trim of {topic}")
+        time.sleep(2.0)  # the trims catch up with the reader's last ack
+        if writer is not None:
+            old = rig.primary("w")
+            processes.kill(rig.proc("w", old))
+            rig.primary("w", old)
+            rig.start("w", old)
+        second = SourceWriter(rig.spec, rig.input, kafka.bootstrap)  # the writer's restart
+        for rec in recs[200:]:
+            second.send(rec)
+        second.end()
+        want = evaluate(rig.spec, {rig.input: [recs]}, ended=True)[f"out_{rig.u}"][0]
+        with StreamView(rig.spec, f"out_{rig.u}", kafka.bootstrap, stable_only=True) as view:
+            view.read_until(lambda v: len(v.stable(0)) >= len(want), 60)
+            assert view.stable(0) == want, "the reader lost or changed input after the writers' restarts"
     finally:
         rig.close()

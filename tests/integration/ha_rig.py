@@ -24,9 +24,19 @@ from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, 
 class HaRig:
     """``text`` (a spec template with ``{u}``) deployed on ``bootstrap``: the coordinator runs, and
     ``start`` runs a node replica, each run with a log of its own (``log``). Input: ``count``
-    readings at ``rate`` per second on the stream ``in_{u}``, started by ``feed``."""
+    readings at ``rate`` per second on the stream ``in_{u}`` (and on each of ``more`` inputs), started by
+    ``feed``."""
 
-    def __init__(self, bootstrap: str, tmp_path: Path, text: str, count: int, rate: int, sensors: int = 4) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        tmp_path: Path,
+        text: str,
+        count: int,
+        rate: int,
+        sensors: int = 4,
+        more: tuple[str, ...] = (),
+    ) -> None:
         self.spec, path = unique_spec(text, tmp_path)
         self.u = self.spec.name.split("-")[1]
         self.bootstrap, self.rate = bootstrap, rate
@@ -40,7 +50,8 @@ class HaRig:
         self.runs: dict[tuple[str, int], int] = {}
         self.mon = ReplicaMonitor(bootstrap, self.spec.heartbeat_topic, 1.0)
         self.input = f"in_{self.u}"
-        self.workload = readings_workload([self.input], count, rate, sensors=sensors)
+        self.inputs = [self.input] + [f"{m}_{self.u}" for m in more]
+        self.workload = readings_workload(self.inputs, count, rate, sensors=sensors)
         self.sources: PacedSources | None = None
 
     def start(self, node: str, replica: int) -> None:
@@ -72,7 +83,7 @@ class HaRig:
         output as a client reads it, up to the failure-free run's last tuple and a second more."""
         assert self.sources is not None
         self.sources.join(120)
-        want = evaluate(self.spec, {self.input: [self.workload[self.input]]}, ended=True)[stream][0]
+        want = evaluate(self.spec, {s: [self.workload[s]] for s in self.inputs}, ended=True)[stream][0]
         with StreamView(self.spec, stream, self.bootstrap, stable_only=True) as view:
             view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], timeout)
             time.sleep(1.0)

@@ -68,6 +68,7 @@ class RecordingScheme:
 
     overlap_writes = True
     wants_positions = False
+    takes_tentative = True
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node, self.seen = node, 0

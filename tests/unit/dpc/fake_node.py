@@ -246,7 +246,7 @@ class FakeNode:
         self.scheme = cast(
             DpcScheme, build_scheme(self)
         )  # DPC's tests use it so; the HA tests check their scheme's class first
-        self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions)
+        self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions, self.scheme.takes_tentative)
         self.ticks = 0
         self.roles: list[tuple[str, int]] = []
         self.keeps: dict[str, int] = {}  # what its heartbeats would carry (``set_keeps``)

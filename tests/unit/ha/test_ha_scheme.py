@@ -7,8 +7,9 @@ import pytest
 from confluent_kafka import OFFSET_END
 
 from services.control.messages import ControlMessage, RoleOrder
+from services.control.states import NodeState
 from services.core.errors import FencedError
-from services.core.tuples import BOUNDARY, EPOCH, STABLE
+from services.core.tuples import BOUNDARY, EPOCH, STABLE, TENTATIVE, UNDO
 from services.ha import scheme as ha_scheme
 from services.ha.amnesia import AmnesiaScheme
 from services.spec import parse_spec
@@ -83,3 +84,41 @@ def test_a_primary_told_it_is_secondary_stops_and_a_stale_order_is_ignored(node:
     node.scheme.on_control(_role("primary", 12, replica=0), 0.0)  # another replica's
     with pytest.raises(FencedError, match="failed over"):
         node.scheme.on_control(_role("secondary", 12), 0.0)
+
+
+BELOW_DPC = parse_spec("""\
+name: mix
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+  c: {schema: reading, key: sensor}
+operators:
+  up: {type: filter, input: a, output: b, where: "True"}
+  keep: {type: filter, input: b, output: c, where: "value > 0"}
+nodes:
+  u: {operators: [up], replicas: 2}
+  n: {operators: [keep], replicas: 2, ha: {scheme: amnesia}}
+""")
+
+
+def test_below_a_dpc_node_tentative_input_counts_as_not_yet_arrived(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ha-review D2: the HA node waits for its DPC upstream's corrections, never computes on tentative
+    input, stays out of DPC's failure states and goes on sending boundaries."""
+    monkeypatch.setattr(ha_scheme, "output_tail", lambda bootstrap, topic, partition: (-1, -1))  # a first start
+    n = FakeNode(BELOW_DPC, "n", replica=0)
+    n.scheme.on_restart()
+    n.scheme.on_control(RoleOrder("n", 0, 0, role="primary", epoch=1), 0.0)
+    stable = [n.message("b", STABLE, i, 100 * i, _rec(100 * i)) for i in range(3)]
+    n.step([*stable, n.message("b", BOUNDARY, 2, 300)], 1.0)
+    tentative = [
+        n.message("b", TENTATIVE, 3 + i, 300 + 100 * i, _rec(300 + 100 * i, 5.0), tmax=300 + 100 * i) for i in range(3)
+    ]
+    n.step(tentative, 2.0)
+    n.step([], 3.0)
+    assert [rec["seq"] for _, rec in n.stable("c")] == [0, 100, 200]  # the tentative ones wait
+    assert all(t is not TENTATIVE for t, *_ in n.written("c")) and n.states[-1] is NodeState.STABLE
+    correction = [n.message("b", UNDO, 2, 0)]
+    correction += [n.message("b", STABLE, 3 + i, 300 + 100 * i, _rec(300 + 100 * i, 7.0)) for i in range(2)]
+    n.step([*correction, n.message("b", BOUNDARY, 4, 500)], 4.0)
+    assert [(rec["seq"], rec["value"]) for _, rec in n.stable("c")][3:] == [(300, 7.0), (400, 7.0)]
+    assert [stime for t, _, stime, _ in n.written("c") if t is BOUNDARY][-1] >= 400  # its boundaries go on
