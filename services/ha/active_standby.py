@@ -58,7 +58,10 @@ class ActiveStandbyScheme(HaScheme):
         if self.following:
             return None  # the order again: it follows already
         self.following = True
-        return self.acking.rebuild(write=False)
+        offsets = self.acking.rebuild(write=False)
+        for s, last in self.acking.tails.items():  # what it computes up to there, the log has: not held
+            self.logged[s] = max(self.logged[s], last)
+        return offsets
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
@@ -150,5 +153,6 @@ class ActiveStandbyScheme(HaScheme):
             so.boundary_sent = max(so.boundary_sent, bound)
             if so.last_stable < last:  # behind the old primary: what it computes up to the tail is in the log
                 self.resume.skip_written(s, last, undo=False)
+        self.acking.next_cut = 0.0  # its first cut as primary at its first step: a secondary's cuts set no pace
         log.info("took over from the standby's queue: %s", {s: len(node.outputs.queue(s)) for s in self.held})
         return None

@@ -48,22 +48,23 @@ def gap_runs(want: Sequence[Any], got: Sequence[Any]) -> list[range]:
     return runs
 
 
-def repeated_runs(log: Sequence[tuple[int, Any]]) -> list[range]:
-    """The runs of ids ``log`` (``(id, tuple)`` in log order, ids 0, 1, ...) holds again, one per
-    rollback; raises ``NotRepeatingRecovery`` on an id skipped (a tuple lost), a repeated id whose
-    tuple differs from its first copy, or a repeat that does not go on in id order."""
+def repeated_runs(log: Sequence[tuple[int, Any]], start: int = 0) -> list[range]:
+    """The runs of ids ``log`` (``(id, tuple)`` in log order, ids ``start``, ``start`` + 1, ...) holds
+    again, one per rollback; raises ``NotRepeatingRecovery`` on an id skipped (a tuple lost), a
+    repeated id whose tuple differs from its first copy, or a repeat that does not go on in id order.
+    A log trimmed up to id ``start`` may repeat ids below it, which cannot be compared any more."""
     first: dict[int, Any] = {}
     runs: list[range] = []
-    nxt = 0  # the id due next: one past the newest, or the next of a run written again
+    nxt = start  # the id due next: one past the newest, or the next of a run written again
     for k, (tid, t) in enumerate(log):
-        top = len(first)  # ids 0..top-1 were written
+        top = start + len(first)  # ids up to top-1 were written
         if tid > nxt:  # a rollback goes back, never forward
             raise NotRepeatingRecovery(
                 f"log entry {k}: id {tid} where {nxt} was due (ids up to {top - 1} written): "
                 + ("a tuple was lost" if nxt == top else "a run written again skips a tuple")
             )
         if tid < top:
-            if first[tid] != t:
+            if tid >= start and first[tid] != t:
                 raise NotRepeatingRecovery(
                     f"log entry {k}: id {tid} repeated as {t!r}, first written as {first[tid]!r}"
                 )

@@ -54,6 +54,7 @@ class Acking:
         self.needs = Needs(scheme.dpc.bucket)
         self.streams = [p.stream for p in self.node.inputs.ports]  # by port index
         self.pending: Ack | None = None  # the last cut, published once the output before it is written
+        self.tails: dict[str, int] = {}  # output stream -> the last stable id its log held at the last rebuild
         self.published: Ack | None = None  # the last ack published
         self.next_cut = 0.0
         self.acks_sent = 0
@@ -69,6 +70,7 @@ class Acking:
         node, path = self.node, self.path
         bootstrap, part = node.settings.bootstrap, node.partition
         tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in path.soutputs}
+        self.tails = {s: last for s, (last, _) in tails.items()}
         acks = read_acks(bootstrap, node.plan.acks_topic, node.plan.node, part)
         ack = newest_usable(acks, {s: last for s, (last, _) in tails.items()})
         ports = node.inputs.ports
@@ -140,11 +142,16 @@ class Acking:
             self.needs.processed(self.streams[port], start, first)
 
     def on_step(self, t: int) -> None:
-        """The operators were just advanced to bucket start ``t``: a primary's cut there when one is due."""
+        """The operators were just advanced to bucket start ``t``: a cut there when one is due, which a
+        primary publishes. A secondary (active standby's) takes it too and drops it: a cut forgets what
+        no later cut can need, so its bookkeeping stays as small as a primary's however long it runs."""
         now = time.monotonic()
-        if self.scheme.role is Role.PRIMARY and now >= self.next_cut:
+        role = self.scheme.role
+        if now >= self.next_cut and role is not Role.CANDIDATE:
             self.next_cut = now + self.interval_s
-            self.pending = self._cut(t)
+            cut = self._cut(t)
+            if role is Role.PRIMARY:
+                self.pending = cut
 
     def _cut(self, t: int) -> Ack:
         node, scheme = self.node, self.scheme

@@ -56,6 +56,8 @@ class NodePipeline:
                 self._ports.append((op, back))
             for port, s in enumerate(d.inputs):
                 self.routes.setdefault(s, []).append(_port_push(target, port))
+        # how far back in node-input time one result reaches (the longest chain of spans to an output)
+        self.span = max((reach.get(o.stream, 0) for o in plan.outputs), default=0)
         for d in defs:
             targets = list(self.routes.get(d.output, []))
             if d.output in self.outputs:

@@ -68,6 +68,9 @@ ROLLBACK_MAP = MAP.replace("amnesia-", "rollback-").replace(
 )
 UPSTREAM = WINDOW.replace("pstandby-", "ubackup-").replace("scheme: passive_standby", "scheme: upstream_backup")
 ACTIVE = WINDOW.replace("pstandby-", "astandby-").replace("scheme: passive_standby", "scheme: active_standby")
+AMNESIA_WINDOW = WINDOW.replace("pstandby-", "awindow-").replace(
+    "scheme: passive_standby, recovery: precise, interval_ms: 50", "scheme: amnesia"
+)
 RATE, COUNT = 200, 2400  # 12 s of input
 ROLLBACK_SLACK_S = 1.0  # a rollback repeats about an interval and a bucket of output, and this for the machine
 SLACK_S = 1.5  # beyond the detection time: the epoch claim, the order, the takeover's log reads
@@ -80,6 +83,15 @@ def test_amnesia_loses_one_run_per_failure_and_a_woken_primary_writes_nothing(ka
     assert 1 <= len(runs) <= 2, f"lost runs {runs}: one per failure at most"
     for r in runs:
         assert len(r) <= RATE * (max(took) + SLACK_S), f"lost {len(r)} tuples; takeovers took {took} s"
+
+
+def test_amnesia_loses_whole_windows_and_never_writes_a_partial_one(kafka, tmp_path: Path) -> None:
+    """ha-review D6: a window open at the failure would come out partial from the new primary, which
+    reads its input from the end; gap recovery loses it instead, so every result is the failure-free
+    run's, the lost ones one run per failure."""
+    run = _two_failovers(kafka, tmp_path, AMNESIA_WINDOW)
+    runs = gap_runs(run.want, run.got)  # raises on any wrong (partial), repeated or reordered window
+    assert 1 <= len(runs) <= 2, f"lost runs {runs}: one per failure at most"
 
 
 def test_passive_standby_recovers_precisely_from_its_checkpoints(kafka, tmp_path: Path) -> None:

@@ -174,3 +174,53 @@ def test_a_secondary_says_its_takeover_reads_back_everything_until_it_has_rebuil
     _role(node, "secondary", 3)
     assert beats[0] == ({"w": 0}, [("secondary", 3)])
     assert node.keeps == {"w": 0}  # nothing acked: it rebuilds from the inputs' start
+
+
+@pytest.mark.parametrize("n", [200, 800])
+def test_a_secondary_forgets_what_no_cut_can_need(n: int, log: Log) -> None:
+    """ha-review D3: a secondary's bookkeeping of its inputs (where each poll read up to, which ids
+    each bucket took) is pruned as a primary's is, so it stays the same size however long the
+    secondary runs, rather than growing by an entry per poll and per bucket."""
+    rnd = random.Random(3)
+    secondary = FakeNode(SPECS["precise"], "n", replica=1)
+    msgs = _inputs(secondary, ["a", "b"], n, rnd)
+    secondary.scheme.on_restart()
+    assert isinstance(secondary.scheme, ActiveStandbyScheme)
+    secondary.scheme.acking.interval_s = 0.0
+    _role(secondary, "secondary", 5)
+    now = 1.0
+    for i in range(0, len(msgs), 4):
+        secondary.step(msgs[i : i + 4], now)
+        now += 0.01
+    assert secondary.scheme.held["w"], "the secondary processed its input"
+    kept = sum(len(inp.reads) + len(inp.buckets) for inp in secondary.scheme.acking.needs.inputs.values())
+    assert kept <= 20, f"{kept} entries kept after {len(msgs) // 4} polls"
+    assert not secondary.producer.topics[secondary.plan.acks_topic], "a secondary publishes no ack"
+
+
+def test_a_joining_secondary_holds_nothing_its_log_had_when_it_joined(log: Log) -> None:
+    """ha-review D12: before its first trim message a secondary that joined from an ack holds only what
+    comes after the log's tail at its join, not its whole catch-up."""
+    rnd = random.Random(5)
+    spec = SPECS["precise"]
+    primary, secondary = FakeNode(spec, "n", replica=0), FakeNode(spec, "n", replica=1)
+    msgs = _inputs(primary, ["a", "b"], 120, rnd)
+    _copy_log(primary, secondary)
+    for node in (primary, secondary):
+        node.scheme.on_restart()
+        node.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
+    _role(primary, "primary", 5)
+    log.writers.append(primary)
+    for i in range(0, 160, 4):
+        if i == 40:
+            primary.scheme.acking.interval_s = 1e9  # type: ignore[attr-defined]  # its newest ack is an old one
+        primary.step(msgs[i : i + 4], 1.0 + i / 100)
+    tail = log.tail()[0]
+    assert tail > 20
+    _role(secondary, "secondary", 5)
+    start = dict(secondary.consumer.assigned)
+    pending = [m for m in msgs if m.offset() >= start[m.topic()]]
+    for i in range(0, len(pending), 4):
+        secondary.step(pending[i : i + 4], 3.0 + i / 100)
+    held = [e[1] for e in secondary.scheme.held["w"] if e[0] is STABLE]  # type: ignore[attr-defined]
+    assert held and min(held) > tail, f"held {held[:3]}... with the log at {tail} when it joined"

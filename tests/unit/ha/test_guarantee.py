@@ -79,3 +79,16 @@ def test_the_runs_found_are_the_rollbacks_made(n: int, backs: list[tuple[int, in
     assert sorted(i for r in runs for i in r) == sorted(
         i for i, c in collections.Counter(ids).items() for _ in range(c - 1)
     )
+
+
+def test_a_trimmed_log_is_checked_from_its_start() -> None:
+    """A log upstream backup trimmed starts at some id: a rollback may repeat ids trimmed since (not
+    comparable any more), a lost or changed tuple after the start is still found."""
+    log = [(i, f"t{i}") for i in range(6, 9)] + [(i, f"t{i}") for i in range(5, 10)]  # trimmed inside a run
+    assert repeated_runs(log, 6) == [range(5, 9)]
+    with pytest.raises(NotRepeatingRecovery, match="a tuple was lost"):
+        repeated_runs([(6, "t6"), (8, "t8")], 6)
+    with pytest.raises(NotRepeatingRecovery, match="repeated as"):
+        repeated_runs([(6, "t6"), (7, "t7"), (6, "x")], 6)
+    with pytest.raises(NotRepeatingRecovery, match="id 6 where 0 was due"):
+        repeated_runs([(6, "t6")])  # from 0 unless told: the start is part of what is checked

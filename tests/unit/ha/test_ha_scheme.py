@@ -12,6 +12,7 @@ from services.core.errors import FencedError
 from services.core.tuples import BOUNDARY, EPOCH, STABLE, TENTATIVE, UNDO
 from services.ha import scheme as ha_scheme
 from services.ha.amnesia import AmnesiaScheme
+from services.operators.reference import evaluate
 from services.spec import parse_spec
 from tests.unit.dpc.fake_node import FakeNode
 
@@ -122,3 +123,36 @@ def test_below_a_dpc_node_tentative_input_counts_as_not_yet_arrived(monkeypatch:
     n.step([*correction, n.message("b", BOUNDARY, 4, 500)], 4.0)
     assert [(rec["seq"], rec["value"]) for _, rec in n.stable("c")][3:] == [(300, 7.0), (400, 7.0)]
     assert [stime for t, _, stime, _ in n.written("c") if t is BOUNDARY][-1] >= 400  # its boundaries go on
+
+
+AMNESIA_WINDOW = parse_spec("""\
+name: amw
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: window_stat, key: key}
+operators:
+  win: {type: window, input: a, output: b, key: sensor, size: 400, slide: 100,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  n: {operators: [win], replicas: 2, ha: {scheme: amnesia}}
+""")
+
+
+def test_amnesia_writes_no_window_that_was_open_when_it_took_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ha-review D6: read from the inputs' end, the windows open at the failure lack their start; none
+    of them is written, every window from the first boundary read on is, whole."""
+    monkeypatch.setattr(ha_scheme, "output_tail", lambda bootstrap, topic, partition: (-1, -1))
+    n = FakeNode(AMNESIA_WINDOW, "n", replica=0)
+    n.scheme.on_restart()
+    n.scheme.on_control(RoleOrder("n", 0, 0, role="primary", epoch=1), 0.0)
+    recs = [{"sensor": f"s{i % 2}", "ts": 1000 + 10 * i, "value": float(i), "seq": i} for i in range(150)]
+    first_bound = 0
+    for k in range(0, 150, 10):  # the inputs from their end on: what came before is lost
+        msgs = [n.message("a", STABLE, i, recs[i]["ts"], recs[i]) for i in range(k, k + 10)]
+        bound = recs[k + 9]["ts"] + 1
+        first_bound = first_bound or bound
+        n.step([*msgs, n.message("a", BOUNDARY, k + 9, bound)], 1.0 + k)
+    got = [rec for _, rec in n.stable("b")]
+    full = evaluate(AMNESIA_WINDOW, {"a": [recs]})["b"][0]
+    want = [w for w in full if w["window_start"] >= first_bound]
+    assert got and got == want[: len(got)], "a window open at the takeover was written, or a whole one lost"
