@@ -55,6 +55,8 @@ class _Pair:
     seen: dict[int, float] = field(default_factory=dict)
     sent: dict[int, float] = field(default_factory=dict)  # when each replica was last given its order
     since: dict[int, float] = field(default_factory=dict)  # when each replica took its current role
+    pids: dict[int, int] = field(default_factory=dict)  # each replica's process, as its heartbeats say
+    given: dict[int, int] = field(default_factory=dict)  # the process each replica's last order went to
 
     def primary(self) -> int | None:
         return next((r for r, role in self.roles.items() if role is Role.PRIMARY), None)
@@ -102,22 +104,29 @@ class Takeovers:
         now: float,
         reported: tuple[Role, int] | None = None,
         sent_at: float | None = None,
+        pid: int | None = None,
     ) -> list[Order]:
         """A heartbeat came from the replica; ``reported`` is the role and epoch it says it has, as of
-        ``sent_at`` (when it was sent, on the clock of ``now``; None: just now)."""
+        ``sent_at`` (when it was sent, on the clock of ``now``; None: just now), from process ``pid``."""
         if node not in self.nodes:
             return []
         replicas, detection_s = self.nodes[node]
         self.intake(now)
         p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
         p.seen[replica] = now
+        if pid is not None:
+            p.pids[replica] = pid
         if sent_at is not None and sent_at < p.sent.get(replica, float("-inf")):
             reported = None  # sent before its last order, read late: it says nothing of that order
         role = p.roles.get(replica)
         if reported is not None and reported[0] is Role.CANDIDATE:
             if role is None and p.primary() is not None:  # it came up after the election: it joins as secondary
                 return [self._give(p, node, partition, replica, Role.SECONDARY, now)]
-            if role is None or now - p.sent.get(replica, float("-inf")) <= p.detection_s:
+            overdue = now - p.sent.get(replica, float("-inf")) > p.detection_s
+            if role is not None and overdue and pid is not None and p.given.get(replica) == pid:
+                # the process its order went to has not read it yet (a loaded machine): not a restart
+                return [self._give(p, node, partition, replica, role, now)]
+            if role is None or not overdue:
                 return []  # the election takes it once due; or its order is on the way
             if role is not Role.FAILED:  # restarted within the detection time: what it held is gone,
                 p.roles[replica] = role = Role.FAILED  # as if it had been detected
@@ -178,4 +187,6 @@ class Takeovers:
             p.since[replica] = now
         p.roles[replica] = role
         p.sent[replica] = now
+        if replica in p.pids:
+            p.given[replica] = p.pids[replica]
         return Order(node, partition, replica, role, p.epoch)

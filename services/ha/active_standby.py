@@ -60,13 +60,16 @@ class ActiveStandbyScheme(HaScheme):
         self.following = True
         offsets = self.acking.rebuild(write=False)
         for s, last in self.acking.tails.items():  # what it computes up to there, the log has: not held
-            self.logged[s] = max(self.logged[s], last)
+            self.logged[s] = last
         return offsets
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
         if isinstance(msg, Trim):
-            if msg.node == node.plan.node and msg.partition == node.partition and msg.epoch >= self.epoch:
+            # only its primary's, of the epoch it was told: a candidate's epoch is 0, and a replaced
+            # primary's trims name ids its successor's log may never hold
+            ours = msg.node == node.plan.node and msg.partition == node.partition
+            if ours and self.following and self.role is Role.SECONDARY and msg.epoch == self.epoch:
                 self._trim(msg.ids)
             return
         if isinstance(msg, RoleOrder) and msg.role == Role.SECONDARY and not self.following:

@@ -53,7 +53,7 @@ async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
         reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
         now = time.monotonic()
         sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
-        orders = takeovers.heard(beat.node, beat.partition, beat.replica, now, reported, sent_at)
+        orders = takeovers.heard(beat.node, beat.partition, beat.replica, now, reported, sent_at, beat.pid or None)
         await send_orders(coordinator, orders)
 
 

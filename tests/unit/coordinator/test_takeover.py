@@ -206,3 +206,23 @@ def test_a_report_sent_before_its_order_and_read_late_demotes_no_one() -> None:
     assert t.role("n", 0, 0) is Role.PRIMARY
     # the same report sent after the order: a restart, whose state is gone
     assert t.heard("n", 0, 0, 0.45, reported=(Role.CANDIDATE, 0), sent_at=0.44) == [Order("n", 0, 0, Role.SECONDARY, 1)]
+
+
+def test_a_new_primary_slow_to_read_its_order_is_told_again_not_demoted() -> None:
+    """Seen on a loaded machine: a replica elected primary still said "candidate" a detection time
+    after its order (it had not read it yet) and was demoted within half a second of its start, then
+    exited when it read both orders. The same process saying so has not restarted: it is told again.
+    Another process (a restart) has lost what the old one held: it is failed over."""
+    t = pair()
+    t.heard("n", 0, 0, 0.0, reported=(Role.CANDIDATE, 0), pid=100)
+    t.heard("n", 0, 1, 0.0, reported=(Role.CANDIDATE, 0), pid=200)
+    assert t.check(D)[0] == Order("n", 0, 0, Role.PRIMARY, 1)
+    late = D + D + 0.05
+    assert t.heard("n", 0, 0, late, reported=(Role.CANDIDATE, 0), sent_at=late, pid=100) == [
+        Order("n", 0, 0, Role.PRIMARY, 1)
+    ]
+    assert t.role("n", 0, 0) is Role.PRIMARY
+    later = late + D + 0.05
+    assert t.heard("n", 0, 0, later, reported=(Role.CANDIDATE, 0), sent_at=later, pid=101) == [
+        Order("n", 0, 0, Role.SECONDARY, 1)
+    ]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.control.messages import ControlKind, RoleOrder
+from services.control.messages import ControlKind, RoleOrder, Trim
 from services.control.states import NodeState
 from services.core.tuples import BOUNDARY, STABLE
 from services.ha import active_standby as act
@@ -224,3 +224,19 @@ def test_a_joining_secondary_holds_nothing_its_log_had_when_it_joined(log: Log) 
         secondary.step(pending[i : i + 4], 3.0 + i / 100)
     held = [e[1] for e in secondary.scheme.held["w"] if e[0] is STABLE]  # type: ignore[attr-defined]
     assert held and min(held) > tail, f"held {held[:3]}... with the log at {tail} when it joined"
+
+
+def test_a_trim_message_counts_only_from_the_primary_of_the_epoch_the_secondary_was_told(log: Log) -> None:
+    """ha-review D14: a replaced primary's trim (a zombie's), or any trim a candidate reads, must not
+    make a secondary drop results its primary's log may never hold."""
+    node = FakeNode(SPECS["precise"], "n", replica=1)
+    node.scheme.on_restart()
+    scheme = node.scheme
+    assert isinstance(scheme, ActiveStandbyScheme)
+    scheme.on_control(Trim("n", 0, 0, epoch=3, ids={"w": 50}), 0.0)  # read as a candidate
+    assert scheme.logged["w"] == -1
+    _role(node, "secondary", 5)
+    scheme.on_control(Trim("n", 0, 0, epoch=4, ids={"w": 60}), 0.0)  # a replaced primary's
+    assert scheme.logged["w"] == -1
+    scheme.on_control(Trim("n", 0, 0, epoch=5, ids={"w": 70}), 0.0)
+    assert scheme.logged["w"] == 70

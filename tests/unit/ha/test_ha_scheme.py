@@ -145,11 +145,12 @@ def test_amnesia_writes_no_window_that_was_open_when_it_took_over(monkeypatch: p
     n = FakeNode(AMNESIA_WINDOW, "n", replica=0)
     n.scheme.on_restart()
     n.scheme.on_control(RoleOrder("n", 0, 0, role="primary", epoch=1), 0.0)
-    recs = [{"sensor": f"s{i % 2}", "ts": 1000 + 10 * i, "value": float(i), "seq": i} for i in range(150)]
+    times = [1000 + 10 * i for i in range(150)]
+    recs: list[dict] = [{"sensor": f"s{i % 2}", "ts": t, "value": float(i), "seq": i} for i, t in enumerate(times)]
     first_bound = 0
     for k in range(0, 150, 10):  # the inputs from their end on: what came before is lost
-        msgs = [n.message("a", STABLE, i, recs[i]["ts"], recs[i]) for i in range(k, k + 10)]
-        bound = recs[k + 9]["ts"] + 1
+        msgs = [n.message("a", STABLE, i, times[i], recs[i]) for i in range(k, k + 10)]
+        bound = times[k + 9] + 1
         first_bound = first_bound or bound
         n.step([*msgs, n.message("a", BOUNDARY, k + 9, bound)], 1.0 + k)
     got = [rec for _, rec in n.stable("b")]
