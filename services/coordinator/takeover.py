@@ -57,6 +57,7 @@ class _Pair:
     since: dict[int, float] = field(default_factory=dict)  # when each replica took its current role
     pids: dict[int, int] = field(default_factory=dict)  # each replica's process, as its heartbeats say
     given: dict[int, int] = field(default_factory=dict)  # the process each replica's last order went to
+    behind: set[int] = field(default_factory=set)  # replicas whose heartbeats say they are still catching up
 
     def primary(self) -> int | None:
         return next((r for r, role in self.roles.items() if role is Role.PRIMARY), None)
@@ -105,9 +106,11 @@ class Takeovers:
         reported: tuple[Role, int] | None = None,
         sent_at: float | None = None,
         pid: int | None = None,
+        catching_up: bool = False,
     ) -> list[Order]:
         """A heartbeat came from the replica; ``reported`` is the role and epoch it says it has, as of
-        ``sent_at`` (when it was sent, on the clock of ``now``; None: just now), from process ``pid``."""
+        ``sent_at`` (when it was sent, on the clock of ``now``; None: just now), from process ``pid``;
+        ``catching_up``: it says it is still recovering (an active standby rebuilding after it joined)."""
         if node not in self.nodes:
             return []
         replicas, detection_s = self.nodes[node]
@@ -116,6 +119,7 @@ class Takeovers:
         p.seen[replica] = now
         if pid is not None:
             p.pids[replica] = pid
+        (p.behind.add if catching_up else p.behind.discard)(replica)
         if sent_at is not None and sent_at < p.sent.get(replica, float("-inf")):
             reported = None  # sent before its last order, read late: it says nothing of that order
         role = p.roles.get(replica)
@@ -173,9 +177,10 @@ class Takeovers:
         return []
 
     def _elect(self, p: _Pair, node: str, partition: int, live: list[int], now: float) -> list[Order]:
-        # The secondary that has been one the longest first: the warmest (a passive standby's state).
-        warm = sorted((p.since.get(r, now), r) for r in live if p.roles.get(r) is Role.SECONDARY)
-        head = warm[0][1] if warm else live[0]
+        # A caught-up secondary first (one still rebuilding is in its window of vulnerability), then the
+        # one that has been secondary the longest: the warmest (a passive standby's state).
+        warm = sorted((r in p.behind, p.since.get(r, now), r) for r in live if p.roles.get(r) is Role.SECONDARY)
+        head = warm[0][2] if warm else live[0]
         # The new primary's epoch fences every write of an earlier one.
         p.epoch = self.claim(node, partition, head) if self.claim is not None else p.epoch + 1
         out = [self._give(p, node, partition, head, Role.PRIMARY, now)]

@@ -31,7 +31,9 @@ class AmnesiaScheme(HaScheme):
         ports = self.node.inputs.ports
         for p in ports:
             p.midway = True
-        self.warming = self.node.pipeline.span > 0  # a stateless node's results are whole
+        # after a primary that wrote (a first start loses nothing); a stateless node's results are whole
+        wrote = any(so.next_id > 0 or so.boundary_sent >= 0 for so in self.path.soutputs.values())
+        self.warming = wrote and self.node.pipeline.span > 0
         return {p.topic: OFFSET_END for p in ports}
 
     def after_batch(self, now: float, idle: bool) -> None:

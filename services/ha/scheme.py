@@ -62,8 +62,10 @@ log = logging.getLogger(__name__)
 
 # A takeover's reads of Kafka (checkpoints, acks, the log's tail) may outlast the detection time on
 # a loaded machine; heartbeats go on through them, this long at most, so the coordinator does not
-# fail the new primary for them. A kill or a SIGSTOP still stops every heartbeat at once.
-TAKEOVER_S = 10.0
+# fail the new primary for them. A kill or a SIGSTOP still stops every heartbeat at once. A takeover
+# hung longer (a read that never returns) is failed over after it: a takeover's reads take well under
+# a second on an idle machine, a few on a loaded one.
+TAKEOVER_S = 5.0
 
 
 class HaScheme:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import faust
 
 from services.control.messages import Heartbeat, RoleOrder, encode_control, now_ms
-from services.control.states import Role
+from services.control.states import NodeState, Role
 from services.coordinator.takeover import Order, Takeovers
 from services.node.fence import claim_epoch
 from services.spec import Spec
@@ -53,7 +53,10 @@ async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
         reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
         now = time.monotonic()
         sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
-        orders = takeovers.heard(beat.node, beat.partition, beat.replica, now, reported, sent_at, beat.pid or None)
+        behind = beat.state is NodeState.RECOVERING
+        orders = takeovers.heard(
+            beat.node, beat.partition, beat.replica, now, reported, sent_at, beat.pid or None, behind
+        )
         await send_orders(coordinator, orders)
 
 

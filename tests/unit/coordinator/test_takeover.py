@@ -226,3 +226,16 @@ def test_a_new_primary_slow_to_read_its_order_is_told_again_not_demoted() -> Non
     assert t.heard("n", 0, 0, later, reported=(Role.CANDIDATE, 0), sent_at=later, pid=101) == [
         Order("n", 0, 0, Role.SECONDARY, 1)
     ]
+
+
+def test_the_election_prefers_a_secondary_that_has_caught_up() -> None:
+    """ha-review D13: an active standby secondary still rebuilding after it joined is in its window of
+    vulnerability; the one that has caught up takes over, though it became secondary later."""
+    t = Takeovers({"n": (3, D)})
+    for r in (0, 1, 2):
+        t.heard("n", 0, r, 0.0)
+    assert t.check(0.0)[0] == Order("n", 0, 0, Role.PRIMARY, 1)
+    t.heard("n", 0, 1, 0.3, catching_up=True)  # secondary as long as 2, lower-numbered, but rebuilding
+    t.heard("n", 0, 2, 0.3)
+    assert t.check(0.3)[0] == Order("n", 0, 2, Role.PRIMARY, 2)  # 0 fell silent
+    assert t.role("n", 0, 1) is Role.SECONDARY

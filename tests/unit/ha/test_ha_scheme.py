@@ -141,7 +141,7 @@ nodes:
 def test_amnesia_writes_no_window_that_was_open_when_it_took_over(monkeypatch: pytest.MonkeyPatch) -> None:
     """ha-review D6: read from the inputs' end, the windows open at the failure lack their start; none
     of them is written, every window from the first boundary read on is, whole."""
-    monkeypatch.setattr(ha_scheme, "output_tail", lambda bootstrap, topic, partition: (-1, -1))
+    monkeypatch.setattr(ha_scheme, "output_tail", lambda bootstrap, topic, partition: (41, 900))  # a takeover
     n = FakeNode(AMNESIA_WINDOW, "n", replica=0)
     n.scheme.on_restart()
     n.scheme.on_control(RoleOrder("n", 0, 0, role="primary", epoch=1), 0.0)
@@ -154,6 +154,7 @@ def test_amnesia_writes_no_window_that_was_open_when_it_took_over(monkeypatch: p
         first_bound = first_bound or bound
         n.step([*msgs, n.message("a", BOUNDARY, k + 9, bound)], 1.0 + k)
     got = [rec for _, rec in n.stable("b")]
+    assert n.stable("b")[0][0] == 42  # the log's ids go on
     full = evaluate(AMNESIA_WINDOW, {"a": [recs]})["b"][0]
     want = [w for w in full if w["window_start"] >= first_bound]
     assert got and got == want[: len(got)], "a window open at the takeover was written, or a whole one lost"
