@@ -92,7 +92,14 @@ nodes:
 """
 
 
-@pytest.mark.parametrize("scheme", ["active_standby", "passive_standby", "upstream_backup"])
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        "active_standby",
+        pytest.param("passive_standby", marks=pytest.mark.slow),
+        pytest.param("upstream_backup", marks=pytest.mark.slow),
+    ],
+)
 def test_a_writer_read_only_by_a_stateless_upstream_backup_node_takes_over_precisely(
     kafka: Any, tmp_path: Path, scheme: str
 ) -> None:
@@ -155,7 +162,7 @@ nodes:
 """
 
 
-@pytest.mark.parametrize("writer", [None, "upstream_backup", "passive_standby"])
+@pytest.mark.parametrize("writer", [None, "upstream_backup", pytest.param("passive_standby", marks=pytest.mark.slow)])
 def test_a_log_whose_reader_acked_all_of_it_keeps_its_writers_tail(
     kafka: Any, tmp_path: Path, writer: str | None
 ) -> None:
