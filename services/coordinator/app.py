@@ -178,6 +178,8 @@ class Coordinator:
                 "grants_sent": self.grants_sent,
                 "orders_sent": self.orders_sent,
                 "takeovers": self.takeovers.table(),
+                "takeovers_total": self.takeovers.takeovers,
+                "ha_partitions": self.takeovers.health(time.monotonic()),
                 "trimmed": self.trims.table(),
                 "trims": self.trims.trims,
                 "schemes": {n: nd.ha.scheme.value for n, nd in self.spec.nodes.items()},

@@ -48,6 +48,7 @@ class CoordinatorMetrics(Collector):
             [({**lab, "state": s}, n) for s, n in st["replicas_by_state"].items()],
             ("spec", "state"),
         )
+        yield from _ha(st, lab)
         rows = [r for r in st["replicas"] if r["age_ms"] is not None]
         yield gauges(
             "hastream_coordinator_heartbeat_age_seconds",
@@ -65,3 +66,37 @@ class CoordinatorMetrics(Collector):
 
 def _replica(row: dict[str, Any]) -> dict[str, str]:
     return {"node": row["node"], "partition": str(row["partition"]), "replica": str(row["replica"])}
+
+
+def _ha(st: dict[str, Any], lab: dict[str, str]) -> Iterator[Metric]:
+    """The HA nodes' takeovers, the partitions one failure away from an outage, and the trimmed logs."""
+    parts = st.get("ha_partitions", [])
+    yield counter(
+        "hastream_coordinator_takeovers",
+        "Primaries replaced since this coordinator started.",
+        st.get("takeovers_total", 0),
+        lab,
+    )
+    where = ("spec", "node", "partition")
+    yield gauges(
+        "hastream_coordinator_vulnerable",
+        "1 while an HA node partition has one live replica or none: a failure now is an outage.",
+        [({**lab, "node": r["node"], "partition": str(r["partition"])}, int(r["live"] <= 1)) for r in parts],
+        where,
+    )
+    yield gauges(
+        "hastream_coordinator_takeover_seconds",
+        "The last takeover: from the old primary's last heartbeat to the new primary caught up.",
+        [
+            ({**lab, "node": r["node"], "partition": str(r["partition"])}, r["takeover_s"])
+            for r in parts
+            if r["takeover_s"] is not None
+        ],
+        where,
+    )
+    yield gauges(
+        "hastream_coordinator_log_start",
+        "Where each trimmed log starts now (its offset), after the coordinator's trims.",
+        [({**lab, "log": log}, start) for log, start in st.get("trimmed", {}).items()],
+        ("spec", "log"),
+    )

@@ -58,6 +58,9 @@ class _Pair:
     pids: dict[int, int] = field(default_factory=dict)  # each replica's process, as its heartbeats say
     given: dict[int, int] = field(default_factory=dict)  # the process each replica's last order went to
     behind: set[int] = field(default_factory=set)  # replicas whose heartbeats say they are still catching up
+    primary_was: int | None = None  # the replica last given the primary's role
+    failed_at: float | None = None  # a takeover under way: when its old primary was last heard
+    took: float | None = None  # the last takeover: from then until the new primary had caught up
 
     def primary(self) -> int | None:
         return next((r for r, role in self.roles.items() if role is Role.PRIMARY), None)
@@ -75,6 +78,7 @@ class Takeovers:
         self.nodes = nodes
         self.claim = claim
         self._pairs: dict[tuple[str, int], _Pair] = {}
+        self.takeovers = 0  # primaries replaced since this coordinator started
         self.read_at = float("-inf")  # when the coordinator last read any heartbeat
 
     def intake(self, now: float) -> None:
@@ -95,6 +99,14 @@ class Takeovers:
             {"node": node, "partition": part, "replica": r, "role": role.value, "epoch": p.epoch}
             for (node, part), p in sorted(self._pairs.items())
             for r, role in sorted(p.roles.items())
+        ]
+
+    def health(self, now: float) -> list[dict[str, object]]:
+        """Per node partition: its live replicas (one left: vulnerable, a failure now is an outage) and
+        how long its last takeover took, from its old primary's last heartbeat to the new one caught up."""
+        return [
+            {"node": node, "partition": part, "live": len(p.live(now)), "takeover_s": p.took}
+            for (node, part), p in sorted(self._pairs.items())
         ]
 
     def heard(
@@ -120,6 +132,8 @@ class Takeovers:
         if pid is not None:
             p.pids[replica] = pid
         (p.behind.add if catching_up else p.behind.discard)(replica)
+        if p.failed_at is not None and not catching_up and reported == (Role.PRIMARY, p.epoch):
+            p.took, p.failed_at = now - p.failed_at, None  # the new primary has caught up
         if sent_at is not None and sent_at < p.sent.get(replica, float("-inf")):
             reported = None  # sent before its last order, read late: it says nothing of that order
         role = p.roles.get(replica)
@@ -181,6 +195,9 @@ class Takeovers:
         # one that has been secondary the longest: the warmest (a passive standby's state).
         warm = sorted((r in p.behind, p.since.get(r, now), r) for r in live if p.roles.get(r) is Role.SECONDARY)
         head = warm[0][2] if warm else live[0]
+        if p.primary_was is not None:  # a primary is replaced (not the partition's first election)
+            self.takeovers += 1
+            p.failed_at = p.seen.get(p.primary_was, now)
         # The new primary's epoch fences every write of an earlier one.
         p.epoch = self.claim(node, partition, head) if self.claim is not None else p.epoch + 1
         out = [self._give(p, node, partition, head, Role.PRIMARY, now)]
@@ -192,6 +209,8 @@ class Takeovers:
             p.since[replica] = now
         p.roles[replica] = role
         p.sent[replica] = now
+        if role is Role.PRIMARY:
+            p.primary_was = replica
         if replica in p.pids:
             p.given[replica] = p.pids[replica]
         return Order(node, partition, replica, role, p.epoch)

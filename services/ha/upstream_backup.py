@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Message
 
 from services.control.messages import now_ms
 from services.control.states import Role
 from services.core.errors import DecodeError
-from services.core.kafka import plain_consumer
 from services.core.retry import retry_transient
 from services.dpc.buckets import STuple
 from services.dpc.soutput import SOutput
 from services.ha.acks import Ack, Needs, newest_usable
 from services.ha.scheme import HaScheme
-from services.log.tail import messages_between, offset_after_stable, output_tail
+from services.log.tail import backward, offset_after_stable, output_tail
 from services.log.trim import check_retained
 from services.node.merge import Admitted
 from services.node.ports import InputPort
@@ -71,8 +71,8 @@ class Acking:
         bootstrap, part = node.settings.bootstrap, node.partition
         tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in path.soutputs}
         self.tails = {s: last for s, (last, _) in tails.items()}
-        acks = read_acks(bootstrap, node.plan.acks_topic, node.plan.node, part)
-        ack = newest_usable(acks, {s: last for s, (last, _) in tails.items()})
+        written = {s: last for s, (last, _) in tails.items()}
+        ack = newest_usable(read_acks(bootstrap, node.plan.acks_topic, node.plan.node, part, written), written)
         ports = node.inputs.ports
         if ack is None:  # nothing acknowledged: no reader trimmed anything, the inputs start at their beginning
             ids, bounds = {p.stream: 0 for p in ports}, {}
@@ -193,20 +193,33 @@ class UpstreamBackupScheme(HaScheme):
 
 
 @retry_transient
-def read_acks(bootstrap: str, topic: str, node: str, partition: int) -> list[Ack]:
-    """Every acknowledgement of one node partition still in the acks topic."""
-    c = plain_consumer(bootstrap, "acks")
-    try:
-        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-    finally:
-        c.close()
-    prefix = f"{node}/p{partition}/".encode()
-    out = []
-    for m in messages_between(bootstrap, topic, 0, lo, hi):
+def read_acks(
+    bootstrap: str, topic: str, node: str, partition: int, written: Mapping[str, int | None], chunk: int = 2000
+) -> list[Ack]:
+    """The acknowledgements of one node partition in the acks topic, newest first, back to one chunk
+    past the newest one whose output the logs hold (``newest_usable`` of ``written``), not the whole
+    topic: it keeps one ack per primary of every epoch, and a takeover would read more the older the
+    deployment. A replaced primary's late acks follow its successor's by less than a chunk."""
+    out: list[Ack] = []
+    found = False
+    for rows in backward(bootstrap, topic, 0, chunk, _ack_of(f"{node}/p{partition}/".encode(), topic)):
+        out.extend(a for _, a in reversed(rows) if a is not None)
+        if found:
+            break
+        found = newest_usable(out, written) is not None
+    return out
+
+
+def _ack_of(prefix: bytes, topic: str) -> Callable[[Message], Ack | None]:
+    """Reads a message of the acks topic as an ack of the node partition its key starts with ``prefix``."""
+
+    def view(m: Message) -> Ack | None:
         if m.value() is None or not (m.key() or b"").startswith(prefix):
-            continue
+            return None
         try:
-            out.append(Ack.decode(m.value()))  # type: ignore[arg-type]
+            return Ack.decode(m.value())  # type: ignore[arg-type]
         except DecodeError:
             log.warning("skipping an ack that cannot be read at %s@%d", topic, m.offset())
-    return out
+            return None
+
+    return view

@@ -13,6 +13,8 @@ from services.core.admin import TopicSpec, ensure_topics
 from services.core.errors import TrimmedError
 from services.core.kafka import BatchConsumer, BatchProducer
 from services.core.tuples import TupleType, make_headers
+from services.ha.acks import Ack, newest_usable
+from services.ha.upstream_backup import read_acks
 from services.log.tail import last_stable_id, offset_after_stable, output_tail
 from services.log.trim import check_retained, trim_before, trim_limit
 from services.log.writer_tail import NO_WRITER, writer_tail
@@ -116,3 +118,27 @@ def test_a_consumer_reading_from_a_trimmed_position_fails_instead_of_skipping(
     finally:
         strict.close()
         lenient.close()
+
+
+def test_a_takeover_reads_the_newest_acks_not_the_whole_acks_topic(kafka: Any, topic_name: Callable[..., str]) -> None:
+    """ha-review D11: the acks topic keeps an ack per primary of every epoch; a takeover reads it back
+    from its end to one chunk past the newest ack whose output the log holds."""
+    topic = topic_name()
+    ensure_topics(kafka.bootstrap, [TopicSpec(topic)])
+    p = BatchProducer(kafka.bootstrap)
+
+    def ack(node: str, epoch: int, out: int) -> None:
+        a = Ack(node, 0, epoch, 1000 * epoch, {}, {}, {"w": out}, epoch)
+        p.send(topic, a.encode(), a.key, 0)
+
+    ack("n", 1, 10)
+    for i in range(500):
+        ack("other", i + 1, i)
+    ack("n", 2, 20)
+    ack("n", 3, 30)  # its output never reached the log (a replaced primary's)
+    p.flush()
+    got = read_acks(kafka.bootstrap, topic, "n", 0, {"w": 25}, chunk=100)
+    assert newest_usable(got, {"w": 25}) == next(a for a in got if a.epoch == 2)
+    assert all(a.epoch != 1 for a in got), "read back 500 acks further than needed"
+    got = read_acks(kafka.bootstrap, topic, "n", 0, {"w": 15}, chunk=100)  # only the oldest is usable
+    assert newest_usable(got, {"w": 15}) is not None and newest_usable(got, {"w": 15}).epoch == 1  # type: ignore[union-attr]

@@ -31,3 +31,23 @@ def test_replicas_by_state_grants_and_heartbeat_ages() -> None:
     age = 'hastream_coordinator_heartbeat_age_seconds{node="n",partition="0",replica="0",spec="chain"} 0.5'
     assert age in text
     assert 'replica="2"' not in text.split("hastream_coordinator_heartbeat_age_seconds", 1)[1]  # no age: never heard
+
+
+def test_ha_takeovers_vulnerable_partitions_and_trimmed_logs() -> None:
+    c = Coordination({}, {}, 1000)
+    st = {
+        **status_of(c, 1500, 0),
+        "takeovers_total": 3,
+        "ha_partitions": [
+            {"node": "a", "partition": 0, "live": 1, "takeover_s": 0.42},
+            {"node": "a", "partition": 1, "live": 2, "takeover_s": None},
+        ],
+        "trimmed": {"chain.mid[0]": 1200},
+    }
+    text = generate_latest(registry_of(CoordinatorMetrics("chain", lambda: st))).decode()
+    assert 'hastream_coordinator_takeovers_total{spec="chain"} 3.0' in text
+    assert 'hastream_coordinator_vulnerable{node="a",partition="0",spec="chain"} 1.0' in text
+    assert 'hastream_coordinator_vulnerable{node="a",partition="1",spec="chain"} 0.0' in text
+    assert 'hastream_coordinator_takeover_seconds{node="a",partition="0",spec="chain"} 0.42' in text
+    assert 'hastream_coordinator_takeover_seconds{node="a",partition="1"' not in text  # none yet
+    assert 'hastream_coordinator_log_start{log="chain.mid[0]",spec="chain"} 1200.0' in text

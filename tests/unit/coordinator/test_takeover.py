@@ -239,3 +239,18 @@ def test_the_election_prefers_a_secondary_that_has_caught_up() -> None:
     t.heard("n", 0, 2, 0.3)
     assert t.check(0.3)[0] == Order("n", 0, 2, Role.PRIMARY, 2)  # 0 fell silent
     assert t.role("n", 0, 1) is Role.SECONDARY
+
+
+def test_health_counts_takeovers_their_time_and_the_live_replicas() -> None:
+    """What /metrics and the status page show: a partition with one live replica is vulnerable, and a
+    takeover's time runs from the old primary's last heartbeat to the new one's caught-up report."""
+    t = pair()
+    started(t)
+    assert t.takeovers == 0 and t.health(0.0) == [{"node": "n", "partition": 0, "live": 2, "takeover_s": None}]
+    t.heard("n", 0, 1, 0.2)
+    assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # 0 last heard at 0.0
+    assert t.takeovers == 1 and t.health(0.3)[0]["live"] == 1
+    t.heard("n", 0, 1, 0.5, reported=(Role.PRIMARY, 2), catching_up=True)  # replaying
+    assert t.health(0.5)[0]["takeover_s"] is None
+    t.heard("n", 0, 1, 0.7, reported=(Role.PRIMARY, 2))
+    assert t.health(0.7)[0]["takeover_s"] == 0.7
