@@ -66,6 +66,7 @@ class HeartbeatSender:
         self.epoch = 0
         self.role = ""  # an HA scheme's replica: its role (``services.control.states.Role``)
         self.keeps: dict[str, int] = {}  # an HA replica's: what of its output log its takeover reads (replaced whole)
+        self.needs: dict[str, int] = {}  # an HA replica's: what of its input logs a recovery reads (replaced whole)
         self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
         self.ticked = time.monotonic()
         self.working_until = 0.0  # monotonic: blocking work on the loop that counts as progress (``working``)
@@ -118,6 +119,7 @@ class HeartbeatSender:
             lag=self.lag,
             role=self.role,
             keeps=self.keeps,
+            needs=self.needs,
         )
         self._producer.send(self.topic, hb.encode(), self.node.encode(), 0)
         self._producer.poll(0)

@@ -157,6 +157,8 @@ class Heartbeat:
     role: str = ""  # an HA scheme's replica: "primary", "secondary", or "candidate" until told
     # output stream -> the oldest id a takeover by this replica checks in the log (``services.coordinator.trims``)
     keeps: dict[str, int] = field(default_factory=dict)
+    # input topic -> the oldest offset a recovery of this node partition reads again (``services.coordinator.trims``)
+    needs: dict[str, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return _HEARTBEAT.encode(
@@ -173,6 +175,7 @@ class Heartbeat:
                 "lag": self.lag,
                 "role": self.role,
                 "keeps": self.keeps,
+                "needs": self.needs,
             }
         )
 
@@ -193,6 +196,7 @@ class Heartbeat:
             hb.get("lag", 0),
             hb.get("role", ""),
             dict(hb.get("keeps") or {}),
+            dict(hb.get("needs") or {}),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -209,4 +213,5 @@ class Heartbeat:
             "lag": self.lag,
             "role": self.role,
             "keeps": self.keeps,
+            "needs": self.needs,
         }

@@ -1,9 +1,11 @@
 """Which upstream logs the coordinator trims, and how far (ICDE 2005, section 5.2, queue trimming).
 
-The coordinator reads every level-1 acknowledgement (``services.ha.acks``) and, every
-interval, moves the start of each log whose readers all acknowledge (upstream backup nodes)
-to the oldest of their current primaries' acks. A log with another reader (a node of another
-scheme, an application reading a sink) is never trimmed, nor is a shared source topic, nor a
+Every interval the coordinator moves the start of each log whose readers all say what of it
+they still need to the oldest of those: an upstream backup node by its current primary's level-1
+acknowledgements (``services.ha.acks``), a passive or active standby node by its replicas'
+heartbeats (``needs``: the newest written checkpoint's offsets; the acknowledgement a joining
+secondary rebuilds from; where an active standby secondary reads). A log with another reader (a
+node of amnesia or DPC, an application reading a sink) is never trimmed, nor is a shared source topic, nor a
 replica log (each replica's offsets differ), nor the output of a DPC node (its restart images
 are not reported).
 
@@ -24,14 +26,14 @@ from typing import Callable
 
 from services.control.messages import Heartbeat
 from services.control.states import Role
-from services.ha.acks import Ack, Key, trim_points
+from services.ha.acks import Ack, Key
 from services.spec import Spec
 
 LIMIT_EVERY_S = 1.0  # a log's limit (the writer's restart point, its tail) is read again this often at most
 
 
 def trimmable(spec: Spec) -> dict[str, list[str]]:
-    """Topic -> the nodes reading it, for every log that only upstream backup nodes read."""
+    """Topic -> the nodes reading it, for every log whose readers all say what of it they still need."""
     out: dict[str, list[str]] = {}
     for s, sd in spec.streams.items():
         readers = [n for n in spec.nodes if s in spec.node_inputs(n)]
@@ -76,9 +78,10 @@ class Trims:
         self.readers = trimmable(spec)
         self.writers = writers(spec, list(self.readers))
         self.replicas = {n: nd.replicas for n, nd in spec.nodes.items()}
+        self.needs_by = {n: nd.ha.scheme.kind.input_needs for n, nd in spec.nodes.items()}
         self.partitions = {t: spec.streams[s].partitions for s in spec.streams for t in spec.stream_topics(s)}
         self.acks: dict[tuple[str, int, int], Ack] = {}  # (node, partition, epoch) -> that primary's newest ack
-        self.keeps: dict[tuple[str, int, int], Heartbeat] = {}  # (node, partition, replica) -> its newest heartbeat
+        self.beats: dict[tuple[str, int, int], Heartbeat] = {}  # (node, partition, replica) -> its newest heartbeat
         self.starts: dict[Key, int] = {}  # (topic, partition) -> the log start the last trim gave
         self.limits: dict[Key, tuple[int | None, int, float]] = {}  # -> (keep, limit, when read) last read
         self.trims = 0
@@ -92,41 +95,62 @@ class Trims:
     def reported(self, beat: Heartbeat) -> None:
         """A heartbeat: a writer's replica says what of its log its takeover reads back."""
         key = (beat.node, beat.partition, beat.replica)
-        had = self.keeps.get(key)
+        had = self.beats.get(key)
         if beat.node in self.replicas and (had is None or beat.sent_ms >= had.sent_ms):
-            self.keeps[key] = beat
+            self.beats[key] = beat
 
     def due(self, epoch: Callable[[str, int], int], role: Role_) -> dict[Key, Point]:
         """(topic, partition) -> where it may start by its readers, for each log that may start later
         than it does and whose writer has said what it reads back."""
-        points = trim_points(self.readers, self.partitions, self.acks, epoch)
         out = {}
-        for k, off in points.items():
-            if off <= self.starts.get(k, 0):
-                continue
-            keep = self._keep(k, epoch, role)
-            if keep != 0:
-                out[k] = Point(off, keep)
+        for topic, nodes in self.readers.items():
+            for p in range(self.partitions[topic]):
+                needs = [self._need(n, p, topic, epoch, role) for n in nodes]
+                if not needs or any(off is None for off in needs):
+                    continue  # a reader that has not said what it needs keeps everything
+                key, off = (topic, p), min(n for n in needs if n is not None)
+                if off <= self.starts.get(key, 0):
+                    continue
+                keep = self._keep(key, epoch, role)
+                if keep != 0:
+                    out[key] = Point(off, keep)
         return out
 
+    def _need(self, node: str, p: int, topic: str, epoch: Callable[[str, int], int], role: Role_) -> int | None:
+        """The oldest offset of ``topic`` a recovery of reader ``node`` partition ``p`` reads again: its
+        current primary's newest ack (upstream backup), or what its replicas' heartbeats say."""
+        if self.needs_by[node] == "acks":
+            a = self.acks.get((node, p, epoch(node, p)))
+            return None if a is None else a.input_offsets.get(topic)
+        return self._reported(node, p, lambda beat: beat.needs.get(topic), epoch, role)
+
     def _keep(self, key: Key, epoch: Callable[[str, int], int], role: Role_) -> int | None:
-        """The oldest id of ``key``'s log a takeover of its writer reads back: the least its current
-        primary and its secondaries report (0, everything: the primary has not reported)."""
+        """The oldest id of ``key``'s log a takeover of its writer reads back (None: only its tail; 0,
+        everything: its primary has not said)."""
         topic, p = key
         if topic not in self.writers:
             return None
         node, stream = self.writers[topic]
+        got = self._reported(node, p, lambda beat: beat.keeps.get(stream), epoch, role)
+        return 0 if got is None else got
+
+    def _reported(
+        self, node: str, p: int, value: Callable[[Heartbeat], int | None], epoch: Callable[[str, int], int], role: Role_
+    ) -> int | None:
+        """The least ``value`` the heartbeats of node partition (``node``, ``p``) report: its current
+        primary's and its live secondaries'; None if its current primary reports none."""
         cur, lows, primary = epoch(node, p), [], False
         for r in range(self.replicas[node]):
-            beat = self.keeps.get((node, p, r))
-            if beat is None or stream not in beat.keeps:
+            beat = self.beats.get((node, p, r))
+            got = None if beat is None else value(beat)
+            if beat is None or got is None:
                 continue
             if beat.role == Role.PRIMARY.value and beat.epoch == cur:
                 primary = True
             elif not (beat.role == Role.SECONDARY.value and role(node, p, r) is Role.SECONDARY):
                 continue  # a replaced primary's, or a replica that is not a live secondary now
-            lows.append(beat.keeps[stream])
-        return min(lows) if primary else 0
+            lows.append(got)
+        return min(lows) if primary else None
 
     def limited(self, key: Key, point: Point, now: float) -> int | None:
         """Where ``key``'s log may start, from the limit last read for it; None: read it again first.

@@ -19,16 +19,15 @@ The paper's two acknowledgements map onto Kafka as follows:
   it is published once the output before the cut is written (level-0).
 
 The upstream log may then start at the oldest level-1 ack over all the nodes that read it
-(``trim_points``), taken only from each node's current primary (its coordinator epoch): a
-paused old primary that wakes up must not move a log start past what its successor reads.
-A log some reader does not acknowledge (a node of another scheme, an application) is never
-trimmed.
+(``services.coordinator.trims``), taken only from each node's current primary (its coordinator
+epoch): a paused old primary that wakes up must not move a log start past what its successor
+reads. A log some reader does not say what it needs of (an application) is never trimmed.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from services.core.codec import codec_for
@@ -196,31 +195,3 @@ def newest_usable(acks: Iterable[Ack], written: Mapping[str, int | None]) -> Ack
 
 
 Key = tuple[str, int]  # (topic, partition)
-
-
-def trim_points(
-    readers: Mapping[str, Sequence[str]],
-    partitions: Mapping[str, int],
-    acks: Mapping[tuple[str, int, int], Ack],
-    epoch: Callable[[str, int], int],
-) -> dict[Key, int]:
-    """Where each upstream log may start: the oldest level-1 ack over every node reading it.
-
-    ``readers``: topic -> the nodes that read it, all acknowledging ones (a topic with any other
-    reader must not be given); ``acks``: (node, partition, epoch) -> that primary's newest ack;
-    ``epoch``: a node partition's current epoch. A topic partition one of whose readers has no
-    ack from its current primary keeps everything.
-    """
-    out: dict[Key, int] = {}
-    for topic, nodes in readers.items():
-        for p in range(partitions[topic]):
-            starts = []
-            for n in nodes:
-                a = acks.get((n, p, epoch(n, p)))
-                if a is None or topic not in a.input_offsets:
-                    break
-                starts.append(a.input_offsets[topic])
-            else:
-                if starts:
-                    out[(topic, p)] = min(starts)
-    return out

@@ -21,6 +21,11 @@ recovery takes only the detection and the order. A secondary that was behind dro
 computes up to the tail, checked the same way. Under ``recovery: rollback`` it writes its
 whole queue and whatever it computes, without reading the log: the tuples the log had since
 the last trim message are repeated (``services.ha.scheme``).
+
+Its replicas' heartbeats say what a recovery reads again, so the coordinator trims the logs no
+further: the primary, its ack before the newest (a joining secondary rebuilds from an ack); a
+secondary, where it reads each input and the first id it holds; a new primary, everything until
+its own acks are out.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class ActiveStandbyScheme(HaScheme):
         self.logged: dict[str, int] = {s: -1 for s in self.path.soutputs}  # the last id the primary's log has, as told
         self.following = False  # a secondary reading the inputs
         self.trim_at = 0.0  # when the primary tells its secondaries next what its log holds
+        self.reading: dict[str, int] = {}  # a secondary: where it reads each input (what it still needs)
 
     # -- the secondary -----------------------------------------------------------------
     def on_secondary(self) -> dict[str, int] | None:
@@ -59,6 +65,8 @@ class ActiveStandbyScheme(HaScheme):
             return None  # the order again: it follows already
         self.following = True
         offsets = self.acking.rebuild(write=False)
+        self.reading = dict(offsets)
+        self.node.set_needs(self.reading)
         for s, last in self.acking.tails.items():  # what it computes up to there, the log has: not held
             self.logged[s] = last
         return offsets
@@ -74,7 +82,8 @@ class ActiveStandbyScheme(HaScheme):
             return
         if isinstance(msg, RoleOrder) and msg.role == Role.SECONDARY and not self.following:
             if msg.is_for(node.plan.node, node.partition, node.replica):
-                node.set_keeps({s: 0 for s in self.held})  # what it will hold is not known until it rebuilds
+                node.set_keeps({s: 0 for s in self.held})  # what it will hold and read is not known until it rebuilds
+                node.set_needs({p.topic: 0 for p in node.inputs.ports})
         super().on_control(msg, now)
 
     def _trim(self, ids: dict[str, int]) -> None:
@@ -103,6 +112,9 @@ class ActiveStandbyScheme(HaScheme):
     def before_batch(self, batch: Admitted, now: float) -> None:
         if batch.positions:
             self.acking.note_reads(batch.positions)
+            if self.role is Role.SECONDARY and self.following:
+                self.reading.update(batch.positions)
+                self.node.set_needs(self.reading)
 
     def after_batch(self, now: float, idle: bool) -> None:
         if self.role is Role.PRIMARY:
@@ -157,5 +169,9 @@ class ActiveStandbyScheme(HaScheme):
             if so.last_stable < last:  # behind the old primary: what it computes up to the tail is in the log
                 self.resume.skip_written(s, last, undo=False)
         self.acking.next_cut = 0.0  # its first cut as primary at its first step: a secondary's cuts set no pace
+        self.acking.published = None
+        # a secondary that joins now rebuilds from the old primary's last ack: all kept until its own are out
+        node.set_keeps({s: 0 for s in self.held})
+        node.set_needs({p.topic: 0 for p in node.inputs.ports})
         log.info("took over from the standby's queue: %s", {s: len(node.outputs.queue(s)) for s in self.held})
         return None

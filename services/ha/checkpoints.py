@@ -47,7 +47,7 @@ class Checkpoints:
     def take(self, point: RecoveryPoint) -> None:
         """A delta of everything since the last checkpoint, an image instead or besides when due."""
         node, inputs = self.node, point.inputs
-        self.points.taken(node.images.queued + 1, point.outputs)
+        self.points.taken(node.images.queued + 1, point)
         operators = node.pipeline.delta()
         self.seq += 1
         images = node.images
@@ -83,7 +83,7 @@ class Checkpoints:
     def wait(self) -> None:
         self.node.images.wait()
 
-    def written(self) -> dict[str, tuple[int, int]] | None:
+    def written(self) -> RecoveryPoint | None:
         return self.points.newest()
 
     def _image_instead(self, size: int) -> bool:

@@ -5,8 +5,10 @@ Every ``interval_ms`` (M) the primary writes a checkpoint to the node's checkpoi
 it records: its outputs are flushed first, so a checkpoint never claims output the log does not
 hold. Checkpoints are deltas between whole images (``services.ha.checkpoints``, the scheme's
 state store). The loop only pickles: a thread writes, processing does not stop.
-The input logs keep everything (HA topics have no retention, ``services.log.retention``), so input
-preservation holds without acknowledgements.
+Input preservation: the primary's heartbeats say from which offsets a takeover replays its inputs
+(the newest written checkpoint's, ``needs``) and from which id it checks its log (``keeps``); the
+coordinator trims those logs no further (``services.coordinator.trims``), the paper's standby
+acknowledging checkpoints so that the upstream node trims its queue.
 
 A secondary is a **warm standby**: it reads the newest image and its deltas when it becomes
 secondary (a returning node's first checkpoint is the complete state), then applies each delta
@@ -100,7 +102,8 @@ class PassiveStandbyScheme(HaScheme):
             self._checkpoint()
         written = self.store.written() if self.role is Role.PRIMARY else None
         if written is not None:  # a takeover now starts at this checkpoint or a later one
-            self.node.set_keeps({s: next_id for s, (next_id, _) in written.items()})
+            self.node.set_keeps({s: next_id for s, (next_id, _) in written.outputs.items()})
+            self.node.set_needs(written.inputs.offsets)
 
     def _checkpoint(self) -> None:
         """Its outputs flushed first, so a checkpoint never claims output the log does not hold."""

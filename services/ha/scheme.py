@@ -154,9 +154,11 @@ class HaScheme:
         node.set_role(Role.PRIMARY.value, epoch)
         log.info("primary at epoch %d", epoch)
         with node.working(TAKEOVER_S):
-            self._read_from(self.on_promote())
-        # what this primary's own takeover would read back, until it says a newer point (``keeps``)
-        node.set_keeps({s: so.next_id for s, so in self.path.soutputs.items()})
+            offsets = self.on_promote()
+            self._read_from(offsets)
+        if offsets is not None:  # what its own takeover would read back, until it says a newer point
+            node.set_keeps({s: so.next_id for s, so in self.path.soutputs.items()})
+            node.set_needs({p.topic: max(offsets.get(p.topic, 0), 0) for p in node.inputs.ports})
         if not self.recovering:  # it had the state already (an active standby): nothing to rebuild
             log.info("primary caught up in %.0f ms", (time.monotonic() - self.promoted_at) * 1000)
 

@@ -168,8 +168,10 @@ class Acking:
         node.producer.send(node.plan.acks_topic, ack.encode(), ack.key, 0)
         self.acks_sent += 1
         if self.published is not None and self.scheme.role is Role.PRIMARY:
-            # the ack before is written (a loop turn flushed since): a takeover reads back from it at the oldest
+            # the ack before is written (a loop turn flushed since): a takeover, or a secondary that joins,
+            # reads back from it at the oldest
             node.set_keeps(self.published.outputs)
+            node.set_needs(self.published.input_offsets)
         self.published = ack
 
 

@@ -178,6 +178,9 @@ class NodeService:
     def set_keeps(self, keeps: dict[str, int]) -> None:
         self.heartbeat.keeps = dict(keeps)
 
+    def set_needs(self, needs: dict[str, int]) -> None:
+        self.heartbeat.needs = dict(needs)
+
     def tick(self) -> None:
         self.heartbeat.tick()
 

@@ -123,6 +123,10 @@ class NodeRuntime(Protocol):
         """Announce, by output stream, the oldest id of its output log a takeover by this replica
         reads back (its heartbeats carry them): the coordinator trims the log no further."""
 
+    def set_needs(self, needs: dict[str, int]) -> None:
+        """Announce, by input topic, the oldest offset a recovery of this node partition reads again
+        (its heartbeats carry them): the coordinator trims those logs no further."""
+
     def begin_writing(self, epoch: int | None = None) -> int:
         """Announce on every output that this replica writes now, with ``epoch`` or (None) a new epoch
         claimed for it; earlier writers are fenced. Returns the epoch."""

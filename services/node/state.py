@@ -74,9 +74,8 @@ class StateStore(Protocol):
     def new_chain(self) -> None:
         """A new primary takes over: the points it takes from now on owe nothing to the old one's."""
 
-    def written(self) -> dict[str, tuple[int, int]] | None:
-        """The outputs (next stable id, last boundary) of the newest point written since the last call
-        (None: none): a recovery now starts at it or later."""
+    def written(self) -> RecoveryPoint | None:
+        """The newest point written since the last call (None: none): a recovery now starts at it or later."""
 
 
 class WrittenPoints:
@@ -84,14 +83,14 @@ class WrittenPoints:
 
     def __init__(self, node: NodeRuntime) -> None:
         self.node = node  # its image writer is made after its scheme
-        self.pending: deque[tuple[int, dict[str, tuple[int, int]]]] = deque()
+        self.pending: deque[tuple[int, RecoveryPoint]] = deque()
 
-    def taken(self, first: int, outputs: dict[str, tuple[int, int]]) -> None:
-        """A point with ``outputs`` was handed over as writes ``first`` on."""
-        self.pending.append((first, outputs))
+    def taken(self, first: int, point: RecoveryPoint) -> None:
+        """``point`` was handed over as writes ``first`` on."""
+        self.pending.append((first, point))
 
-    def newest(self) -> dict[str, tuple[int, int]] | None:
-        """The outputs of the newest point written since the last call, if any."""
+    def newest(self) -> RecoveryPoint | None:
+        """The newest point written since the last call, if any."""
         out, done = None, self.node.images.written
         while self.pending and self.pending[0][0] <= done:
             out = self.pending.popleft()[1]
@@ -121,7 +120,7 @@ class RestartImages:
 
     def take(self, point: RecoveryPoint) -> None:
         node = self.node
-        self.points.taken(node.images.queued + 1, point.outputs)
+        self.points.taken(node.images.queued + 1, point)
         snapshot = point.snapshot if point.snapshot is not None else node.pipeline.snapshot(node.tick)
         inputs = point.inputs
         image = restart.RestartImage(
@@ -136,7 +135,7 @@ class RestartImages:
     def wait(self) -> None:
         self.node.images.wait()
 
-    def written(self) -> dict[str, tuple[int, int]] | None:
+    def written(self) -> RecoveryPoint | None:
         return self.points.newest()
 
     def new_chain(self) -> None:

@@ -103,7 +103,9 @@ class SchemeKind:
     rollback: tuple[Outcome, Outcome, Outcome, Outcome] | None = None  # Table 2: rollback outcome by class
     precise_up_to: OpClass | None = None  # section 6: the most general class it recovers precisely
     precise_else: str = ""  # what to use instead for a more general class
-    trims_inputs: bool = False  # its input logs are trimmed at its acks (when every reader is such a node)
+    # how what its replicas still need of its inputs is heard, so the coordinator may trim a log every
+    # reader of which says so: "acks" (level-1 acknowledgements), "heartbeats" (their ``needs``); "": never
+    input_needs: str = ""
     # a takeover reads its output log back from a restart point its replicas report (heartbeats'
     # ``keeps``): a log it writes is trimmed no further (``services.coordinator.trims``)
     reads_own_log: bool = False
@@ -111,6 +113,11 @@ class SchemeKind:
     topics: Mapping[NodeTopic, Mapping[str, str]] = field(default_factory=dict, hash=False)
     engines: tuple[str, ...] = ("python",)
     stores: tuple[str, ...] = ()  # the state stores it can use (``services.spec.stores``), its default first
+
+    @property
+    def trims_inputs(self) -> bool:
+        """Whether its input logs may be trimmed at what it still needs (when every reader says so)."""
+        return bool(self.input_needs)
 
     @property
     def acks(self) -> bool:
@@ -176,6 +183,7 @@ KINDS: dict[Scheme, SchemeKind] = {
         precise_up_to=_A,
         topics=_READS_BACK,
         stores=("checkpoints",),
+        input_needs="heartbeats",
     ),
     Scheme.UPSTREAM_BACKUP: _ha(
         "services.ha.upstream_backup:UpstreamBackupScheme",
@@ -184,7 +192,7 @@ KINDS: dict[Scheme, SchemeKind] = {
         rollback=(_REP, _CONV, _DIV, _DIV),
         precise_up_to=_C,
         precise_else="passive_standby, or active_standby for a deterministic node",
-        trims_inputs=True,
+        input_needs="acks",
         topics=_ACKED,
     ),
     Scheme.ACTIVE_STANDBY: _ha(
@@ -195,5 +203,6 @@ KINDS: dict[Scheme, SchemeKind] = {
         precise_up_to=_D,
         precise_else="passive_standby (it forwards only checkpointed output)",
         topics=_ACKED,
+        input_needs="heartbeats",
     ),
 }

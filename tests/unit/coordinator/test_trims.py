@@ -139,3 +139,39 @@ def test_a_limit_read_for_an_older_restart_point_serves_until_it_is_due_again_an
     assert trims.limited(key, Point(45, 60), LIMIT_EVERY_S + 0.1) is None  # read again, at most this often
     assert trims.limited(key, Point(20, 40), 0.1) is None  # a secondary reads back older ids: read again
     assert trims.limited(key, Point(20, None), 0.1) == 20
+
+
+STANDBY = parse_spec("""\
+name: ts
+streams:
+  src: {schema: reading, key: sensor}
+  o1: {schema: reading, key: sensor}
+  o2: {schema: reading, key: sensor}
+operators:
+  f: {type: filter, input: src, output: o1, where: "True"}
+  g: {type: filter, input: src, output: o2, where: "True"}
+nodes:
+  ps: {operators: [f], replicas: 2, ha: passive_standby}
+  act: {operators: [g], replicas: 2, ha: active_standby}
+""")
+
+
+def test_a_log_passive_and_active_standby_nodes_read_is_trimmed_at_what_their_replicas_need() -> None:
+    """ha-review D4: the paper's passive and active standby trim their upstream queues too: here at the
+    oldest input offset their replicas' heartbeats say a recovery reads again (a passive standby's
+    newest written checkpoint, an active standby's ack for a joining secondary, where its secondary
+    reads), never while a reader's current primary has not said."""
+    trims = Trims(STANDBY)
+    assert list(trims.readers) == ["ts.src"]
+    roles = _roles({0: Role.PRIMARY, 1: Role.SECONDARY})
+
+    def due() -> dict[tuple[str, int], Point]:
+        return trims.due(lambda n, p: 2, roles)
+
+    trims.reported(Heartbeat("ps", 0, 0, NodeState.STABLE, 1, 2, role="primary", needs={"ts.src": 300}))
+    assert due() == {}  # act has not said
+    trims.reported(Heartbeat("act", 0, 0, NodeState.STABLE, 1, 2, role="primary", needs={"ts.src": 250}))
+    assert due() == {("ts.src", 0): Point(250, None)}
+    trims.reported(Heartbeat("act", 0, 1, NodeState.STABLE, 2, 2, role="secondary", needs={"ts.src": 120}))
+    assert due() == {("ts.src", 0): Point(120, None)}  # its secondary reads behind
+    assert trims.due(lambda n, p: 3, roles) == {}  # a takeover: the new primaries have not said

@@ -249,7 +249,8 @@ class FakeNode:
         self.intake = Intake(self, self.scheme.path, self.scheme.wants_positions, self.scheme.takes_tentative)
         self.ticks = 0
         self.roles: list[tuple[str, int]] = []
-        self.keeps: dict[str, int] = {}  # what its heartbeats would carry (``set_keeps``)
+        self.keeps: dict[str, int] = {}  # what its heartbeats would carry (``set_keeps``, ``set_needs``)
+        self.needs: dict[str, int] = {}
         self.epochs: list[int] = []
 
     # -- NodeRuntime -----------------------------------------------------------------
@@ -261,6 +262,9 @@ class FakeNode:
 
     def set_keeps(self, keeps: dict[str, int]) -> None:
         self.keeps = dict(keeps)
+
+    def set_needs(self, needs: dict[str, int]) -> None:
+        self.needs = dict(needs)
 
     def begin_writing(self, epoch: int | None = None) -> int:
         epoch = epoch if epoch is not None else len(self.epochs) + 1

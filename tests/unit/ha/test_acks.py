@@ -3,10 +3,7 @@ never trimmed past a tuple the current primary of any of its readers would read 
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from services.ha.acks import Ack, Needed, Needs, newest_usable, trim_points
+from services.ha.acks import Ack, Needed, Needs, newest_usable
 
 
 def _ack(
@@ -68,43 +65,3 @@ def test_a_takeover_resumes_from_the_newest_ack_whose_output_the_log_holds() -> 
     assert newest_usable([_ack(epoch=3, outputs={"out": 0})], {"out": None}) is not None  # nothing written before it
     later_epoch = _ack(epoch=9, outputs={"out": 12}, ms=0)
     assert newest_usable([newer, later_epoch], {"out": 25}) == later_epoch
-
-
-def test_the_trim_point_is_the_oldest_ack_over_the_readers_current_primaries() -> None:
-    epochs = {("b", 0): 4, ("c", 0): 7}
-    acks = {
-        ("b", 0, 4): _ack("b", 4, {"o": 125}),
-        ("c", 0, 7): _ack("c", 7, {"o": 50}),
-        ("c", 0, 6): _ack("c", 6, {"o": 900}),  # an old primary's: not trusted
-    }
-    assert trim_points({"o": ["b", "c"]}, {"o": 1}, acks, lambda n, p: epochs[(n, p)]) == {("o", 0): 50}
-    epochs[("c", 0)] = 8  # c's new primary has not acked yet: o keeps everything
-    assert trim_points({"o": ["b", "c"]}, {"o": 1}, acks, lambda n, p: epochs[(n, p)]) == {}
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    events=st.lists(
-        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.integers(0, 1000), st.booleans()), max_size=40
-    )
-)
-def test_no_trim_passes_where_a_readers_current_primary_would_read_again(events: list) -> None:
-    """Random acks from current and old primaries, and takeovers between them: at every moment each
-    trim point is at or below where every reader's current primary would start its rebuild."""
-    epoch = {"a": 0, "b": 0}
-    acks: dict[tuple[str, int, int], Ack] = {}
-    newest: dict[str, int] = {}  # node -> offset of its current primary's newest ack
-    for node, e, offset, takeover in events:
-        if takeover:
-            epoch[node] += 1
-            newest.pop(node, None)
-        stamp = max(0, epoch[node] - e % 2)  # now and then an ack of an older primary, read late
-        acks[(node, 0, stamp)] = _ack(node, stamp, {"o": offset})
-        if stamp == epoch[node]:
-            newest[node] = offset
-        points = trim_points({"o": ["a", "b"]}, {"o": 1}, acks, lambda n, p: epoch[n])
-        if ("o", 0) in points:
-            assert set(newest) == {"a", "b"}, "a trim while a reader's primary has not acked"
-            assert points[("o", 0)] <= min(newest.values())
-        else:
-            assert set(newest) != {"a", "b"}

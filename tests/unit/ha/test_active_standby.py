@@ -240,3 +240,23 @@ def test_a_trim_message_counts_only_from_the_primary_of_the_epoch_the_secondary_
     assert scheme.logged["w"] == -1
     scheme.on_control(Trim("n", 0, 0, epoch=5, ids={"w": 70}), 0.0)
     assert scheme.logged["w"] == 70
+
+
+def test_a_secondary_needs_its_input_from_where_it_reads_and_a_new_primary_all_until_its_acks(log: Log) -> None:
+    """ha-review D4: the coordinator trims an active standby node's input no further than its secondary
+    reads, nor, after a takeover, than the old primary's last ack a joining secondary rebuilds from."""
+    rnd = random.Random(11)
+    node = FakeNode(SPECS["precise"], "n", replica=1)
+    msgs = _inputs(node, ["a", "b"], 60, rnd)
+    node.scheme.on_restart()
+    scheme = node.scheme
+    assert isinstance(scheme, ActiveStandbyScheme)
+    _role(node, "secondary", 5)
+    topics = {p.topic for p in node.inputs.ports}
+    assert node.needs == {t: 0 for t in topics}  # nothing acked: from the start
+    for i in range(0, 40, 4):
+        node.step(msgs[i : i + 4], 1.0 + i / 100)
+    read = {t: max((m.offset() + 1 for m in msgs[:40] if m.topic() == t), default=0) for t in topics}
+    assert node.needs == read
+    _role(node, "primary", 6)
+    assert node.needs == {t: 0 for t in topics} and node.keeps == {"w": 0}

@@ -127,6 +127,9 @@ def test_the_primary_reports_a_checkpoint_as_its_restart_point_once_it_is_writte
     primary.images.hold = True
     run(primary, 10, start=20)
     assert primary.keeps == {"b": next_id}, "a checkpoint not yet written is no restart point"
+    needs = dict(primary.needs)
     primary.images.release()
     run(primary, 1, start=30)
     assert primary.keeps == {"b": primary.scheme.path.soutputs["b"].next_id} != {"b": next_id}
+    # and its input: a takeover replays from the checkpoint's offsets (ha-review D4)
+    assert primary.needs == checkpoints(primary)[-1].offsets and primary.needs["ps.a"] > needs["ps.a"]
