@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from services.deploy.deployment import Deployment
 
 DEMO_SPEC = REPO_ROOT / "examples" / "demo.yaml"
+FIRST_RESULT_S = 60.0  # how long the demo waits for its first result before it may end
 
 
 def _clock(ms: int) -> str:
@@ -128,14 +129,17 @@ def _watch(
     produced: list[int],
     done: threading.Event,
 ) -> None:
-    """The live table of results, until the workload is in and no result came for 3 s."""
+    """The live table of results, until the workload is in and no result came for 3 s (once the first
+    came: services that start slowly, on a loaded machine or a broker just started, are waited for up
+    to ``FIRST_RESULT_S``)."""
     t0 = time.monotonic()
     with Live(_table(stats, counts, 0, 0), console=out, refresh_per_second=4) as live:
         quiet_since = None
         while True:
             got = _read(readers, stats, counts)
             live.update(_table(stats, counts, produced[0], time.monotonic() - t0))
-            if done.is_set():
+            started = any(counts.values()) or time.monotonic() - t0 > FIRST_RESULT_S
+            if done.is_set() and started:
                 quiet_since = quiet_since or time.monotonic()
                 if got:
                     quiet_since = time.monotonic()

@@ -112,7 +112,6 @@ class RestartImages:
 
     def __init__(self, node: NodeRuntime, topic: str) -> None:
         self.node, self.topic = node, topic
-        self.points = WrittenPoints(node)
 
     @property
     def busy(self) -> bool:
@@ -120,7 +119,6 @@ class RestartImages:
 
     def take(self, point: RecoveryPoint) -> None:
         node = self.node
-        self.points.taken(node.images.queued + 1, point)
         snapshot = point.snapshot if point.snapshot is not None else node.pipeline.snapshot(node.tick)
         inputs = point.inputs
         image = restart.RestartImage(
@@ -136,7 +134,8 @@ class RestartImages:
         self.node.images.wait()
 
     def written(self) -> RecoveryPoint | None:
-        return self.points.newest()
+        """None: a DPC replica's logs are its own, never trimmed for it (``services.coordinator.trims``)."""
+        return None
 
     def new_chain(self) -> None:
         """Each image is whole: a new primary's first one needs nothing before it."""
