@@ -156,7 +156,7 @@ class Coordinator:
         self.control = raw_topic(app, spec.control_topic)
         self.replicas, self.recon = state_tables(app)
         self.logic = Coordination(self.replicas, self.recon, spec.dpc.failure_timeout, lease_ms)
-        self.takeovers = takeovers_of(spec, bootstrap)
+        self.takeovers = takeovers_of(spec)
         self.orders_sent = 0
         self.trims = Trims(spec)
         wiring.wire(app, self)

@@ -20,18 +20,22 @@ detecting, so that one party decides and a paused primary cannot go on believing
 
 Each decision is an ``Order`` the coordinator sends on the control topic. A replica reports
 its role and epoch in its heartbeats; one that disagrees with the table gets its order again.
+
+An election is two steps when the epochs are claimed on Kafka (``claims``): ``check`` picks the
+new primary and leaves an ``Election`` for the caller to claim an epoch for, off the event loop
+and beside other partitions' claims; ``claimed`` then gives the orders, unless the election went
+stale meanwhile (its replica fell silent, a primary appeared), and ``unclaimed`` (a failed
+claim) or ``CLAIM_S`` without an answer lets the next check elect again. A claim is made only
+for an election: an epoch claimed ahead would fence the live primary.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 from services.control.states import Role
 
-# Gives a new epoch for a partition's new primary (node, partition, replica), higher than every
-# earlier one: the coordinator claims it on the heartbeat topic (``services.node.fence``).
-Claim = Callable[[str, int, int], int]
+CLAIM_S = 5.0  # an election whose epoch claim has not come back by then is made again
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,18 @@ class Order:
     replica: int
     role: Role
     epoch: int
+
+
+@dataclass(frozen=True)
+class Election:
+    """Replica ``replica`` of ``node`` partition ``partition`` is chosen as primary at ``at``, once an
+    epoch is claimed for it (``ticket`` tells this election from a later one)."""
+
+    node: str
+    partition: int
+    replica: int
+    ticket: int
+    at: float
 
 
 @dataclass
@@ -61,6 +77,7 @@ class _Pair:
     primary_was: int | None = None  # the replica last given the primary's role
     failed_at: float | None = None  # a takeover under way: when its old primary was last heard
     took: float | None = None  # the last takeover: from then until the new primary had caught up
+    electing: Election | None = None  # an election waiting for its epoch claim
 
     def primary(self) -> int | None:
         return next((r for r, role in self.roles.items() if role is Role.PRIMARY), None)
@@ -72,11 +89,13 @@ class _Pair:
 class Takeovers:
     """The role table of every partition of the HA nodes, fed with heartbeats and the clock."""
 
-    def __init__(self, nodes: dict[str, tuple[int, float]], claim: Claim | None = None) -> None:
-        """``nodes``: node -> (replicas, detection time in seconds); ``claim``: where new epochs
-        come from (None: one past the partition's last, for tests)."""
+    def __init__(self, nodes: dict[str, tuple[int, float]], claims: bool = False) -> None:
+        """``nodes``: node -> (replicas, detection time in seconds); ``claims``: new epochs are claimed
+        by the caller for each ``Election`` (else one past the partition's last, for tests)."""
         self.nodes = nodes
-        self.claim = claim
+        self.claims = claims
+        self.elections: list[Election] = []  # elections whose epochs the caller is to claim
+        self._tickets = 0
         self._pairs: dict[tuple[str, int], _Pair] = {}
         self.takeovers = 0  # primaries replaced since this coordinator started
         self.read_at = float("-inf")  # when the coordinator last read any heartbeat
@@ -151,7 +170,7 @@ class Takeovers:
         elif role is None and reported is not None and reported[0] is not Role.FAILED:
             return self._adopt(p, node, partition, replica, reported, now)
         if role is Role.FAILED:  # back: a new process, or an old one that woke up
-            if reported == (Role.PRIMARY, p.epoch) and p.primary() is None:
+            if reported == (Role.PRIMARY, p.epoch) and p.primary() is None and p.electing is None:
                 # The primary stood still past the detection time (a takeover's reads on a loaded
                 # machine, a pause) and no one took over: its epoch is still the newest, no one
                 # else wrote, so it stays primary rather than being demoted and elected again.
@@ -171,9 +190,35 @@ class Takeovers:
             for r, role in sorted(p.roles.items()):
                 if role is not Role.FAILED and r not in live and not blind:
                     p.roles[r] = Role.FAILED
-            if p.primary() is None and live and (len(p.seen) == p.replicas or now - p.known_since >= p.detection_s):
+            if p.electing is not None and now - p.electing.at > CLAIM_S:
+                p.electing = None  # its claim hangs (a broker down): elect again
+            due = len(p.seen) == p.replicas or now - p.known_since >= p.detection_s
+            if p.primary() is None and p.electing is None and live and due:
                 orders.extend(self._elect(p, node, partition, live, now))
         return orders
+
+    def take_elections(self) -> list[Election]:
+        """The elections made since the last call, whose epochs the caller claims."""
+        out, self.elections = self.elections, []
+        return out
+
+    def claimed(self, e: Election, epoch: int, now: float) -> list[Order]:
+        """``epoch`` was claimed for ``e``: its orders, unless it went stale (another election took
+        its place, its replica fell silent, a primary appeared); then the next check elects again."""
+        p = self._pairs[(e.node, e.partition)]
+        if p.electing != e:
+            return []
+        p.electing = None
+        live = p.live(now)
+        if e.replica not in live or p.primary() is not None:
+            return []
+        return self._appoint(p, e.node, e.partition, e.replica, epoch, live, now)
+
+    def unclaimed(self, e: Election) -> None:
+        """The claim for ``e`` failed: the next check elects again."""
+        p = self._pairs[(e.node, e.partition)]
+        if p.electing == e:
+            p.electing = None
 
     def _adopt(
         self, p: _Pair, node: str, partition: int, replica: int, reported: tuple[Role, int], now: float
@@ -195,11 +240,21 @@ class Takeovers:
         # one that has been secondary the longest: the warmest (a passive standby's state).
         warm = sorted((r in p.behind, p.since.get(r, now), r) for r in live if p.roles.get(r) is Role.SECONDARY)
         head = warm[0][2] if warm else live[0]
+        if not self.claims:
+            return self._appoint(p, node, partition, head, p.epoch + 1, live, now)
+        self._tickets += 1
+        p.electing = Election(node, partition, head, self._tickets, now)
+        self.elections.append(p.electing)
+        return []
+
+    def _appoint(
+        self, p: _Pair, node: str, partition: int, head: int, epoch: int, live: list[int], now: float
+    ) -> list[Order]:
+        """``head`` is primary at ``epoch`` (which fences every write of an earlier one); the rest, secondaries."""
         if p.primary_was is not None:  # a primary is replaced (not the partition's first election)
             self.takeovers += 1
             p.failed_at = p.seen.get(p.primary_was, now)
-        # The new primary's epoch fences every write of an earlier one.
-        p.epoch = self.claim(node, partition, head) if self.claim is not None else p.epoch + 1
+        p.epoch = epoch
         out = [self._give(p, node, partition, head, Role.PRIMARY, now)]
         out += [self._give(p, node, partition, r, Role.SECONDARY, now) for r in live if r != head]
         return out

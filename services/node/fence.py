@@ -18,6 +18,7 @@ at most what it had in flight and one flush after its successor's EPOCH.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -36,25 +37,65 @@ log = logging.getLogger(__name__)
 NOTICE_S = 0.3  # how long a new incarnation gives a running older copy to see its claim and stop
 
 
-@retry_transient
+CLAIM_S = 30.0  # how long one claim waits for its delivery before it counts as failed
+
+
+class EpochClaimer:
+    """Claims epochs on the heartbeat topic with one kept producer. Its calls block (the claim must be
+    on the broker before its epoch is used), so a caller with an event loop runs them in threads:
+    the producer is thread-safe and each claim waits only for its own delivery, so the claims of
+    several partitions run side by side."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+
+    def producer(self) -> Producer:
+        with self._lock:
+            if self._producer is None:
+                conf = {"bootstrap.servers": self.bootstrap, "acks": "all", "logger": RDKAFKA_LOG}
+                self._producer = Producer({**conf, **security_conf(env_login())})
+            return self._producer
+
+    @retry_transient
+    def claim(self, node: str, partition: int, replica: int) -> int:
+        """A new epoch for (node, partition, replica): one past the offset of the claim it sends."""
+        p = self.producer()
+        done = threading.Event()
+        got: list[int] = []
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                got.append(msg.offset() or 0)
+            else:
+                errors.append(err)
+            done.set()
+
+        hb = Heartbeat(node, partition, replica, NodeState.RECOVERING, now_ms(), CLAIM_EPOCH)
+        p.produce(self.topic, hb.encode(), node.encode(), 0, on_delivery=delivered)
+        deadline = time.monotonic() + CLAIM_S
+        while not done.is_set() and time.monotonic() < deadline:
+            p.poll(0.05)  # serves every thread's deliveries; each claim waits for its own
+        if not got:
+            raise KafkaException(
+                errors[0] if errors else KafkaError(KafkaError._TIMED_OUT, "epoch claim not delivered")
+            )
+        return got[0] + 1
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(5)
+
+
 def claim_epoch(bootstrap: str, topic: str, node: str, partition: int, replica: int) -> int:
     """A new epoch for this incarnation: one past the offset of the claim it sends to the heartbeat topic."""
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": RDKAFKA_LOG, **security_conf(env_login())})
-    got: list[int] = []
-    errors: list[KafkaError] = []
-
-    def delivered(err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            got.append(msg.offset() or 0)
-        else:
-            errors.append(err)
-
-    hb = Heartbeat(node, partition, replica, NodeState.RECOVERING, now_ms(), CLAIM_EPOCH)
-    p.produce(topic, hb.encode(), node.encode(), 0, on_delivery=delivered)
-    p.flush(30)
-    if not got:
-        raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT, "epoch claim not delivered"))
-    return got[0] + 1
+    claimer = EpochClaimer(bootstrap, topic)
+    try:
+        return claimer.claim(node, partition, replica)
+    finally:
+        claimer.close()
 
 
 class Fence:

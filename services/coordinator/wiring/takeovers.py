@@ -1,18 +1,23 @@
-"""HA takeovers: heartbeats into the role table, the timer that checks it, and the role orders
-it gives on the control topic (``services.coordinator.takeover`` decides)."""
+"""HA takeovers: heartbeats into the role table, the timer that checks it, the epoch claims of its
+elections (in threads, beside each other, with one kept producer: a slow broker holds up no
+heartbeat, trim or other partition's takeover), and the role orders it gives on the control topic
+(``services.coordinator.takeover`` decides)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import faust
+from confluent_kafka import KafkaException
 
 from services.control.messages import Heartbeat, RoleOrder, encode_control, now_ms
 from services.control.states import NodeState, Role
-from services.coordinator.takeover import Order, Takeovers
-from services.node.fence import claim_epoch
+from services.coordinator.takeover import Election, Order, Takeovers
+from services.node.fence import EpochClaimer
 from services.spec import Spec
 
 if TYPE_CHECKING:
@@ -21,16 +26,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("hastream.coordinator")
 
 ROLES = frozenset(r.value for r in Role)
+CLAIMERS = 4  # epoch claims under way at once
 
 
-def takeovers_of(spec: Spec, bootstrap: str) -> Takeovers:
+def takeovers_of(spec: Spec) -> Takeovers:
     """The role table of the spec's HA-scheme nodes; new primaries' epochs are claimed on the heartbeat topic."""
     nodes = {n: (nd.replicas, nd.ha.detection_ms / 1000) for n, nd in spec.nodes.items() if nd.ha.scheme.kind.takeovers}
-
-    def claim(node: str, partition: int, replica: int) -> int:
-        return claim_epoch(bootstrap, spec.heartbeat_topic, node, partition, replica)
-
-    return Takeovers(nodes, claim)
+    return Takeovers(nodes, claims=True)
 
 
 def wire(app: faust.App, coordinator: Coordinator) -> None:
@@ -38,11 +40,38 @@ def wire(app: faust.App, coordinator: Coordinator) -> None:
     if not coordinator.takeovers.nodes:
         return
     every = min(coordinator.spec.nodes[n].ha.heartbeat_ms for n in coordinator.takeovers.nodes)
+    claims = _Claims(EpochClaimer(coordinator.bootstrap, coordinator.spec.heartbeat_topic))
 
     @app.timer(interval=every / 4000, name="takeovers")
     async def takeovers() -> None:
         if coordinator.ready() and coordinator.caught_up:
             await send_orders(coordinator, coordinator.takeovers.check(time.monotonic()))
+            for e in coordinator.takeovers.take_elections():
+                claims.start(coordinator, e)
+
+
+class _Claims:
+    """The epoch claims under way, each a task awaiting a thread of its own."""
+
+    def __init__(self, claimer: EpochClaimer) -> None:
+        self.claimer = claimer
+        self.pool = ThreadPoolExecutor(CLAIMERS, thread_name_prefix="claim")
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, coordinator: Coordinator, e: Election) -> None:
+        task = asyncio.get_running_loop().create_task(self._claim(coordinator, e))
+        self.tasks.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self.tasks.discard)
+
+    async def _claim(self, coordinator: Coordinator, e: Election) -> None:
+        loop, takeovers = asyncio.get_running_loop(), coordinator.takeovers
+        try:
+            epoch = await loop.run_in_executor(self.pool, self.claimer.claim, e.node, e.partition, e.replica)
+        except KafkaException as err:
+            log.warning("%s/p%d: no epoch claimed for r%d (%s): elected again", e.node, e.partition, e.replica, err)
+            takeovers.unclaimed(e)
+            return
+        await send_orders(coordinator, takeovers.claimed(e, epoch, time.monotonic()))
 
 
 async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:

@@ -116,20 +116,6 @@ def test_never_two_primaries_and_the_epoch_only_grows(events: list[tuple[int | N
         assert sum(t.role("n", 0, r) is Role.PRIMARY for r in (0, 1)) <= 1
 
 
-def test_new_epochs_come_from_the_claim_given() -> None:
-    claims: list[tuple[str, int, int]] = []
-
-    def claim(node: str, partition: int, replica: int) -> int:
-        claims.append((node, partition, replica))
-        return 1000 + len(claims)
-
-    t = Takeovers({"n": (2, D)}, claim)
-    assert started(t)[0] == Order("n", 0, 0, Role.PRIMARY, 1001)
-    t.heard("n", 0, 1, 0.3)
-    assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 1002)]
-    assert claims == [("n", 0, 0), ("n", 0, 1)]
-
-
 def test_a_restarted_coordinator_keeps_the_roles_the_replicas_report() -> None:
     t = pair()
     assert t.heard("n", 0, 1, 0.0, reported=(Role.SECONDARY, 5)) == []
