@@ -25,6 +25,8 @@ class Follower:
     It starts from the newest image and its deltas (``load``), then reads on: each delta that is the
     next of its chain goes to ``on_delta``; an image it must take whole (at the start, when the
     chain changes after a takeover, or after a missing delta) goes to ``on_image`` with its deltas.
+    It never takes an image of an older writer's epoch than the one it holds: a replaced primary
+    that woke up may finish an image into the topic before it stops (``services.log.images``).
     ``state`` holds the rest of the newest checkpoint (SUnion, outputs, offsets), not the operators.
     """
 
@@ -39,7 +41,7 @@ class Follower:
         self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
         self.where = f"{topic}[{partition}]"
         self.on_image, self.on_delta = on_image, on_delta
-        state, start = load_from(bootstrap, topic, partition)
+        state, start, self.epoch = load_from(bootstrap, topic, partition)
         self.state: RestartImage | None = None
         if state is not None:
             self._took(state)
@@ -73,16 +75,25 @@ class Follower:
         st = self.state
         if m.key() == manifest_key(self.partition):
             man = Manifest.decode(m.value(), self.where)
-            if st is None or man.chain != st.chain or man.seq > st.seq:  # not the state it holds already
+            if self._newer(man):
                 off = m.offset() or 0
                 chunks = messages_between(self.bootstrap, self.topic, self.partition, off - man.chunks, off)
                 self._took(assemble(man, chunks, self.partition, self.where, RestartImage))
+                self.epoch = man.epoch
             return
         d = delta_of(m, self.partition, self.where, RestartDelta)
         if d is not None and st is not None and d.chain == st.chain and d.seq == st.seq + 1:
             st.advance(d)
             st.deltas.clear()
             self.on_delta(d)
+
+    def _newer(self, man: Manifest) -> bool:
+        """Whether the image ``man`` names is newer than the state held: a later one of its chain, or one
+        of another chain by a writer not older (not a replaced primary's, finished after it woke up)."""
+        st = self.state
+        if st is None:
+            return man.epoch >= self.epoch
+        return man.seq > st.seq if man.chain == st.chain else man.epoch >= self.epoch
 
     def _took(self, image: RestartImage) -> None:
         self.on_image(image)

@@ -14,6 +14,13 @@ What is stored is any pickled record with a ``chain`` and a ``seq`` (``Chained``
 - Chunk keys of the slot past the new image's count are tombstoned first.
 - Every chunk and tombstone carries (header ``ht.image``) the offset of the newest complete
   manifest: a reader that finds a torn write at the end goes straight back to that image.
+- Replicas that take turns writing one topic (passive standby) write with their epochs: the writer
+  checks its fence (``fence``, a newer epoch has claimed the partition) before every send, so a
+  replaced primary that wakes up in the middle of an image stops before its next chunk, delta or
+  manifest; and a manifest names its writer's epoch, so a follower never moves back onto an older
+  writer's chain. A chunk already handed to the Kafka client before the pause still goes out when
+  the process wakes up (only a transactional write would fence it too); it lands in a slot the next
+  image tombstones and rewrites.
 - Between images, **deltas**: what changed since the previous record of the same *chain* (one
   writer's numbered sequence). An image records the chain and number it was taken at, and every
   delta goes after it in the log (the writer thread writes images and deltas in the order they are
@@ -39,7 +46,7 @@ from typing import Callable, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, Message
 
-from services.core.errors import RestartImageError
+from services.core.errors import FencedError, RestartImageError
 from services.core.kafka import BatchProducer, DataProducer
 from services.core.pickling import dump_frames
 from services.core.tuples import RawHeaders
@@ -74,6 +81,7 @@ class Manifest:
     extents: tuple[int, int]  # per slot, how many chunk keys may hold a value
     chain: int = 0  # the image's chain and number (``Chained``), for a follower
     seq: int = 0
+    epoch: int = 0  # its writer's epoch: a follower never takes an older writer's image after a newer one's
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -83,7 +91,8 @@ class Manifest:
         try:
             d = json.loads(data or b"")
             extents = (d["extents"][0], d["extents"][1])
-            return cls(d["image"], d["slot"], d["chunks"], d["size"], extents, d.get("chain", 0), d.get("seq", 0))
+            chain, seq, epoch = d.get("chain", 0), d.get("seq", 0), d.get("epoch", 0)
+            return cls(d["image"], d["slot"], d["chunks"], d["size"], extents, chain, seq, epoch)
         except (ValueError, KeyError, TypeError, IndexError) as e:
             raise RestartImageError(f"{where} holds no restart image manifest where one should be: {e}") from None
 
@@ -175,12 +184,12 @@ def _manifest_at(bootstrap: str, topic: str, partition: int, offset: int) -> Hea
 
 def load(
     bootstrap: str, topic: str, partition: int, image: type[Image], delta: type[Delta]
-) -> tuple[Image | None, list[Delta], int]:
+) -> tuple[Image | None, list[Delta], int, int]:
     """The newest complete image of one partition, the deltas of its chain that follow it in order,
-    and the offset after the last message read."""
+    the offset after the last message read, and the image's writer's epoch."""
     h = head(bootstrap, topic, partition)
     if h.manifest is None:
-        return None, [], 0
+        return None, [], 0, 0
     where = f"{topic}[{partition}]"
     msgs = messages_between(bootstrap, topic, partition, h.offset - h.manifest.chunks, h.offset)
     got = assemble(h.manifest, msgs, partition, where, image)
@@ -192,7 +201,7 @@ def load(
         if d is not None and d.chain == got.chain and d.seq == seq + 1:
             deltas.append(d)
             seq = d.seq
-    return got, deltas, (after[-1].offset() or 0) + 1 if after else h.offset + 1
+    return got, deltas, (after[-1].offset() or 0) + 1 if after else h.offset + 1, h.manifest.epoch
 
 
 def assemble(man: Manifest, msgs: list[Message], partition: int, where: str, kind: type[Image]) -> Image:
@@ -217,6 +226,9 @@ class ImageWriter:
     The loop only pickles its state (``write``, ``write_delta``) and goes on: neither a large
     image nor a slow broker holds it up. A write that fails is logged and counted (``failed``);
     the next one is tried all the same. ``producer`` (for tests) must report successful deliveries.
+    ``fence`` (thread-safe) raises ``FencedError`` once a newer writer has claimed the partition:
+    checked before every send, it stops the writer for good (``fenced``); ``epoch`` goes into each
+    manifest.
     """
 
     def __init__(
@@ -227,9 +239,12 @@ class ImageWriter:
         producer: DataProducer | None = None,
         chunk_bytes: int = CHUNK_BYTES,
         on_written: Callable[[], None] = lambda: None,
+        fence: Callable[[], None] = lambda: None,
     ) -> None:
         self.bootstrap, self.topic, self.partition, self.chunk_bytes = bootstrap, topic, partition, chunk_bytes
-        self.on_written = on_written
+        self.on_written, self.fence = on_written, fence
+        self.epoch = 0  # the writer's epoch, named in its manifests
+        self.fenced: FencedError | None = None  # a newer writer took over: nothing more is written
         self.failed = 0
         self.last_bytes = 0  # size of the last image written
         self._producer = producer or BatchProducer(
@@ -288,6 +303,10 @@ class ImageWriter:
                 self._jobs.task_done()
 
     def _do(self, kind: str, frames: list[bytes], chain: int, seq: int, number: int) -> None:
+        if self.fenced is not None:
+            if kind == "image":
+                self._done += 1
+            return
         try:
             if kind == "image":
                 self._write(b"".join(frames), chain, seq)
@@ -296,6 +315,10 @@ class ImageWriter:
                 self._write_delta(frames[0], chain, seq)
             if not self._broken:
                 self.written = number
+        except FencedError as e:  # a zombie: the loop stops at its next flush, for the same reason
+            self.fenced = e
+            log.warning("restart %s not written to %s[%d]: %s", kind, self.topic, self.partition, e)
+            return
         except Exception as e:  # the loop goes on: the next image is tried at the next interval
             self.failed += 1
             self._broken = self._broken or kind == "delta"
@@ -315,6 +338,7 @@ class ImageWriter:
         h = self._head
         index = seq - self._base[1] if self._base[0] == chain else seq
         headers: RawHeaders = [(HEADER, b"%d/%d/%d" % (h.offset, h.slot, h.extents[h.slot]))]
+        self.fence()
         self._producer.send(self.topic, data, delta_key(self.partition, index), self.partition, headers)
         self._producer.flush()
 
@@ -327,14 +351,17 @@ class ImageWriter:
         chunks = [data[i : i + size] for i in range(0, len(data), size)]
         stale, h.extents[slot] = h.extents[slot], max(h.extents[slot], len(chunks))  # what a failure may leave
         headers: RawHeaders = [(HEADER, b"%d/%d/%d" % (h.offset, slot, h.extents[slot]))]
+        self.fence()
         for i in range(len(chunks), stale):
             self._producer.send(self.topic, None, chunk_key(p, slot, i), p, headers)
         for i, chunk in enumerate(chunks):
+            self.fence()  # a writer paused meanwhile and replaced stops before its next chunk
             self._producer.send(self.topic, chunk, chunk_key(p, slot, i), p, headers)
         self._producer.flush()
         extents = list(h.extents)
         extents[slot] = len(chunks)
-        man = Manifest(h.image, slot, len(chunks), len(data), (extents[0], extents[1]), chain, seq)
+        man = Manifest(h.image, slot, len(chunks), len(data), (extents[0], extents[1]), chain, seq, self.epoch)
+        self.fence()
         self._head = Head(man, self._send_manifest(man), extents)
         self.last_bytes = len(data)
 

@@ -120,9 +120,14 @@ class Fence:
         self.epoch, self.stall_s = epoch, stall_s
         self.replicas = replicas if replicas is not None else (replica,)
         self.checked = time.monotonic()
+        self._lock = threading.Lock()  # the loop checks before each flush, the image writer's thread before each send
 
     def check(self) -> None:
         """Raise ``FencedError`` if a newer incarnation has claimed the replica; called before each flush."""
+        with self._lock:
+            self._check()
+
+    def _check(self) -> None:
         now = time.monotonic()
         if now - self.checked > self.stall_s:  # long enough to have been replaced meanwhile
             self.monitor.read_up_to(_end(self.bootstrap, self.topic))

@@ -136,7 +136,8 @@ class NodeService:
             plan.detection_s,
             tuple(range(plan.replicas)) if plan.scheme.one_log else None,
         )
-        self.outputs.guard = f.check
+        self.outputs.guard = self.images.fence = f.check
+        self.images.epoch = epoch
         self.outputs.begin(epoch)
         log.info("epoch %d", epoch)
         return epoch

@@ -66,10 +66,10 @@ def load(bootstrap: str, topic: str, partition: int) -> RestartImage | None:
     return load_from(bootstrap, topic, partition)[0]
 
 
-def load_from(bootstrap: str, topic: str, partition: int) -> tuple[RestartImage | None, int]:
-    """The newest state (``load``) and the offset after the last message read."""
-    image, deltas, after = images.load(bootstrap, topic, partition, RestartImage, RestartDelta)
+def load_from(bootstrap: str, topic: str, partition: int) -> tuple[RestartImage | None, int, int]:
+    """The newest state (``load``), the offset after the last message read and its writer's epoch."""
+    image, deltas, after, epoch = images.load(bootstrap, topic, partition, RestartImage, RestartDelta)
     if image is not None:
         for d in deltas:
             image.advance(d)
-    return image, after
+    return image, after, epoch
