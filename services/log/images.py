@@ -19,8 +19,8 @@ What is stored is any pickled record with a ``chain`` and a ``seq`` (``Chained``
   replaced primary that wakes up in the middle of an image stops before its next chunk, delta or
   manifest; and a manifest names its writer's epoch, so a follower never moves back onto an older
   writer's chain. A chunk already handed to the Kafka client before the pause still goes out when
-  the process wakes up (only a transactional write would fence it too); it lands in a slot the next
-  image tombstones and rewrites.
+  the process wakes up (only a transactional write would fence it too): once compacted it can spoil
+  the successor's image in the same slot, until the successor writes its next image to the other.
 - Between images, **deltas**: what changed since the previous record of the same *chain* (one
   writer's numbered sequence). An image records the chain and number it was taken at, and every
   delta goes after it in the log (the writer thread writes images and deltas in the order they are
