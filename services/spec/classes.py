@@ -14,30 +14,33 @@ takes the class of its most general operator.
 - *Repeatable*: convergent-capable, and such a restart gives identical duplicates, which
   needs at most one tuple per input for each output (filter, map, join; not an aggregate).
 
-Consuming several inputs in arrival order is union-like: which tuple comes first depends on
-the timing, so such a node is arbitrary, whatever its operators. A node that merges its
-inputs in tuple-time order (``merge: time``, SUnion's serialization) is as deterministic as
-its operators.
+The class is the one hastream executes. Every node, of any scheme, merges several inputs in
+tuple-time order (SUnion's serialization, ``services.node.path``), the same sequence on every
+replica whatever the arrival interleaving, so its inputs add nothing to its operators' class;
+``merge: arrival`` is refused. Every operator is repeatable or convergent-capable, so no node
+is deterministic-only or arbitrary here. An arbitrary node would need what hastream lacks: the
+paper's passive standby forwarding only checkpointed output for precise recovery, and
+determinants for active standby and upstream backup.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.spec.model import Merge, OperatorDef, Spec
+from services.spec.model import OperatorDef, Spec
 from services.spec.schemes import KINDS, OpClass, Outcome, Recovery, Scheme
 
 
 @dataclass(frozen=True)
 class Classified:
     cls: OpClass
-    why: str  # the operator or input that decides the class
+    why: str  # the operator that decides the class (and how several inputs merge)
 
 
-_R, _C, _A = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE, OpClass.ARBITRARY
+_R, _C = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE
 
-# Table 2 and section 6, from the schemes' descriptors: each scheme's rollback outcome by class, and the
-# most general class it recovers precisely.
+# Table 2 and section 6 as hastream runs them, from the schemes' descriptors: each scheme's rollback
+# outcome by class, and the most general class it recovers precisely.
 ROLLBACK = {s: k.rollback for s, k in KINDS.items() if k.rollback is not None}
 PRECISE = {s: k.precise_up_to for s, k in KINDS.items() if k.precise_up_to is not None}
 
@@ -55,13 +58,9 @@ def operator_class(op: OperatorDef) -> Classified:
 
 
 def node_class(spec: Spec, node: str) -> Classified:
-    """The class of ``node``: its most general operator's, or arbitrary if it merges several inputs by arrival."""
-    nd = spec.nodes[node]
+    """The class of ``node``: its most general operator's, since its inputs merge in tuple-time order."""
     inputs = spec.node_inputs(node)
-    merges_by_arrival = nd.ha.scheme.kind.settings == "ha" and nd.ha.merge is Merge.ARRIVAL  # DPC merges in SUnion
-    if len(inputs) > 1 and merges_by_arrival:
-        return Classified(_A, f"it reads {len(inputs)} inputs in arrival order (union-like)")
-    top = max((operator_class(spec.operators[o]) for o in nd.operators), key=lambda c: c.cls)
+    top = max((operator_class(spec.operators[o]) for o in spec.nodes[node].operators), key=lambda c: c.cls)
     if len(inputs) > 1:
         return Classified(top.cls, f"{top.why}, and its {len(inputs)} inputs merge in tuple-time order")
     return top
@@ -83,11 +82,23 @@ def outcome(scheme: Scheme, recovery: Recovery, cls: OpClass) -> Outcome | str:
     if cls <= kind.precise_up_to:
         return Outcome.PRECISE
     a = "an" if cls.label[0] in "aeiou" else "a"
-    return f"{scheme.value} cannot give precise recovery for {a} {cls.label} node: use {kind.precise_else}"
+    return f"{scheme.value} cannot give precise recovery for {a} {cls.label} node: {_precise_instead(cls)}"
+
+
+def _precise_for(cls: OpClass) -> list[str]:
+    """The schemes that recover a node of ``cls`` precisely, from the descriptors, so no text names a scheme
+    for a class it does not recover precisely."""
+    return [s.value for s, most in PRECISE.items() if cls <= most]
+
+
+def _precise_instead(cls: OpClass) -> str:
+    can = _precise_for(cls)
+    return f"use {' or '.join(can)}" if can else "no scheme recovers it precisely here: use rollback"
 
 
 def table(cls: OpClass) -> dict[Scheme, Outcome]:
-    """Table 2's row for ``cls``: the rollback outcome of each standby or backup scheme."""
+    """What a rollback gives a node of ``cls`` under each standby or backup scheme: Table 2's row, or
+    hastream's where it does better (``services.spec.schemes``), so validate claims only what happens."""
     return {s: ROLLBACK[s][cls] for s in ROLLBACK}
 
 
@@ -95,7 +106,7 @@ def describe(spec: Spec, node: str) -> str:
     """One line for ``hastream validate``: the node's class, why, and what each scheme gives it."""
     nd, c = spec.nodes[node], node_class(spec, node)
     rollback = ", ".join(f"{s.value} {o.value}" for s, o in table(c.cls).items())
-    precise = ", ".join(s.value for s, most in PRECISE.items() if c.cls <= most)
+    precise = ", ".join(_precise_for(c.cls))
     mine = nd.ha.scheme.value
     if nd.ha.scheme.kind.recovery is not None:
         got = outcome(nd.ha.scheme, nd.ha.guarantee, c.cls)

@@ -54,10 +54,10 @@ class StreamDef:
 
 
 class Merge(str, Enum):
-    """How a node of an HA scheme takes tuples from several inputs."""
+    """How a node takes tuples from several inputs: in tuple-time order (SUnion's serialization), the one
+    order hastream runs, which keeps replicas identical; ``merge: arrival`` is refused (``services.spec.parse``)."""
 
-    ARRIVAL = "arrival"  # as they come: union-like, so the node is arbitrary
-    TIME = "time"  # in tuple-time order (SUnion's serialization): as deterministic as its operators
+    TIME = "time"
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class HaDef:
     interval_ms: int = 50  # M: how often checkpoints, acknowledgements or trims go out
     heartbeat_ms: int = 100  # an HA node's keep-alive interval
     misses: int = 3  # keep-alives missed before the node is failed (detection: about misses - 0.5 intervals)
-    merge: Merge = Merge.ARRIVAL
+    merge: Merge = Merge.TIME
 
     @property
     def detection_ms(self) -> int:

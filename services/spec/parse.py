@@ -275,8 +275,21 @@ def _parse_ha(ck: Problems, raw: Any, path: tuple) -> HaDef:
         ck.pos_int(raw, "interval_ms", path, d.interval_ms),
         ck.pos_int(raw, "heartbeat_ms", path, d.heartbeat_ms),
         ck.pos_int(raw, "misses", path, d.misses),
-        _choice(ck, raw, "merge", path, tuple(Merge), d.merge),
+        _merge(ck, raw, path) if scheme.kind.settings == "ha" else d.merge,  # dpc: said above
     )
+
+
+def _merge(ck: Problems, raw: dict, path: tuple) -> Merge:
+    """``merge``: only the tuple-time order hastream runs; ``arrival`` is refused with what to write, since
+    accepting it would promise an order (and a class) the node does not have."""
+    if raw.get("merge") == "arrival":
+        ck.err(
+            path + ("merge",),
+            f"node '{path[-2]}': merge: arrival is not run by hastream (a node's inputs are merged in tuple-time "
+            "order, which keeps its replicas identical): remove it or write merge: time",
+        )
+        return Merge.TIME
+    return _choice(ck, raw, "merge", path, tuple(Merge), Merge.TIME)
 
 
 def _choice(

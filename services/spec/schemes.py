@@ -7,9 +7,9 @@ coordinator protocol drives it (DPC's reconciliation grants, or the HA takeovers
 has its inputs trimmed by its acknowledgements, the broker settings each kind of its nodes' topics
 needs (``NodeTopic``: restart images, the input and output logs a recovery reads back, the level-1
 acknowledgements it publishes), which engines may run it, the recovery types it gives by
-operator class (ICDE 2005, Table 2 and section 6), and the state stores it can keep its recovery
-points in (``services.spec.stores``, its default first). A new scheme is its module and one entry
-in ``KINDS``; nothing else tests which scheme a node has.
+operator class as hastream runs them (ICDE 2005, Table 2 and section 6), and the state stores
+it can keep its recovery points in (``services.spec.stores``, its default first). A new scheme
+is its module and one entry in ``KINDS``; nothing else tests which scheme a node has.
 """
 
 from __future__ import annotations
@@ -100,9 +100,9 @@ class SchemeKind:
     recovery: Recovery | None  # its default recovery type; None: eventual consistency, no recovery type
     recoveries: tuple[Recovery, ...] = ()  # the recovery types it can give
     refuses: str = ""  # why it cannot give another one ({scheme}, {recovery}), with what can
-    rollback: tuple[Outcome, Outcome, Outcome, Outcome] | None = None  # Table 2: rollback outcome by class
-    precise_up_to: OpClass | None = None  # section 6: the most general class it recovers precisely
-    precise_else: str = ""  # what to use instead for a more general class
+    # rollback outcome by class: Table 2's, or hastream's where it is better (said at the scheme)
+    rollback: tuple[Outcome, Outcome, Outcome, Outcome] | None = None
+    precise_up_to: OpClass | None = None  # section 6: the most general class it recovers precisely here
     # how what its replicas still need of its inputs is heard, so the coordinator may trim a log every
     # reader of which says so: "acks" (level-1 acknowledgements), "heartbeats" (their ``needs``); "": never
     input_needs: str = ""
@@ -131,8 +131,8 @@ class SchemeKind:
         return self.stores[0] if self.stores else None
 
 
-_R, _C, _D, _A = OpClass.REPEATABLE, OpClass.CONVERGENT_CAPABLE, OpClass.DETERMINISTIC, OpClass.ARBITRARY
-_REP, _CONV, _DIV = Outcome.REPEATING, Outcome.CONVERGENT, Outcome.DIVERGENT
+_C, _D = OpClass.CONVERGENT_CAPABLE, OpClass.DETERMINISTIC
+_REP, _DIV = Outcome.REPEATING, Outcome.DIVERGENT
 # The schemes that keep every tuple a recovery needs.
 _KEEPS_ALL: dict[str, Any] = {
     "recoveries": (Recovery.ROLLBACK, Recovery.PRECISE),
@@ -152,10 +152,12 @@ def _ha(factory: str, recovery: Recovery, **rest: Any) -> SchemeKind:
     return SchemeKind(factory, one_log=True, settings="ha", takeovers=True, recovery=recovery, **rest)
 
 
-# Section 6 on precise recovery: passive standby drops regenerated tuples up to its output log's tail,
-# and for an arbitrary node forwards only checkpointed output; active standby switches downstream after
-# the last tuple the log holds; upstream backup drops regenerated tuples by their watermarks, which
-# identify a tuple only while the state converges.
+# Section 6 on precise recovery, as hastream does it: passive standby drops regenerated tuples up to its
+# output log's tail, each checked against the one the log holds, which needs a deterministic node (the
+# paper's passive standby also recovers an arbitrary node, by forwarding only checkpointed output; hastream's
+# writes every batch, and has no arbitrary node: ``services.spec.classes``); active standby switches
+# downstream after the last tuple the log holds; upstream backup drops regenerated tuples by their
+# watermarks, which identify a tuple only while the state converges.
 KINDS: dict[Scheme, SchemeKind] = {
     Scheme.DPC: SchemeKind(
         "services.dpc.scheme:DpcScheme",
@@ -180,7 +182,7 @@ KINDS: dict[Scheme, SchemeKind] = {
         Recovery.ROLLBACK,
         **_KEEPS_ALL,
         rollback=(_REP, _REP, _REP, _DIV),
-        precise_up_to=_A,
+        precise_up_to=_D,
         topics=_READS_BACK,
         stores=("checkpoints",),
         input_needs="heartbeats",
@@ -189,9 +191,11 @@ KINDS: dict[Scheme, SchemeKind] = {
         "services.ha.upstream_backup:UpstreamBackupScheme",
         Recovery.ROLLBACK,
         **_KEEPS_ALL,
-        rollback=(_REP, _CONV, _DIV, _DIV),
+        # Table 2 has convergent for a convergent-capable node; hastream's cut is at a bucket start and the
+        # rebuild reads every open window from its first tuple, so the windows realign and the duplicates
+        # are identical (tests/unit/ha/test_upstream_backup.py, rollback)
+        rollback=(_REP, _REP, _DIV, _DIV),
         precise_up_to=_C,
-        precise_else="passive_standby, or active_standby for a deterministic node",
         input_needs="acks",
         topics=_ACKED,
     ),
@@ -201,7 +205,6 @@ KINDS: dict[Scheme, SchemeKind] = {
         **_KEEPS_ALL,
         rollback=(_REP, _REP, _REP, _DIV),
         precise_up_to=_D,
-        precise_else="passive_standby (it forwards only checkpointed output)",
         topics=_ACKED,
         input_needs="heartbeats",
     ),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -52,28 +54,16 @@ def test_a_node_takes_its_most_general_operators_class() -> None:
     assert got.cls is C and "window 'win'" in got.why
 
 
-@pytest.mark.parametrize("node", ["merge", "join"])
-def test_several_inputs_in_arrival_order_make_a_node_arbitrary_and_a_time_merge_keeps_its_operators_class(
-    node: str,
-) -> None:
-    spec = with_ha(parse_spec(TWO_INPUTS), node, scheme=Scheme.PASSIVE_STANDBY)
-    got = node_class(spec, node)
-    assert got.cls is A and "arrival order" in got.why
-    spec = with_ha(spec, node, scheme=Scheme.PASSIVE_STANDBY, merge=Merge.TIME)
-    got = node_class(spec, node)
-    assert got.cls is R and "tuple-time order" in got.why
-
-
 def test_a_dpc_node_merges_in_sunion_so_its_inputs_do_not_make_it_arbitrary() -> None:
     assert node_class(parse_spec(TWO_INPUTS), "merge").cls is R
 
 
-def test_table_2_rollback_outcomes() -> None:
-    rp, cv, dv = Outcome.REPEATING, Outcome.CONVERGENT, Outcome.DIVERGENT
+def test_table_2_rollback_outcomes_or_better_where_hastream_does_better() -> None:
+    rp, dv = Outcome.REPEATING, Outcome.DIVERGENT
     ps, ub, as_ = Scheme.PASSIVE_STANDBY, Scheme.UPSTREAM_BACKUP, Scheme.ACTIVE_STANDBY
     want = {
         R: {ps: rp, ub: rp, as_: rp},
-        C: {ps: rp, ub: cv, as_: rp},
+        C: {ps: rp, ub: rp, as_: rp},  # Table 2: UB convergent; hastream's cut realigns the rebuilt windows
         D: {ps: rp, ub: dv, as_: rp},
         A: {ps: dv, ub: dv, as_: dv},
     }
@@ -86,7 +76,7 @@ def test_table_2_rollback_outcomes() -> None:
 
 def test_precise_recovery_where_section_6_gives_it_and_a_reason_with_an_alternative_where_not() -> None:
     assert {s: [c for c in OpClass if outcome(s, Recovery.PRECISE, c) is Outcome.PRECISE] for s in PRECISE} == {
-        Scheme.PASSIVE_STANDBY: [R, C, D, A],  # arbitrary: only checkpointed output goes downstream
+        Scheme.PASSIVE_STANDBY: [R, C, D],  # the paper's forwarding of checkpointed output only is not here
         Scheme.ACTIVE_STANDBY: [R, C, D],
         Scheme.UPSTREAM_BACKUP: [R, C],  # watermarks identify regenerated tuples while the state converges
     }
@@ -103,14 +93,14 @@ def test_amnesia_gives_only_gap_and_the_others_no_gap() -> None:
 
 def test_a_guarantee_the_class_and_scheme_cannot_give_is_one_located_line() -> None:
     spec = parse_spec(TWO_INPUTS)
-    with_ha(spec, "merge", scheme=Scheme.UPSTREAM_BACKUP, recovery=Recovery.PRECISE)
+    with_ha(spec, "merge", scheme=Scheme.UPSTREAM_BACKUP, recovery=Recovery.GAP)
     with_ha(spec, "join", scheme=Scheme.PASSIVE_STANDBY, recovery=Recovery.PRECISE)
     ck = Problems("s.yaml", {})
     guarantees(ck, spec)
     assert ck.problems == [
-        "s.yaml: nodes.merge.ha: node 'merge' is arbitrary (it reads 2 inputs in arrival order (union-like)): "
-        "upstream_backup cannot give precise recovery for an arbitrary node: use passive_standby, or "
-        "active_standby for a deterministic node"
+        "s.yaml: nodes.merge.ha: node 'merge' is repeatable (union 'both' forwards each tuple, and its 2 inputs "
+        "merge in tuple-time order): upstream_backup keeps every tuple a recovery needs, so it gives rollback or "
+        "precise: for gap use amnesia"
     ], ck.problems
 
 
@@ -121,7 +111,7 @@ def test_the_ha_mapping_is_read_with_its_defaults(monkeypatch: pytest.MonkeyPatc
             "n2: {operators: [win], replicas: 2, ha: {scheme: passive_standby, recovery: precise, interval_ms: 25}}",
         ).replace("n1: {operators: [f]}", "n1: {operators: [f], ha: amnesia}")
     )
-    assert spec.nodes["n2"].ha == HaDef(Scheme.PASSIVE_STANDBY, Recovery.PRECISE, 25, 100, 3, Merge.ARRIVAL)
+    assert spec.nodes["n2"].ha == HaDef(Scheme.PASSIVE_STANDBY, Recovery.PRECISE, 25, 100, 3, Merge.TIME)
     assert spec.nodes["n1"].ha.guarantee is Recovery.GAP
     assert HaDef(Scheme.UPSTREAM_BACKUP).guarantee is Recovery.ROLLBACK
 
@@ -145,9 +135,9 @@ def test_ha_mistakes_are_one_line_each(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_validate_describes_each_node() -> None:
     spec = with_ha(parse_spec(TWO_INPUTS), "merge", scheme=Scheme.ACTIVE_STANDBY)
     line = describe(spec, "merge")
-    assert line.startswith("merge: arbitrary, as it reads 2 inputs in arrival order")
-    assert "Scheme active_standby, rollback recovery: divergent." in line
-    assert "precise: passive_standby;" in line
+    assert line.startswith("merge: repeatable, as union 'both' forwards each tuple, and its 2 inputs merge in")
+    assert "Scheme active_standby, rollback recovery: repeating." in line
+    assert "precise: passive_standby, upstream_backup, active_standby;" in line
     assert describe(spec, "join").startswith("join: repeatable, as join 'pairs'")
 
 
@@ -172,3 +162,68 @@ def test_the_logs_ha_schemes_recover_from_keep_every_record_until_trimmed() -> N
         assert got[topic]["retention.ms"] == "-1" and got[topic]["retention.bytes"] == "-1", topic
     assert "t.w.r0" not in got and "t.w.r1" not in got
     assert "retention.ms" not in got["t.a"]  # read by n1 only, a dpc node
+
+
+# D7: the class is the one hastream executes. A node's inputs always merge in tuple-time order (SUnion), so
+# ``merge: arrival`` is refused, and several inputs never make a node arbitrary.
+HA_TWO_INPUTS = TWO_INPUTS.replace("{operators: [both]}", "{operators: [both], ha: {scheme: upstream_backup}}")
+
+
+@pytest.mark.parametrize("scheme", ["passive_standby", "active_standby", "upstream_backup", "amnesia"])
+@pytest.mark.parametrize("node", ["merge", "join"])
+def test_several_inputs_merge_in_tuple_time_order_so_the_node_keeps_its_operators_class(node: str, scheme: str) -> None:
+    spec = parse_spec(TWO_INPUTS.replace(f"{node}: {{operators: [", f"{node}: {{ha: {scheme}, operators: ["))
+    got = node_class(spec, node)
+    assert got.cls is R and "2 inputs merge in tuple-time order" in got.why, got
+
+
+@pytest.mark.parametrize("scheme", ["upstream_backup", "active_standby", "passive_standby"])
+def test_precise_recovery_of_a_node_with_several_inputs_validates(scheme: str) -> None:
+    spec = parse_spec(HA_TWO_INPUTS.replace("{scheme: upstream_backup}", f"{{scheme: {scheme}, recovery: precise}}"))
+    assert spec.nodes["merge"].ha.guarantee is Recovery.PRECISE
+
+
+def test_merge_arrival_is_refused_with_one_line_saying_what_to_write() -> None:
+    got = problems(HA_TWO_INPUTS.replace("scheme: upstream_backup", "scheme: upstream_backup, merge: arrival"))
+    assert got == [
+        "s.yaml:12:67: nodes.merge.ha.merge: node 'merge': merge: arrival is not run by hastream (a node's inputs "
+        "are merged in tuple-time order, which keeps its replicas identical): remove it or write merge: time"
+    ], got
+
+
+def test_merge_time_is_the_default_and_may_be_written() -> None:
+    spec = parse_spec(HA_TWO_INPUTS.replace("scheme: upstream_backup", "scheme: upstream_backup, merge: time"))
+    assert spec.nodes["merge"].ha == HaDef(Scheme.UPSTREAM_BACKUP) and HaDef().merge is Merge.TIME
+
+
+_NOT_REACHED = re.compile(r"\b(divergent|convergent)\b(?!-capable)")  # hastream's rollbacks are all repeating
+
+
+@pytest.mark.parametrize("scheme", list(Scheme))
+def test_validate_prints_no_outcome_a_node_cannot_reach(scheme: Scheme) -> None:
+    for text, node in ((TWO_INPUTS, "merge"), (TWO_INPUTS, "join"), (BASE, "n2"), (BASE, "n1")):
+        spec = with_ha(parse_spec(text), node, scheme=scheme)
+        line = describe(spec, node)
+        assert not _NOT_REACHED.search(line), line
+        assert "arbitrary" not in line and "arrival" not in line, line
+
+
+def test_no_scheme_claims_precise_recovery_of_an_arbitrary_node() -> None:
+    """Passive standby's precise recovery drops what it regenerates against the log, which needs a
+    deterministic node; the paper's forwarding of checkpointed output only is not implemented."""
+    for s in PRECISE:
+        assert isinstance(outcome(s, Recovery.PRECISE, A), str), s
+    why = outcome(Scheme.PASSIVE_STANDBY, Recovery.PRECISE, A)
+    assert isinstance(why, str) and "checkpointed" not in why, why
+
+
+def test_hastream_validate_refuses_merge_arrival_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(HA_TWO_INPUTS.replace("scheme: upstream_backup", "scheme: upstream_backup, merge: arrival"))
+    res = CliRunner().invoke(app, ["validate", str(spec)], env={"COLUMNS": "400"})
+    assert res.exit_code == 2, res.output
+    assert len(res.output.strip().splitlines()) == 1 and "write merge: time" in res.output, res.output
