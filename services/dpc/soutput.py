@@ -44,7 +44,7 @@ class SOutput:
         self.next_tentative = next_id
         self.boundary_sent = boundary
         self.dedup_until = -1  # stable ids <= this are already in the topic
-        self.in_topic: dict[int, tuple[int, Any]] = {}  # what the topic holds of them: id -> (stime, payload)
+        self.in_topic: Mapping[int, tuple[int, Any]] = {}  # what the topic holds of them: id -> (stime, payload)
         self.name = ""  # for errors: the topic
         self.tentative_sent = False  # tentative tuples emitted since the last UNDO
         self.rec_done_due = False  # an UNDO was sent and its REC_DONE not yet
@@ -61,14 +61,15 @@ class SOutput:
         """What a checkpoint keeps: ids continue from it after a restart."""
         return (self.next_id, self.boundary_sent)
 
-    def restarted(self, last_in_topic: int, in_topic: dict[int, tuple[int, Any]], name: str = "") -> list[Out]:
+    def restarted(self, last_in_topic: int, in_topic: Mapping[int, tuple[int, Any]], name: str = "") -> list[Out]:
         """Resume after a crash: replayed stable tuples up to ``last_in_topic`` are checked against
-        ``in_topic`` (id -> (stime, payload) of every stable id from ``next_id`` on) and dropped; undo the rest."""
+        ``in_topic`` (id -> (stime, payload) of every stable id from ``next_id`` on, looked up in
+        increasing order: ``services.log.logged`` reads it as they come) and dropped; undo the rest."""
         self.dedup_until = last_in_topic
         self.in_topic, self.name = in_topic, name
-        missing = [i for i in range(self.next_id, last_in_topic + 1) if i not in in_topic]
-        if missing:
-            raise missing_from_log(name, missing[0], missing[-1], in_topic)
+        if last_in_topic >= self.next_id and self.next_id not in in_topic:  # the rest is checked as it comes
+            found = min((i for i in in_topic if i > self.next_id), default=last_in_topic + 1)
+            raise missing_from_log(name, self.next_id, min(found - 1, last_in_topic), in_topic)
         self.next_tentative = max(self.next_id, last_in_topic + 1)
         self.rec_done_due = True
         return [(UNDO, last_in_topic, 0, None)]
@@ -100,8 +101,12 @@ class SOutput:
     def _check(self, items: list[tuple[Any, int]], first: int) -> None:
         in_topic = self.in_topic
         for i, (payload, stime) in enumerate(items):
-            if in_topic[first + i] != (stime, payload):
-                have_stime, have = in_topic[first + i]
+            try:
+                logged = in_topic[first + i]
+            except KeyError:
+                raise missing_from_log(self.name, first + i, first + i, in_topic) from None
+            if logged != (stime, payload):
+                have_stime, have = logged
                 raise RestartMismatch(
                     f"{self.name}: the restart regenerated stable tuple {first + i} as {payload!r} at {stime}, "
                     f"but the topic holds {have!r} at {have_stime}: the replayed input is not what it was "

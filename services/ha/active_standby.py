@@ -40,7 +40,8 @@ from services.core.tuples import BOUNDARY, STABLE
 from services.dpc.soutput import Out, RestartMismatch, missing_from_log
 from services.ha.scheme import HaScheme
 from services.ha.upstream_backup import Acking
-from services.log.tail import output_tail, stable_after
+from services.log.logged import stable_after
+from services.log.tail import output_tail
 from services.node.merge import Admitted
 from services.node.scheme import NodeRuntime
 

@@ -48,11 +48,16 @@ def _range_consumer(bootstrap: str, role: str) -> Iterator[Consumer]:
     """A consumer for reading a known range of offsets, closed after use. A fetch at the log's end
     returns at once instead of waiting the default 500 ms for more data: with that wait a switch's
     seek took about 1 s to read three chunks, and new results reached the client after X."""
-    c = plain_consumer(bootstrap, role, **_RANGE_READ)
+    c = range_consumer(bootstrap, role)
     try:
         yield c
     finally:
         c.close()
+
+
+def range_consumer(bootstrap: str, role: str) -> Consumer:
+    """A consumer for reading a known range of offsets (the caller closes it)."""
+    return plain_consumer(bootstrap, role, **_RANGE_READ)
 
 
 def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -> Iterator[Message]:
@@ -297,29 +302,15 @@ Stored = tuple[int, int, tuple[bytes | None, bytes | None]]  # (id, stime, (valu
 
 
 @retry_transient
-def stable_after(
-    bootstrap: str, topic: str, partition: int, last: int
-) -> dict[int, tuple[int, tuple[bytes | None, bytes | None]]]:
-    """Every stable tuple with an id above ``last`` in a node's output topic: id -> (stime, (value, key)).
-
-    A restarted writer regenerates them and checks each against what the log holds.
-    """
-    with _range_consumer(bootstrap, "seek") as c:
-        end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-        start, epoch = seek_after_stable(bootstrap, topic, partition, last)
-        return {tid: (stime, kv) for tid, stime, kv in _stable(c, topic, partition, start, end, epoch) if tid > last}
-
-
-@retry_transient
 def stable_log(bootstrap: str, topic: str, partition: int) -> list[Stored]:
     """Every stable tuple a node's output log holds, in log order, duplicates included (a rollback
     recovery writes some twice), fenced writers' tuples left out as readers leave them out."""
     with _range_consumer(bootstrap, "peek") as c:
         start, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        return list(_stable(c, topic, partition, start, end, 0))
+        return list(stable_records(c, topic, partition, start, end, 0))
 
 
-def _stable(c: Consumer, topic: str, partition: int, start: int, end: int, epoch: int) -> Iterator[Stored]:
+def stable_records(c: Consumer, topic: str, partition: int, start: int, end: int, epoch: int) -> Iterator[Stored]:
     """The stable tuples of ``topic[partition]`` from ``start`` up to ``end``, admitted by the epochs."""
     gate = EpochGate(epoch)
     for m in _read_range(c, topic, partition, start, end):

@@ -16,7 +16,8 @@ import time
 
 from services.core.errors import RestartImageError
 from services.dpc.soutput import SOutput
-from services.log.tail import first_offset, last_stable_id, stable_after
+from services.log.logged import stable_after
+from services.log.tail import first_offset, last_stable_id
 from services.node import restart
 from services.node.path import StablePath
 from services.node.scheme import NodeRuntime

@@ -132,5 +132,17 @@ def test_a_restart_refuses_when_the_ids_to_check_are_not_in_the_topic() -> None:
     SOutput().stable(items(0, 10), topic)
     held = in_topic(topic)
     del held[3]
+    so = SOutput()
+    so.restarted(9, held, "out.r0[0]")  # the log is read as the replay reaches it (ha-review D10)
     with pytest.raises(RestartMismatch, match="3..3 are missing"):
+        so.stable(items(0, 10), [])
+
+
+def test_a_restart_past_which_the_log_was_trimmed_says_so_in_one_line() -> None:
+    topic: list = []
+    SOutput().stable(items(0, 10), topic)
+    held = {i: v for i, v in in_topic(topic).items() if i >= 5}  # ids 0..4 trimmed away
+    with pytest.raises(
+        RestartMismatch, match=r"stable tuples 0..4 are gone from the log \(it now starts at stable id 5\)"
+    ):
         SOutput().restarted(9, held, "out.r0[0]")

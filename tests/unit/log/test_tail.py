@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from services.core.tuples import STABLE, TENTATIVE, make_headers
 from services.log import tail
+from services.log.logged import CHUNK, stable_after
 
 
 class Msg:
@@ -131,7 +132,24 @@ def test_scans_leave_out_what_a_fenced_writer_wrote(monkeypatch: pytest.MonkeyPa
 def test_stable_after_takes_only_the_live_writers_tuples(monkeypatch: pytest.MonkeyPatch) -> None:
     log = _zombie_log()
     monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(log))
-    assert {i: stime for i, (stime, _) in tail.stable_after("b", "t.r0", 0, 3).items()} == {4: 40, 5: 50, 6: 60}
+    logged = stable_after("b", "t.r0", 0, 3)
+    assert [logged[i][0] for i in (4, 5, 6)] == [40, 50, 60] and 7 not in logged and 3 not in logged
+
+
+def test_a_restart_from_a_long_logs_start_holds_one_chunk_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ha-review D10: a restart with no checkpoint checks what it regenerates against its whole log;
+    the log is read as the checks reach it, never whole into memory."""
+    from services.node import resume
+
+    log = [make_headers(STABLE, i, 10 * i) for i in range(20_000)]
+    monkeypatch.setattr(tail, "plain_consumer", lambda *a, **k: LogConsumer(log))
+    logged = resume.stable_after("b", "t.r0", 0, -1)  # what a restart from the inputs' start reads
+    most = 0
+    for i in range(20_000):
+        assert logged[i][0] == 10 * i
+        most = max(most, len(logged))
+    assert most <= 2 * CHUNK, f"held {most} of the log's 20000 stable tuples at once"
+    assert 20_000 not in logged
 
 
 def test_a_topic_with_only_an_epoch_marker_has_nothing_written() -> None:
