@@ -93,6 +93,12 @@ class BatchConsumer:
     def assign_offsets(self, tps: Sequence[TopicPartition]) -> None:
         self._c.assign(list(tps))
 
+    def hold(self, on: bool) -> None:
+        """Stop fetching from every assigned partition (``on``), or go on; positions stay where they are."""
+        parts = self._c.assignment()
+        if parts:
+            (self._c.pause if on else self._c.resume)(parts)
+
     def positions(self) -> list[TopicPartition]:
         """Next offset to read per assigned partition: what to commit once a batch is done."""
         return [tp for tp in self._c.position(self._c.assignment()) if tp.offset >= 0]

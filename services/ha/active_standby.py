@@ -47,6 +47,11 @@ from services.node.scheme import NodeRuntime
 
 log = logging.getLogger(__name__)
 
+# Results a secondary holds at most (ha-review D12): past them it stops reading its inputs until the
+# primary's trim messages let it drop some (a primary that is stuck but not failed sends none), so
+# its memory stays bounded; it reads on from there when it is told, or when it takes over.
+MAX_HELD = 50_000
+
 
 class ActiveStandbyScheme(HaScheme):
     wants_positions = True  # the cuts note where each input's log stands
@@ -114,6 +119,13 @@ class ActiveStandbyScheme(HaScheme):
                 out.clear()
             keeps[s] = next((e[1] for e in q if e[0] is STABLE), self.path.soutputs[s].next_id)
         node.set_keeps(keeps)
+        held = sum(map(len, self.held.values()))
+        if held >= MAX_HELD or (node.inputs.held and held > MAX_HELD // 2):
+            if not node.inputs.held:
+                log.warning("holding %d results the primary's log does not have: reading no input until it does", held)
+            node.inputs.hold(True)
+        else:
+            node.inputs.hold(False)
 
     def before_batch(self, batch: Admitted, now: float) -> None:
         if batch.positions:
@@ -147,6 +159,7 @@ class ActiveStandbyScheme(HaScheme):
         node.send_control(Trim(node.plan.node, node.partition, node.replica, epoch=self.epoch, ids=ids))
 
     def on_promote(self) -> dict[str, int] | None:
+        self.node.inputs.hold(False)  # a primary reads on: what it holds goes to the log now
         if not self.following:  # made primary before it followed (a deployment's first start): rebuild
             return self.acking.rebuild(write=True)
         node = self.node

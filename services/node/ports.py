@@ -66,6 +66,7 @@ class Inputs:
         # Where each topic was assigned from: its position until a message is read from it.
         self.assigned: dict[str, int] = {}
         self.idle = False  # opened to read nothing yet (``open`` without offsets), until ``read_from``
+        self.held = False  # no input is fetched (``hold``): the scheme must not get further ahead
 
     def open(self, consumer: BatchConsumer, offsets: dict[str, int] | None, fresh: BatchConsumer | None = None) -> None:
         """Start reading every port's topic at ``offsets`` (by topic), else from the beginning, or
@@ -79,11 +80,17 @@ class Inputs:
         if offsets is not None:
             self.read_from(offsets)
 
+    def hold(self, on: bool) -> None:
+        """Stop reading every input (``on``), where it stands, or go on reading."""
+        if on != self.held and self.consumer is not None:
+            self.consumer.hold(on)
+            self.held = on
+
     def read_from(self, offsets: dict[str, int]) -> None:
         """Read every port's topic from ``offsets`` (by topic; ``OFFSET_END``: what comes from now
         on), else from the beginning."""
         assert self.consumer is not None
-        self.idle = False
+        self.idle = self.held = False  # a new assignment is fetched
         self.by_topic = {p.topic: p for p in self.ports}
         self.assigned = {p.topic: offsets.get(p.topic, OFFSET_BEGINNING) for p in self.ports}
         self.consumer.assign_offsets([TopicPartition(t, self.partition, off) for t, off in self.assigned.items()])

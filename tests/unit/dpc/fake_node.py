@@ -187,6 +187,9 @@ class FakeConsumer:
     def incremental_assign(self, tps: list) -> None:
         pass
 
+    def hold(self, on: bool) -> None:
+        self.holding = on
+
     def assign_offsets(self, tps: list) -> None:
         self.assigned = {tp.topic: tp.offset for tp in tps}
 

@@ -260,3 +260,35 @@ def test_a_secondary_needs_its_input_from_where_it_reads_and_a_new_primary_all_u
     assert node.needs == read
     _role(node, "primary", 6)
     assert node.needs == {t: 0 for t in topics} and node.keeps == {"w": 0}
+
+
+def test_a_secondary_told_no_trims_stops_reading_at_its_bound_and_reads_on_once_trimmed(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ha-review D12: a primary that is stuck but not failed sends no trim messages; its secondary
+    holds at most about ``MAX_HELD`` results, then reads no input until a trim (or its takeover)."""
+    monkeypatch.setattr(act, "MAX_HELD", 20)
+    rnd = random.Random(3)
+    primary, secondary = FakeNode(SPECS["precise"], "n", replica=0), FakeNode(SPECS["precise"], "n", replica=1)
+    msgs = _inputs(primary, ["a", "b"], 80, rnd)
+    _copy_log(primary, secondary)
+    for n in (primary, secondary):
+        n.scheme.on_restart()
+        n.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
+    _role(primary, "primary", 5)
+    log.writers.append(primary)
+    _role(secondary, "secondary", 5)
+    scheme = secondary.scheme
+    assert isinstance(scheme, ActiveStandbyScheme)
+    most, now = 0, 1.0
+    for i in range(0, len(msgs), 4):
+        if secondary.inputs.held:
+            break  # it reads nothing more: the poll is paused
+        secondary.step(msgs[i : i + 4], now)
+        most, now = max(most, len(scheme.held["w"])), now + 0.01
+    assert secondary.inputs.held and secondary.consumer.holding, "it went on reading with no trim"
+    assert most < 20 + 4 * 8, f"held {most} results"
+    _feed(primary, msgs, rnd)
+    _trims(primary, secondary, 0)
+    secondary.step([], now)
+    assert not secondary.inputs.held and not secondary.consumer.holding and len(scheme.held["w"]) <= 10
