@@ -134,8 +134,9 @@ def coordinator_port(dep: Any) -> int:
         return DEFAULT_PORT
 
 
-def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]]]:
-    """(source, rows) of every node replica's DPC state: from the coordinator, else the heartbeats topic."""
+def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
+    """(source, rows, the coordinator's status or None) of every node replica's DPC state: from the
+    coordinator, else the heartbeats topic."""
     from services.coordinator.app import expected_replicas
     from services.coordinator.client import fetch_status, status_url
     from services.spec import load_spec
@@ -145,12 +146,11 @@ def replica_states(dep: Any) -> tuple[str, list[dict[str, Any]]]:
     try:
         st = fetch_status(url, timeout=1.5)
         if st.get("spec") == spec.name:
-            return f"coordinator {url.rsplit('/', 1)[0]}", st["replicas"]
+            return f"coordinator {url.rsplit('/', 1)[0]}", st["replicas"], st
     except OSError:
         pass
-    return "heartbeats topic (coordinator not reachable)", _states_from_heartbeats(
-        dep.bootstrap, spec, expected_replicas(spec)
-    )
+    rows = _states_from_heartbeats(dep.bootstrap, spec, expected_replicas(spec))
+    return "heartbeats topic (coordinator not reachable)", rows, None
 
 
 def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
@@ -208,6 +208,17 @@ def _states_from_heartbeats(bootstrap: str, spec: Any, expected: list[tuple[str,
         mon.close()
 
 
+def print_ha(st: dict[str, Any]) -> None:
+    """The HA node partitions' table and the crash-loop warnings, from the coordinator's status."""
+    from services.cli.ha_status import crash_loops, ha_table
+
+    table = ha_table(st)
+    if table is not None:
+        out.print(table)
+    for line in crash_loops(st):
+        out.print(f"[red]{line}[/]")
+
+
 def replica_table(title: str, rows: list[dict[str, Any]], schemes: dict[str, str] | None = None) -> Table:
     """``schemes``: node -> its recovery scheme, for the scheme column (the HA schemes add role and epoch)."""
     t = Table(title=title)
@@ -251,7 +262,7 @@ def replica_table(title: str, rows: list[dict[str, Any]], schemes: dict[str, str
 def print_replica_states(dep: Any) -> None:
     """The DPC-state table under a deployment's process table (``hastream status``)."""
     try:
-        source, rows = replica_states(dep)
+        source, rows, st = replica_states(dep)
     except Exception as e:  # a broker that is gone, a spec that moved: status still shows the processes
         out.print(f"[dim]node replica states unavailable: {type(e).__name__}: {e}[/]")
         return
@@ -262,3 +273,5 @@ def print_replica_states(dep: Any) -> None:
 
     schemes = {n: nd.ha.scheme.value for n, nd in load_spec(Path(dep.spec_path)).nodes.items()}
     out.print(replica_table(f"{dep.name}: node replicas (from {source})", rows, schemes))
+    if st is not None:
+        print_ha(st)

@@ -67,6 +67,7 @@ class HeartbeatSender:
         self.role = ""  # an HA scheme's replica: its role (``services.control.states.Role``)
         self.keeps: dict[str, int] = {}  # an HA replica's: what of its output log its takeover reads (replaced whole)
         self.needs: dict[str, int] = {}  # an HA replica's: what of its input logs a recovery reads (replaced whole)
+        self.held, self.checkpoint_ms = 0, -1  # a standby's lag (``Heartbeat``)
         self.stable, self.boundary_ms, self.lag = 0, -1, 0  # the progress the next heartbeat reports
         self.ticked = time.monotonic()
         self.working_until = 0.0  # monotonic: blocking work on the loop that counts as progress (``working``)
@@ -120,6 +121,8 @@ class HeartbeatSender:
             role=self.role,
             keeps=self.keeps,
             needs=self.needs,
+            held=self.held,
+            checkpoint_ms=self.checkpoint_ms,
         )
         self._producer.send(self.topic, hb.encode(), self.node.encode(), 0)
         self._producer.poll(0)

@@ -159,6 +159,8 @@ class Heartbeat:
     keeps: dict[str, int] = field(default_factory=dict)
     # input topic -> the oldest offset a recovery of this node partition reads again (``services.coordinator.trims``)
     needs: dict[str, int] = field(default_factory=dict)
+    held: int = 0  # an active standby secondary: results it holds that the primary's log does not have yet
+    checkpoint_ms: int = -1  # a passive standby secondary: when its newest checkpoint was taken
 
     def encode(self) -> bytes:
         return _HEARTBEAT.encode(
@@ -176,6 +178,8 @@ class Heartbeat:
                 "role": self.role,
                 "keeps": self.keeps,
                 "needs": self.needs,
+                "held": self.held,
+                "checkpoint_ms": self.checkpoint_ms,
             }
         )
 
@@ -197,6 +201,8 @@ class Heartbeat:
             hb.get("role", ""),
             dict(hb.get("keeps") or {}),
             dict(hb.get("needs") or {}),
+            hb.get("held", 0),
+            hb.get("checkpoint_ms", -1),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -214,4 +220,6 @@ class Heartbeat:
             "role": self.role,
             "keeps": self.keeps,
             "needs": self.needs,
+            "held": self.held,
+            "checkpoint_ms": self.checkpoint_ms,
         }

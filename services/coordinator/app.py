@@ -38,6 +38,7 @@ from services.control.messages import COORDINATOR, now_ms
 from services.control.monitor import ReplicaMonitor
 from services.coordinator import wiring
 from services.coordinator.address import DEFAULT_HOST, DEFAULT_PORT, port_file
+from services.coordinator.health import Health
 from services.coordinator.metrics import CoordinatorMetrics, replica_counts
 from services.coordinator.names import TABLES, app_id
 from services.coordinator.trims import Trims
@@ -159,6 +160,7 @@ class Coordinator:
         self.takeovers = takeovers_of(spec)
         self.orders_sent = 0
         self.trims = Trims(spec)
+        self.health = Health()
         wiring.wire(app, self)
 
     def ready(self) -> bool:
@@ -181,6 +183,10 @@ class Coordinator:
                 "takeovers_total": self.takeovers.takeovers,
                 "ha_partitions": self.takeovers.health(time.monotonic()),
                 "trimmed": self.trims.table(),
+                "standby": self.health.standby(now),
+                "crash_looping": [
+                    {"node": n, "partition": p, "replica": r} for n, p, r in self.health.looping(time.monotonic())
+                ],
                 "trims": self.trims.trims,
                 "schemes": {n: nd.ha.scheme.value for n, nd in self.spec.nodes.items()},
                 "replicas_by_state": replica_counts(body["replicas"]),

@@ -94,6 +94,26 @@ def _ha(st: dict[str, Any], lab: dict[str, str]) -> Iterator[Metric]:
         ],
         where,
     )
+    replica = ("spec", "node", "partition", "replica")
+    standby = st.get("standby", [])
+    yield gauges(
+        "hastream_coordinator_standby_held",
+        "Results an active standby secondary holds that its primary's log does not have yet.",
+        [({**lab, **_replica(r)}, r["held"]) for r in standby],
+        replica,
+    )
+    yield gauges(
+        "hastream_coordinator_standby_checkpoint_lag_seconds",
+        "How old the checkpoint a passive standby secondary holds is.",
+        [({**lab, **_replica(r)}, r["checkpoint_lag_s"]) for r in standby if r["checkpoint_lag_s"] is not None],
+        replica,
+    )
+    yield gauges(
+        "hastream_coordinator_crash_looping",
+        "1 for a replica restarted 3 times or more in the last 2 minutes.",
+        [({**lab, **_replica(r)}, 1) for r in st.get("crash_looping", [])],
+        replica,
+    )
     yield gauges(
         "hastream_coordinator_log_start",
         "Where each trimmed log starts now (its offset), after the coordinator's trims.",

@@ -120,6 +120,7 @@ class ActiveStandbyScheme(HaScheme):
             keeps[s] = next((e[1] for e in q if e[0] is STABLE), self.path.soutputs[s].next_id)
         node.set_keeps(keeps)
         held = sum(map(len, self.held.values()))
+        node.set_standby(held=held)
         if held >= MAX_HELD or (node.inputs.held and held > MAX_HELD // 2):
             if not node.inputs.held:
                 log.warning("holding %d results the primary's log does not have: reading no input until it does", held)
@@ -160,6 +161,7 @@ class ActiveStandbyScheme(HaScheme):
 
     def on_promote(self) -> dict[str, int] | None:
         self.node.inputs.hold(False)  # a primary reads on: what it holds goes to the log now
+        self.node.set_standby()
         if not self.following:  # made primary before it followed (a deployment's first start): rebuild
             return self.acking.rebuild(write=True)
         node = self.node

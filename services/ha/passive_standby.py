@@ -62,10 +62,12 @@ class PassiveStandbyScheme(HaScheme):
         self.node.pipeline.restore(image.snapshot, image.deltas)
         self.node.tick()
         self.taken += 1
+        self.node.set_standby(checkpoint_ms=image.taken_ms)
 
     def _take_delta(self, delta: restart.RestartDelta) -> None:
         self.node.pipeline.apply_delta(delta.operators)
         self.applied += 1
+        self.node.set_standby(checkpoint_ms=delta.taken_ms)
 
     def on_check(self, now: float) -> None:
         super().on_check(now)
@@ -74,6 +76,7 @@ class PassiveStandbyScheme(HaScheme):
 
     # -- the takeover -----------------------------------------------------------------
     def on_promote(self) -> dict[str, int]:
+        self.node.set_standby()  # a primary: no longer behind anyone
         follower, self.follower = self.follower, None
         if follower is None:  # a cold takeover (never secondary): the newest image and its deltas
             _, offsets = self.resume.resume(self.store, undo=False)

@@ -182,6 +182,9 @@ class NodeService:
     def set_needs(self, needs: dict[str, int]) -> None:
         self.heartbeat.needs = dict(needs)
 
+    def set_standby(self, held: int = 0, checkpoint_ms: int = -1) -> None:
+        self.heartbeat.held, self.heartbeat.checkpoint_ms = held, checkpoint_ms
+
     def tick(self) -> None:
         self.heartbeat.tick()
 

@@ -127,6 +127,10 @@ class NodeRuntime(Protocol):
         """Announce, by input topic, the oldest offset a recovery of this node partition reads again
         (its heartbeats carry them): the coordinator trims those logs no further."""
 
+    def set_standby(self, held: int = 0, checkpoint_ms: int = -1) -> None:
+        """Announce how far a secondary is behind (its heartbeats carry it): the results an active
+        standby holds, the time of the checkpoint a passive standby holds; the defaults: neither."""
+
     def begin_writing(self, epoch: int | None = None) -> int:
         """Announce on every output that this replica writes now, with ``epoch`` or (None) a new epoch
         claimed for it; earlier writers are fenced. Returns the epoch."""

@@ -158,6 +158,11 @@ def _two_failovers(kafka, tmp_path: Path, text: str, precise: bool = False, roll
         rig.start("n", first)
         rig.rejoined("n", first, 30)
         time.sleep(2.0)
+        standby = [r for r in rig.coordinator.status()["standby"] if r["replica"] == first]
+        assert standby, "the coordinator shows no standby lag of the rejoined secondary"
+        if scheme is Scheme.PASSIVE_STANDBY:  # it follows the checkpoints: the one it holds is recent
+            lag = standby[0]["checkpoint_lag_s"]
+            assert lag is not None and lag < 5, standby
 
         # 2. SIGSTOP of the new primary past the detection time: the rejoined replica takes over.
         processes.pause(rig.proc("n", second))

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 import faust
 
-from services.coordinator.wiring import grants, heartbeats, pages, takeovers, trims
+from services.coordinator.wiring import grants, health, heartbeats, pages, takeovers, trims
 
 if TYPE_CHECKING:
     from services.coordinator.app import Coordinator
 
 # Each heartbeat is heard in this order: the takeovers hear the coordinator's own first heartbeat
 # before it marks the backlog read.
-HEARERS: tuple[heartbeats.Hear, ...] = (takeovers.heard, grants.heard, trims.heard)
-WIRES = (grants.wire, takeovers.wire, trims.wire, pages.wire)
+HEARERS: tuple[heartbeats.Hear, ...] = (takeovers.heard, grants.heard, trims.heard, health.heard)
+WIRES = (grants.wire, takeovers.wire, trims.wire, health.wire, pages.wire)
 
 
 def wire(app: faust.App, coordinator: Coordinator) -> None:

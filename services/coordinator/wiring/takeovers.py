@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import faust
 from confluent_kafka import KafkaException
 
-from services.control.messages import Heartbeat, RoleOrder, encode_control, now_ms
+from services.control.messages import CLAIM_EPOCH, Heartbeat, RoleOrder, encode_control, now_ms
 from services.control.states import NodeState, Role
 from services.coordinator.takeover import Election, Order, Takeovers
 from services.node.fence import EpochClaimer
@@ -78,6 +78,8 @@ async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
     """Every heartbeat shows the intake moves; an HA replica's, once the backlog is read, may change roles."""
     takeovers = coordinator.takeovers
     takeovers.intake(time.monotonic())  # the coordinator reads heartbeats: silence means something
+    if beat.epoch == CLAIM_EPOCH:
+        return  # an epoch claim (often the coordinator's own): no sign of the replica's life or process
     if beat.node in takeovers.nodes and coordinator.caught_up:
         reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
         now = time.monotonic()

@@ -103,5 +103,7 @@ def test_unknown_kind_and_garbage_are_refused() -> None:
 def test_heartbeat_round_trip() -> None:
     hb = Heartbeat("n1", 0, 1, NodeState.UPSTREAM_FAILURE, 99, epoch=3, pid=42, role="secondary", keeps={"out": 17})
     assert Heartbeat.decode(hb.encode()) == hb
+    lagging = Heartbeat("n1", 0, 1, NodeState.STABLE, 99, epoch=3, pid=42, held=12, checkpoint_ms=1234)
+    assert Heartbeat.decode(lagging.encode()) == lagging
     assert hb.as_dict()["state"] == "UPSTREAM_FAILURE" and hb.as_dict()["role"] == "secondary"
     assert replica_key("n1", 0, 1) == "n1/p0/r1"

@@ -121,3 +121,18 @@ def test_claims_run_off_the_event_loop_and_beside_each_other() -> None:
 
     asyncio.run(run())
     assert (t.epoch("n", 0), t.epoch("n", 1)) == (100, 101) and len(sent) == 4
+
+
+def test_an_epoch_claim_heartbeat_is_no_sign_of_the_replicas_life_or_process() -> None:
+    """The coordinator's own claims come back on the heartbeat topic under the new primary's name:
+    taken as its heartbeat, its process id would be the coordinator's, and a new primary slow to read
+    its order would be failed as restarted."""
+    from services.control.messages import CLAIM_EPOCH, Heartbeat
+    from services.control.states import NodeState
+    from services.coordinator.wiring import takeovers as wiring
+
+    t = claiming(now=time.monotonic())
+    coordinator: Any = SimpleNamespace(takeovers=t, caught_up=True)
+    claim = Heartbeat("n", 0, 0, NodeState.RECOVERING, 0, CLAIM_EPOCH, pid=999)
+    asyncio.run(wiring.heard(coordinator, claim))
+    assert 999 not in t._pairs[("n", 0)].pids.values()

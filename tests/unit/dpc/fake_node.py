@@ -269,6 +269,9 @@ class FakeNode:
     def set_needs(self, needs: dict[str, int]) -> None:
         self.needs = dict(needs)
 
+    def set_standby(self, held: int = 0, checkpoint_ms: int = -1) -> None:
+        self.standby = (held, checkpoint_ms)
+
     def begin_writing(self, epoch: int | None = None) -> int:
         epoch = epoch if epoch is not None else len(self.epochs) + 1
         self.epochs.append(epoch)
