@@ -1,20 +1,33 @@
 """Seeded random fault schedules on a chain of HA nodes, each node with its own scheme (ICDE 2005,
 section 8: passive standby near the sources, upstream backup further down, or any mix).
 
-Three nodes, two replicas each, under the coordinator: a map, a sliding window and a filter
-on the window's results, each given passive standby, active standby or upstream backup by the
-seed, and precise or rollback recovery. One to three faults per run, at random times while
-input flows: kill -9 of a node's current primary (its replica restarts and rejoins as
-secondary), or SIGSTOP of it past the detection time (it is woken up later, must exit, and is
-restarted). Every scheme here can give precise recovery for these nodes (deterministic,
-``hastream validate``) and gives repeating rollback otherwise. So:
+Three nodes under the coordinator: a map, a sliding window and a filter on the window's results,
+each given passive standby, active standby or upstream backup by the seed, precise or rollback
+recovery, and two replicas (an active standby node sometimes three). When the filter is under
+upstream backup, the window writes a log read only by a stateless upstream backup node, whose
+trims the window's own takeovers must survive; the coordinator trims logs all along, so faults
+come during trims. One to three faults per run, at random times while input flows, of these
+classes (issue 34's fault classes; a broker killed during a takeover is in
+``test_ha_broker_schedule``, on three brokers):
+
+- ``kill``: kill -9 of a node's current primary (its replica restarts and rejoins as secondary);
+- ``stop``: SIGSTOP of it past the detection time (woken up later, it must exit, and is restarted);
+- ``secondary``: kill -9 of a secondary;
+- ``both``: kill -9 of the primary, then of the new primary during its own takeover, before the
+  old one is back: with two replicas none is left until the first returns;
+- ``coordinator``: kill -9 of the coordinator with the primary; a new coordinator, started
+  later, finishes the takeover the dead one never ordered;
+- ``coordinator_stop``: SIGSTOP of the coordinator while the primary is killed, woken later.
+
+Every scheme here can give precise recovery for these nodes (``hastream validate``) and gives
+repeating rollback otherwise. So:
 
 - a client reads the failure-free output tuple for tuple, ids 0..n-1, whatever the recovery
   (its readers drop an id they have, as every node does);
 - the log of a node with precise recovery holds each tuple once; the log of a node with
   rollback recovery is repeating (nothing lost, duplicates identical, in order), each repeated
   run within about an interval and a bucket of its output (and a second of slack), one per
-  failure of that node. A log that upstream backup trimmed is checked from its start.
+  takeover of that node. A log that upstream backup trimmed is checked from its start.
 """
 
 from __future__ import annotations
@@ -23,10 +36,11 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
+from infra.kafka.cluster import KafkaCluster
 from services.deploy import processes
 from services.ha.guarantee import repeated_runs
 from tests.integration.ha_rig import HaRig
@@ -47,9 +61,9 @@ operators:
         aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}}}
   busy: {{type: filter, input: win_{{u}}, output: out_{{u}}, where: "count > 1"}}
 nodes:
-  n1: {{operators: [scale], replicas: 2, ha: {{scheme: {s1}, recovery: {r1}, interval_ms: 50}}}}
-  n2: {{operators: [win], replicas: 2, ha: {{scheme: {s2}, recovery: {r2}, interval_ms: 50}}}}
-  n3: {{operators: [busy], replicas: 2, ha: {{scheme: {s3}, recovery: {r3}, interval_ms: 50}}}}
+  n1: {{operators: [scale], replicas: {k1}, ha: {{scheme: {s1}, recovery: {r1}, interval_ms: 50}}}}
+  n2: {{operators: [win], replicas: {k2}, ha: {{scheme: {s2}, recovery: {r2}, interval_ms: 50}}}}
+  n3: {{operators: [busy], replicas: {k3}, ha: {{scheme: {s3}, recovery: {r3}, interval_ms: 50}}}}
 """
 SCHEMES = ("passive_standby", "active_standby", "upstream_backup")
 RECOVERIES = ("precise", "rollback")
@@ -59,65 +73,118 @@ RATE, COUNT = 200, 2000  # 10 s of input
 ROLLBACK_S = 0.05 + 0.1 + 1.0  # a repeated run at most: an interval, a bucket, slack for the machine
 
 
+KINDS = ("kill", "stop", "secondary", "both", "coordinator", "coordinator_stop")
+TAKEOVERS = {"kill": 1, "stop": 1, "secondary": 0, "both": 2, "coordinator": 1, "coordinator_stop": 1}
+DOWN_S = 1.5  # how long the coordinator is gone, or both replicas are
+
+
 @dataclass(frozen=True)
 class Fault:
     at_s: float  # after the input starts
     node: str
-    kind: str  # "kill" or "stop"
+    kind: str  # one of KINDS
 
 
-def random_schedule(seed: int) -> tuple[tuple[str, str, str], tuple[str, str, str], list[Fault]]:
-    """The seed's schemes and recoveries for n1..n3 and one to three faults, at least 2.5 s apart."""
+@dataclass(frozen=True)
+class Plan:
+    schemes: tuple[str, str, str]
+    recoveries: tuple[str, str, str]
+    replicas: tuple[int, int, int]
+    faults: list[Fault]
+
+
+def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS) -> Plan:
+    """The seed's schemes, recoveries and replica counts for n1..n3, and one to three faults, at least
+    2.5 s apart."""
     rnd = random.Random(seed)
     schemes = (SCHEMES[seed % 3], SCHEMES[(seed // 3) % 3], rnd.choice(SCHEMES))
     recoveries = (rnd.choice(RECOVERIES), rnd.choice(RECOVERIES), rnd.choice(RECOVERIES))
+    replicas = tuple(3 if s == "active_standby" and rnd.random() < 0.4 else 2 for s in schemes)
     faults, t = [], 1.0
     for _ in range(rnd.randint(1, 3)):
         t += rnd.uniform(0.2, 2.0)
-        faults.append(Fault(round(t, 2), rnd.choice(NODES), rnd.choice(("kill", "stop"))))
+        faults.append(Fault(round(t, 2), rnd.choice(NODES), rnd.choice(kinds)))
         t += 2.5
-    return schemes, recoveries, faults
+    return Plan(schemes, recoveries, (replicas[0], replicas[1], replicas[2]), faults)
 
 
-def run_schedule(kafka: Any, tmp_path: Path, seed: int) -> None:
-    schemes, recoveries, faults = random_schedule(seed)
-    s1, s2, s3 = schemes
-    r1, r2, r3 = recoveries
-    rig = HaRig(kafka.bootstrap, tmp_path, CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3), COUNT, RATE)
+Broker = Callable[[], Callable[[], None]]  # kills a broker; returns what brings it back
+
+
+def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: Broker | None = None) -> None:
+    """``plan`` run on ``bootstrap``; ``broker``: called at each primary's kill (``kill`` faults)."""
+    (s1, s2, s3), (r1, r2, r3), (k1, k2, k3) = plan.schemes, plan.recoveries, plan.replicas
+    text = CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3, k1=k1, k2=k2, k3=k3)
+    rig = HaRig(bootstrap, tmp_path, text, COUNT, RATE)
+    replicas = dict(zip(NODES, plan.replicas, strict=True))
     for n in NODES:
-        for r in (0, 1):
+        for r in range(replicas[n]):
             rig.start(n, r)
     try:
         for n in NODES:
             rig.primary(n, None, 90)
         rig.feed()
         began = time.monotonic()
-        for f in faults:
+        for f in plan.faults:
             time.sleep(max(0.0, began + f.at_s - time.monotonic()))
-            victim = rig.primary(f.node)
-            p = rig.proc(f.node, victim)
-            if f.kind == "kill":
-                processes.kill(p)
-                rig.primary(f.node, victim)
-            else:
-                processes.pause(p)
-                rig.primary(f.node, victim)
-                time.sleep(0.3)
-                processes.resume(p)  # fenced: it must stop by itself
-                assert processes.wait_gone(p, 20), f"{f.node} r{victim} went on after it was failed over and woke up"
-            rig.start(f.node, victim)  # it rejoins as secondary
-            rig.rejoined(f.node, victim)
+            _fault(rig, f, replicas[f.node], broker)
         want, got = rig.outputs(f"out_{rig.u}")
-        where = f"seed {seed}: schemes {schemes}, recoveries {recoveries}, faults {faults}"
+        where = f"seed {seed}: {plan}"
         assert len(got) == len(want), f"{where}: {len(got)} results, failure-free {len(want)}"
         assert got == want, f"{where}: the output differs from the failure-free run"
-        for node, recovery in zip(NODES, recoveries, strict=True):
-            _check_log(rig, node, recovery, sum(f.node == node for f in faults), where)
+        for node, recovery in zip(NODES, plan.recoveries, strict=True):
+            takeovers = sum(TAKEOVERS[f.kind] for f in plan.faults if f.node == node)
+            _check_log(rig, node, recovery, takeovers, where)
     finally:
         rig.close()
 
 
-def _check_log(rig: HaRig, node: str, recovery: str, failures: int, where: str) -> None:
+def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
+    """Inflict ``f`` and wait until every replica of its node is back (the killed ones rejoined)."""
+    victim = rig.primary(f.node)
+    if f.kind == "secondary":
+        victim = next(r for r in range(replicas) if r != victim)
+        processes.kill(rig.proc(f.node, victim))
+    elif f.kind == "stop":
+        p = rig.proc(f.node, victim)
+        processes.pause(p)
+        rig.primary(f.node, victim)
+        time.sleep(0.3)
+        processes.resume(p)  # fenced: it must stop by itself
+        assert processes.wait_gone(p, 20), f"{f.node} r{victim} went on after it was failed over and woke up"
+    elif f.kind == "both":
+        processes.kill(rig.proc(f.node, victim))
+        second = rig.primary(f.node, victim)
+        processes.kill(rig.proc(f.node, second))  # in its own takeover, before the first is back
+        time.sleep(DOWN_S)
+        rig.start(f.node, second)
+        if rig.primary(f.node, victim, 60) != second:  # a third replica took over
+            rig.rejoined(f.node, second)
+    elif f.kind in ("coordinator", "coordinator_stop"):
+        coordinator = rig.coordinator.proc
+        assert coordinator is not None
+        if f.kind == "coordinator":
+            rig.coordinator.kill9()
+        else:
+            processes.pause(coordinator)
+        processes.kill(rig.proc(f.node, victim))
+        time.sleep(DOWN_S)
+        if f.kind == "coordinator":
+            rig.coordinator.start()  # a new process: it never saw the failure
+        else:
+            processes.resume(coordinator)
+        rig.primary(f.node, victim, 60)
+    else:
+        processes.kill(rig.proc(f.node, victim))
+        restore = broker() if broker is not None else None
+        rig.primary(f.node, victim, 60)
+        if restore is not None:
+            restore()
+    rig.start(f.node, victim)  # it rejoins as secondary
+    rig.rejoined(f.node, victim)
+
+
+def _check_log(rig: HaRig, node: str, recovery: str, takeovers: int, where: str) -> None:
     """The node's output log as its recovery type defines it, from its start (upstream backup
     downstream may have trimmed it)."""
     stream = f"{OUTPUTS[node]}_{rig.u}"
@@ -127,16 +194,39 @@ def _check_log(rig: HaRig, node: str, recovery: str, failures: int, where: str) 
         assert runs == [], f"{where}: {node}'s log repeats {runs}"
         return
     try:
-        rig.assert_repeating(stream, failures, ROLLBACK_S, COUNT / RATE)
+        rig.assert_repeating(stream, takeovers, ROLLBACK_S, COUNT / RATE)
     except AssertionError as e:
         raise AssertionError(f"{where}: {node}: {e}") from e
 
 
 def test_ha_fault_schedule_quick(kafka: Any, tmp_path: Path) -> None:
-    run_schedule(kafka, tmp_path, 7)
+    run_schedule(kafka.bootstrap, tmp_path, 7, random_schedule(7))
+
+
+def test_ha_fault_schedule_with_the_coordinator_and_both_replicas(kafka: Any, tmp_path: Path) -> None:
+    """The coordinator killed during a takeover, then both replicas of a node down at once."""
+    plan = random_schedule(11)
+    plan = Plan(
+        plan.schemes, plan.recoveries, plan.replicas, [Fault(1.5, "n2", "coordinator"), Fault(5.0, "n1", "both")]
+    )
+    run_schedule(kafka.bootstrap, tmp_path, 11, plan)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(100))
 def test_ha_fault_schedule(kafka: Any, tmp_path: Path, seed: int) -> None:
-    run_schedule(kafka, tmp_path, seed)
+    run_schedule(kafka.bootstrap, tmp_path, seed, random_schedule(seed))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(100, 110))
+def test_ha_broker_schedule(kafka3: KafkaCluster, tmp_path: Path, seed: int) -> None:
+    """A broker killed as a primary is: its takeover reads, claims and writes on two brokers of three."""
+    rnd = random.Random(seed)
+
+    def kill_broker() -> Callable[[], None]:
+        i = rnd.randrange(3)
+        kafka3.kill_broker(i)
+        return lambda: kafka3.start_broker(i)
+
+    run_schedule(kafka3.bootstrap, tmp_path, seed, random_schedule(seed, ("kill",)), kill_broker)
