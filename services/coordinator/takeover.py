@@ -14,9 +14,11 @@ detecting, so that one party decides and a paused primary cannot go on believing
   stays primary;
 - with no primary (at start, or after both failed) the lowest-numbered live replica is elected
   once every replica has been heard or a detection time has passed;
-- silence is evidence only while the coordinator hears heartbeats at all (``intake``, its own
-  included): when it has read none for a detection time, its own reading stalled (a loaded
-  machine, a slow broker), not every replica at once, and no replica is failed for it.
+- silence is evidence only while the coordinator's view is current: a heartbeat counts from when
+  it was sent, and when the newest heartbeat it has read (its own included) was sent more than a
+  detection time ago, its own reading stalls or lags (a loaded machine, a slow broker, a
+  coordinator just restarted), not every replica at once: no replica is failed and no one is
+  elected for it.
 
 Each decision is an ``Order`` the coordinator sends on the control topic. A replica reports
 its role and epoch in its heartbeats; one that disagrees with the table gets its order again.
@@ -100,9 +102,9 @@ class Takeovers:
         self.takeovers = 0  # primaries replaced since this coordinator started
         self.read_at = float("-inf")  # when the coordinator last read any heartbeat
 
-    def intake(self, now: float) -> None:
-        """A heartbeat of anyone (the coordinator's own too) was read at ``now``."""
-        self.read_at = now
+    def intake(self, sent_at: float) -> None:
+        """A heartbeat of anyone (the coordinator's own too) sent at ``sent_at`` was read."""
+        self.read_at = max(self.read_at, sent_at)
 
     def role(self, node: str, partition: int, replica: int) -> Role | None:
         p = self._pairs.get((node, partition))
@@ -145,9 +147,10 @@ class Takeovers:
         if node not in self.nodes:
             return []
         replicas, detection_s = self.nodes[node]
-        self.intake(now)
+        sent = now if sent_at is None else sent_at
+        self.intake(sent)
         p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
-        p.seen[replica] = now
+        p.seen[replica] = max(p.seen.get(replica, sent), sent)
         if pid is not None:
             p.pids[replica] = pid
         (p.behind.add if catching_up else p.behind.discard)(replica)
@@ -186,14 +189,14 @@ class Takeovers:
         orders: list[Order] = []
         for (node, partition), p in sorted(self._pairs.items()):
             live = p.live(now)
-            blind = now - self.read_at > p.detection_s  # nothing read lately: the silence may be ours
+            blind = now - self.read_at > p.detection_s  # nothing recent read: the silence may be ours
             for r, role in sorted(p.roles.items()):
                 if role is not Role.FAILED and r not in live and not blind:
                     p.roles[r] = Role.FAILED
             if p.electing is not None and now - p.electing.at > CLAIM_S:
                 p.electing = None  # its claim hangs (a broker down): elect again
             due = len(p.seen) == p.replicas or now - p.known_since >= p.detection_s
-            if p.primary() is None and p.electing is None and live and due:
+            if p.primary() is None and p.electing is None and live and due and not blind:
                 orders.extend(self._elect(p, node, partition, live, now))
         return orders
 
@@ -204,15 +207,14 @@ class Takeovers:
 
     def claimed(self, e: Election, epoch: int, now: float) -> list[Order]:
         """``epoch`` was claimed for ``e``: its orders, unless it went stale (another election took
-        its place, its replica fell silent, a primary appeared); then the next check elects again."""
+        its place, its replica was failed meanwhile, a primary appeared); then the next check elects again."""
         p = self._pairs[(e.node, e.partition)]
         if p.electing != e:
             return []
         p.electing = None
-        live = p.live(now)
-        if e.replica not in live or p.primary() is not None:
-            return []
-        return self._appoint(p, e.node, e.partition, e.replica, epoch, live, now)
+        if p.roles.get(e.replica) is Role.FAILED or p.primary() is not None:
+            return []  # however long the claim took: only a failure seen meanwhile makes it stale
+        return self._appoint(p, e.node, e.partition, e.replica, epoch, p.live(now), now)
 
     def unclaimed(self, e: Election) -> None:
         """The claim for ``e`` failed: the next check elects again."""

@@ -77,13 +77,13 @@ class _Claims:
 async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
     """Every heartbeat shows the intake moves; an HA replica's, once the backlog is read, may change roles."""
     takeovers = coordinator.takeovers
-    takeovers.intake(time.monotonic())  # the coordinator reads heartbeats: silence means something
+    now = time.monotonic()
+    sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
+    takeovers.intake(sent_at)  # the coordinator's view is as current as this: silence means something
     if beat.epoch == CLAIM_EPOCH:
         return  # an epoch claim (often the coordinator's own): no sign of the replica's life or process
     if beat.node in takeovers.nodes and coordinator.caught_up:
         reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
-        now = time.monotonic()
-        sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
         behind = beat.state is NodeState.RECOVERING
         orders = takeovers.heard(
             beat.node, beat.partition, beat.replica, now, reported, sent_at, beat.pid or None, behind
