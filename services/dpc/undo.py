@@ -6,15 +6,17 @@ the state it had right before the first tentative tuple: ``clear()`` it, then re
 the logged input up to that point with its output discarded (it was emitted already).
 
 The log only has to reach back to the stream markers (``oldest_time(port)``: the oldest
-input still contributing to the state). It is trimmed to them every ``trim_every`` logged
-tuples rather than per tuple, and once more, exactly, at ``mark()``. Trimming stops while
+input still contributing to the state, in stime). It is trimmed to them every ``trim_every``
+logged tuples rather than per tuple, and once more, exactly, at ``mark()``: the entries before
+the first one that holds a tuple at or after the smallest marker go. Trimming stops while
 a mark is set: the state at the mark must stay rebuildable.
 
 Requirements: input in non-decreasing stime across ports (SUnion's order; ``advance(t)``
-with ``t`` at most the next tuple's stime), and batches that are not modified after being
-pushed (the log keeps them, not copies). Rebuilding from the markers restores everything
-that decides future output; what the trimmed input alone set (a watermark below every
-future tuple, the ``late`` counter) may come back lower, which no ordered input can notice.
+with ``t`` at most the next tuple's stime), up to the tuples an in-order input takes behind a
+newer one, and batches that are not modified after being pushed (the log keeps them, not
+copies). Rebuilding from the markers restores everything that decides future output; what the
+trimmed input alone set (a watermark below every future tuple, the ``late`` counter) may come
+back lower, which no ordered input can notice.
 
 Nothing of this runs unless the node is built with ``undo=True``.
 """
@@ -22,19 +24,26 @@ Nothing of this runs unless the node is built with ``undo=True``.
 from __future__ import annotations
 
 import pickle
+from operator import itemgetter
 from typing import cast
 
 from services.operators.base import Item, Operator, _discard, _ignore
 
 ADVANCE = -1  # port of a logged advance(stime) entry
+_stime = itemgetter(1)  # of an Item
 
 # One log entry: (port, items) for a pushed batch, (ADVANCE, stime) for an advance.
 Entry = tuple[int, "list[Item] | int"]
 
 
-def _last_time(entry: Entry) -> int:
+def _before(entry: Entry, marker: int) -> bool:
+    """Whether the whole entry is older than ``marker``: every tuple, not just the last, since a node
+    with one input takes it in log order (SUnion's ``in_order``), where a tuple may be older than the
+    one before it in the same batch."""
     port, x = entry
-    return x if isinstance(x, int) else x[-1][1]
+    if isinstance(x, int):
+        return x < marker
+    return x[-1][1] < marker and max(map(_stime, x)) < marker
 
 
 class UndoLog:
@@ -82,7 +91,7 @@ class UndoLog:
             entries.clear()
             return
         i = 0
-        while i < len(entries) and _last_time(entries[i]) < marker:
+        while i < len(entries) and _before(entries[i], marker):
             i += 1
         del entries[:i]
 

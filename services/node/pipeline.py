@@ -96,7 +96,9 @@ class NodePipeline:
         """Smallest stime of node input the operators' state still depends on: each stream marker, moved
         back by what the operators upstream of it need to regenerate the tuples it holds (a window behind
         a window needs the first one's size more). Replaying the node's input from there onto empty
-        operators rebuilds the state; None if they hold nothing."""
+        operators rebuilds the state; None if they hold nothing. The step back is in the upstream window's
+        ``time`` field (its results' stime is their window's end): right when that field is the stime,
+        which docs/spec.md asks of a window whose output feeds another stateful operator of its node."""
         marks = [
             t - back[port]
             for op, back in self._ports

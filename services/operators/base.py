@@ -116,9 +116,13 @@ class Operator:
         return 0
 
     def oldest_time(self, port: int) -> int | None:
-        """Stream marker: smallest stime of input ``port`` still contributing to the state.
+        """Stream marker: smallest stime of input ``port`` still contributing to the state, in stime
+        whatever time field the operator itself goes by (upstream backup's acks and the undo log
+        compare it with stimes).
 
         Replaying the input from there onto a cleared operator rebuilds the state; None
-        when nothing from that input is held.
+        when nothing from that input is held. Where the input is not strictly in stime order (an
+        in-order input may take a tuple behind a newer one), it is at most the stime of the first
+        tuple taken that still contributes: what the acks and the undo log keep starts there.
         """
         return None

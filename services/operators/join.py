@@ -3,6 +3,10 @@
 Symmetric hash join: each arriving tuple probes the other side's state, then is kept
 until the other side's time (or an ``advance``) has moved past it by more than ``within``
 (inputs are in time order per partition, so no later tuple could match it).
+
+``advance(stime)`` compares a stime with the ``time`` field, as the window's does
+(``services.operators.window``): a time field behind the stime expires tuples that could still
+match. The stream marker is the oldest kept tuple's stime, whatever the time field.
 """
 
 from __future__ import annotations
@@ -116,13 +120,15 @@ class WindowJoin(Operator):
         return list(self.sides[side][k])
 
     def load_part(self, pid: PartId, state: object) -> None:
-        """Put one key's tuples of one side back; the arrival order across keys is rebuilt by time."""
+        """Put one key's tuples of one side back; the arrival order across keys is rebuilt by time, then
+        stime (the order the input came in), so its head is the oldest stime (``oldest_time``) whichever
+        order the parts are loaded in."""
         k, side = pid
-        entries = cast(list[tuple[int, int, Any]], state)
-        self.sides[side][k] = deque(entries)
-        order = sorted([*self.order[side], *((e[0], k) for e in entries)], key=lambda e: e[0])
+        kept = self.sides[side]
+        kept[k] = deque(cast(list[tuple[int, int, Any]], state))
+        order = sorted(((e[0], e[1], key) for key, q in kept.items() for e in q), key=lambda e: (e[0], e[1]))
         self.order[side].clear()
-        self.order[side].extend(order)
+        self.order[side].extend((t, key) for t, _, key in order)
 
     def watch(self, opened: PartEvent | None, closed: PartEvent | None) -> None:
         self.opened, self.closed = opened, closed

@@ -4,15 +4,31 @@ A window [start, start+size) closes when a tuple with time >= its end arrives (t
 is in time order per partition, so that tuple proves no earlier one is still coming), or
 when ``advance`` promises that time without a tuple. Closed windows are emitted in
 (start, key) order, which keeps replicas identical.
+
+Two clocks meet here: the window's ``time`` field (window starts and ends, the watermark) and
+the tuples' stime (the stream time SUnion orders by, and that time promises and stream markers
+are in). They are the same when ``time`` names the field the stime was taken from, which is what
+hastream expects (docs/spec.md, operators); nothing checks it. The stream marker does not depend
+on it: each window remembers the stime of the tuple that opened it (``firsts``), and
+``oldest_time`` is the smallest of those. ``advance(stime)`` does: it moves the watermark to a
+stime, so a time field behind the stime (an event time older than an ingress's Kafka timestamp,
+seconds where the stime is ms) closes windows before their tuples come, and they count as late;
+one ahead of it (``ts + 60000``) is safe, its windows then close only as tuples pass their end.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence, cast
 
+from services.core.tuples import NO_TIME
 from services.operators.base import Item, Operator, reason
 from services.operators.parts import PartEvent, PartId
 from services.spec import Aggregate
+
+# The first stime of a window restored from a state, delta or part saved before windows kept it:
+# unknown, so earlier than every tuple time. Markers then keep all the input from before the restore
+# (the undo log its restored base) until those windows close, never less than the state needs.
+_UNKNOWN = NO_TIME
 
 
 def window_starts(t: int, size: int, slide: int) -> range:
@@ -109,21 +125,30 @@ class WindowAggregate(Operator):
 
     def clear(self) -> None:
         self.windows: dict[int, dict[Any, Accumulator]] = {}  # start -> key -> accumulator
+        # start -> stime of the tuple that opened the window (of any key): the stream marker's parts
+        self.firsts: dict[int, int] = {}
+        self._oldest: int | None = None  # min(firsts) unless ``_stale``: worked out when asked
+        self._stale = False
         self.watermark: int | None = None
         self.late = 0  # tuples that arrived after some of their windows had closed
         self.dirty: set[tuple[int, Any]] | None = None  # (start, key) changed since the last delta()
 
     def state(self) -> object:
-        return (self.windows, self.watermark, self.late)
+        return (self.windows, self.watermark, self.late, self.firsts)
 
     def set_state(self, state: object) -> None:
-        self.windows, self.watermark, self.late = cast(tuple[dict[int, dict[Any, Accumulator]], int | None, int], state)
+        """Also takes a state saved before windows kept their first stimes: their marker is ``_UNKNOWN``."""
+        st = cast(tuple, state)
+        self.windows, self.watermark, self.late = st[:3]
+        self.firsts = st[3] if len(st) > 3 else dict.fromkeys(self.windows, _UNKNOWN)
+        self._stale = True
         self.dirty = None
 
     def delta(self) -> object:
-        """The accumulators changed since the last call (of windows still open), the watermark and the
-        late count: the watermark says which windows closed meanwhile. Changes are tracked per
-        (window, key) from the first call on, which returns the whole state."""
+        """The accumulators changed since the last call (of windows still open), the watermark, the
+        late count and the first stimes of the windows changed: the watermark says which windows closed
+        meanwhile. Changes are tracked per (window, key) from the first call on, which returns the whole
+        state."""
         dirty, windows = self.dirty, self.windows
         self.dirty = set()
         if dirty is None:
@@ -133,33 +158,50 @@ class WindowAggregate(Operator):
             w = windows.get(start)
             if w is not None:
                 changed.setdefault(start, {})[k] = w[k]
-        return (False, (changed, self.watermark, self.late))
+        firsts = self.firsts
+        return (False, (changed, self.watermark, self.late, {start: firsts[start] for start in changed}))
 
     def apply_delta(self, delta: object) -> None:
         full, body = cast(tuple[bool, Any], delta)
         if full:
             self.set_state(body)
             return
-        changed, self.watermark, self.late = cast(tuple[dict[int, dict[Any, Accumulator]], int | None, int], body)
+        changed, self.watermark, self.late = body[:3]
+        marks = body[3] if len(body) > 3 else {}  # none in a delta saved before windows kept them
+        windows, firsts = self.windows, self.firsts
         for start, accs in changed.items():
-            self.windows.setdefault(start, {}).update(accs)
+            w = windows.get(start)
+            if w is None:
+                w = windows[start] = {}
+                firsts[start] = marks.get(start, _UNKNOWN)
+            w.update(accs)
         if self.watermark is not None:
-            for start in [s for s in self.windows if s + self.size <= self.watermark]:
-                del self.windows[start]  # closed since the last delta
+            for start in [s for s in windows if s + self.size <= self.watermark]:
+                del windows[start], firsts[start]  # closed since the last delta
+        self._stale = True
 
     # -- state parts (``services.operators.parts``): a part is one key's window, id (key, start) ----------
     def part_ids(self) -> list[PartId]:
         return [(k, start) for start, w in self.windows.items() for k in w]
 
     def part(self, pid: PartId) -> object:
+        """The key's accumulator and its window's first stime: the same in every part of the window,
+        whose state they rebuild together (the tuple that opened the window is in one of them)."""
         k, start = pid
-        return self.windows[start][k].__getstate__()
+        return (self.windows[start][k].__getstate__(), self.firsts[start])
 
     def load_part(self, pid: PartId, state: object) -> None:
+        """A window's marker is the smallest its loaded parts carry: a window assembled from some of its
+        parts only holds no input from before it. A part saved before parts carried it (a bare accumulator)
+        gives ``_UNKNOWN``."""
         k, start = pid
+        st = cast(tuple, state)
+        acc_state, first = st if len(st) == 2 else (st, _UNKNOWN)
         acc = Accumulator(len(self.fields))
-        acc.__setstate__(cast(tuple, state))
+        acc.__setstate__(acc_state)
         self.windows.setdefault(start, {})[k] = acc
+        self.firsts[start] = min(first, self.firsts.get(start, first))
+        self._stale = True
 
     def watch(self, opened: PartEvent | None, closed: PartEvent | None) -> None:
         self.opened, self.closed = opened, closed
@@ -168,8 +210,12 @@ class WindowAggregate(Operator):
         return self.size
 
     def oldest_time(self, port: int) -> int | None:
-        """Start of the oldest open window: only tuples from there on are in the state."""
-        return min(self.windows) if self.windows else None
+        """The smallest stime of a tuple that opened a window still open: in the stime order the input
+        comes in, no tuple in an open window has a smaller one. In stime, whatever the ``time`` field."""
+        if self._stale:  # once per window opened or closed at most: the same between them
+            self._oldest = min(self.firsts.values(), default=None)
+            self._stale = False
+        return self._oldest
 
     def advance(self, stime: int) -> None:
         """Close the windows a tuple at ``stime`` would close, and move the watermark as it would."""
@@ -184,7 +230,7 @@ class WindowAggregate(Operator):
         out: list[Item] = []
         tf, kf, fields = self.time, self.key, self.fields
         size, slide, windows, nf, dirty = self.size, self.slide, self.windows, len(self.fields), self.dirty
-        opened = self.opened
+        opened, firsts = self.opened, self.firsts
         for item in items:
             try:  # everything that can fail, before anything changes
                 t, k, values = window_input(item[0], tf, kf, fields)
@@ -201,6 +247,8 @@ class WindowAggregate(Operator):
                 w = windows.get(start)
                 if w is None:
                     w = windows[start] = {}
+                    firsts[start] = item[1]  # its first tuple: the smallest stime it will hold
+                    self._stale = True
                 acc = w.get(k)
                 if acc is None:
                     acc = w[k] = Accumulator(nf)
@@ -219,6 +267,8 @@ class WindowAggregate(Operator):
             if start + size > watermark:
                 break
             w = self.windows.pop(start)
+            del self.firsts[start]
+            self._stale = True
             end = start + size
             for k in sorted(w):
                 out.append(window_result(self.aggs, self.fields, k, start, end, w[k]))

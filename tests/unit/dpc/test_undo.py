@@ -48,7 +48,25 @@ SPLIT = parse_spec(
     )
 )
 ORIG = parse_spec(SPEC)
-NODES = [(ORIG, "all"), (ALL, "all"), (SPLIT, "agg"), (SPLIT, "pair"), (SPLIT, "fm")]
+# ha-review D8: a window and a join whose time field runs a minute ahead of the stream time (stime).
+SHIFTED = parse_spec("""\
+name: shifted
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+  sa: {schema: reading, key: sensor}
+  sb: {schema: reading, key: sensor}
+  sliding: {schema: window_stat, key: key}
+  pairs: {schema: joined, key: key}
+operators:
+  shift_a: {type: map, input: a, output: sa, fields: {sensor: sensor, ts: "ts + 60000", value: value, seq: seq}}
+  shift_b: {type: map, input: b, output: sb, fields: {sensor: sensor, ts: "ts + 60000", value: value, seq: seq}}
+  slide: {type: window, input: sa, output: sliding, key: sensor, size: 30, slide: 10, aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+  near: {type: join, left: sa, right: sb, output: pairs, key: sensor, within: 7, fields: {key: left.sensor, ts: "max(left.ts, right.ts)", left_value: left.value, right_value: right.value}}
+nodes:
+  all: {operators: [shift_a, shift_b, slide, near]}
+""")
+NODES = [(ORIG, "all"), (ALL, "all"), (SPLIT, "agg"), (SPLIT, "pair"), (SPLIT, "fm"), (SHIFTED, "all")]
 BIG = 10**9
 
 # A feed plan: (stream, batch) steps and (None, t) for advance(t).
@@ -139,7 +157,7 @@ def test_window_advance_closes_like_a_tuple() -> None:
     assert got == [(-20, 2, 10), (-10, 2, 20)]
     slide = next(op for op in p.operators if op.name == "slide")
     assert isinstance(slide, WindowAggregate)
-    assert slide.watermark == 20 and slide.oldest_time(0) == 0
+    assert slide.watermark == 20 and slide.oldest_time(0) == 1  # the stime that opened [0, 30)
 
 
 def test_join_advance_expires_both_sides() -> None:
@@ -237,6 +255,48 @@ def test_repeated_failures(data: Any) -> None:
             want.append(feed(fresh, tentative))
             last = t_end
     assert merged(*got, finish(p)) == merged(*want, finish(fresh))
+
+
+def test_undo_rebuilds_a_window_whose_time_runs_ahead_of_stime() -> None:
+    """ha-review D8: the undo log is trimmed at the window's stream marker, which is in stime; the oldest
+    window's start in the units of its time field (a minute ahead) trimmed input it still held."""
+    reading = [({"sensor": "k0", "ts": t, "value": float(t), "seq": t}, t) for t in range(0, 60, 3)]
+    fresh = NodePipeline(plan_node(SHIFTED, "all"))
+    fresh.entry("a")(reading[:10])
+    fresh.drain()
+    fresh.entry("a")(reading[10:])
+    want = finish(fresh)
+    p = set_trim(NodePipeline(plan_node(SHIFTED, "all"), undo=True), 1)
+    p.entry("a")(reading[:10])
+    p.drain()
+    p.mark()
+    p.entry("a")([({"sensor": "k0", "ts": 28, "value": 1e6, "seq": -1}, 28)])  # tentative
+    p.drain()
+    p.undo()
+    p.entry("a")(reading[10:])
+    assert finish(p) == want
+
+
+def test_the_log_keeps_a_batch_whose_last_tuple_is_older_than_the_marker() -> None:
+    """A one-input node takes its input in log order: a tuple may come behind a newer one in a batch.
+    The batch still holds the tuple that opened the open windows, so trimming keeps it."""
+    a = [({"sensor": "k0", "ts": t, "value": 5.0, "seq": i}, t) for i, t in enumerate([5, 40, 12, 45, 70])]
+    fresh = NodePipeline(plan_node(ORIG, "all"))
+    fresh.entry("a")([a[0]])
+    fresh.entry("a")(a[1:3])  # 12 is late: its windows closed at 40
+    fresh.drain()
+    fresh.entry("a")(a[3:])
+    want = finish(fresh)
+    p = set_trim(NodePipeline(plan_node(ORIG, "all"), undo=True), 1)
+    p.entry("a")([a[0]])
+    p.entry("a")(a[1:3])
+    p.drain()
+    p.mark()  # trims the log at the markers (40: the stime that opened the open windows)
+    p.entry("a")([({"sensor": "k0", "ts": 41, "value": 1e6, "seq": -1}, 41)])  # tentative
+    p.drain()
+    p.undo()
+    p.entry("a")(a[3:])
+    assert finish(p) == want
 
 
 def test_trimming_bounds_the_log() -> None:

@@ -105,7 +105,7 @@ def whole(d: object) -> bool:
 
 
 def changed_keys(d: object) -> dict[int, set[Any]]:
-    _, (changed, _, _) = cast(tuple[bool, Any], d)
+    changed = cast(tuple[bool, Any], d)[1][0]
     return {s: set(ks) for s, ks in changed.items()}
 
 
