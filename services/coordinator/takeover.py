@@ -18,7 +18,8 @@ detecting, so that one party decides and a paused primary cannot go on believing
   it was sent, and when the newest heartbeat it has read (its own included) was sent more than a
   detection time ago, its own reading stalls or lags (a loaded machine, a slow broker, a
   coordinator just restarted), not every replica at once: no replica is failed and no one is
-  elected for it.
+  elected for it, and once its view is current again, not before a detection time has passed
+  (the heartbeats read late may still hold every replica's newest).
 
 Each decision is an ``Order`` the coordinator sends on the control topic. A replica reports
 its role and epoch in its heartbeats; one that disagrees with the table gets its order again.
@@ -100,11 +101,20 @@ class Takeovers:
         self._tickets = 0
         self._pairs: dict[tuple[str, int], _Pair] = {}
         self.takeovers = 0  # primaries replaced since this coordinator started
-        self.read_at = float("-inf")  # when the coordinator last read any heartbeat
+        self.read_at = float("-inf")  # when the newest heartbeat the coordinator read was sent
+        self.current_since = float("inf")  # the last heartbeat read a detection time or more after it was sent
+        self.lag_s = min((d for _, d in nodes.values()), default=float("inf"))  # the view lags past this
 
-    def intake(self, sent_at: float) -> None:
-        """A heartbeat of anyone (the coordinator's own too) sent at ``sent_at`` was read."""
+    def intake(self, sent_at: float, now: float | None = None) -> None:
+        """A heartbeat of anyone (the coordinator's own too) sent at ``sent_at`` was read at ``now``."""
+        now = sent_at if now is None else now
+        if self.current_since == float("inf") or now - sent_at > self.lag_s:
+            self.current_since = now  # read late: the view lags (or this is the first heartbeat)
         self.read_at = max(self.read_at, sent_at)
+
+    def _settled(self, p: _Pair, now: float) -> bool:
+        """Whether silence is evidence: something recent was read, and nothing was read late for a detection time."""
+        return now - self.read_at <= p.detection_s and now - self.current_since >= p.detection_s
 
     def role(self, node: str, partition: int, replica: int) -> Role | None:
         p = self._pairs.get((node, partition))
@@ -148,7 +158,7 @@ class Takeovers:
             return []
         replicas, detection_s = self.nodes[node]
         sent = now if sent_at is None else sent_at
-        self.intake(sent)
+        self.intake(sent, now)
         p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
         p.seen[replica] = max(p.seen.get(replica, sent), sent)
         if pid is not None:
@@ -189,14 +199,15 @@ class Takeovers:
         orders: list[Order] = []
         for (node, partition), p in sorted(self._pairs.items()):
             live = p.live(now)
-            blind = now - self.read_at > p.detection_s  # nothing recent read: the silence may be ours
+            settled = self._settled(p, now)  # else the silence may be the coordinator's own
             for r, role in sorted(p.roles.items()):
-                if role is not Role.FAILED and r not in live and not blind:
+                if role is not Role.FAILED and r not in live and settled:
                     p.roles[r] = Role.FAILED
             if p.electing is not None and now - p.electing.at > CLAIM_S:
                 p.electing = None  # its claim hangs (a broker down): elect again
-            due = len(p.seen) == p.replicas or now - p.known_since >= p.detection_s
-            if p.primary() is None and p.electing is None and live and due and not blind:
+            heard_all = len(p.seen) == p.replicas and now - self.read_at <= p.detection_s
+            due = heard_all or (now - p.known_since >= p.detection_s and settled)
+            if p.primary() is None and p.electing is None and live and due:
                 orders.extend(self._elect(p, node, partition, live, now))
         return orders
 

@@ -27,7 +27,9 @@ repeating rollback otherwise. So:
 - the log of a node with precise recovery holds each tuple once; the log of a node with
   rollback recovery is repeating (nothing lost, duplicates identical, in order), each repeated
   run within about an interval and a bucket of its output (and a second of slack), one per
-  takeover of that node. A log that upstream backup trimmed is checked from its start.
+  takeover of that node (counted in its replicas' logs: on a loaded machine a new primary that
+  stands still past the detection time is failed over too, and exits to come back as secondary,
+  as a supervisor restarts it here). A log that upstream backup trimmed is checked from its start.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ ROLLBACK_S = 0.05 + 0.1 + 1.0  # a repeated run at most: an interval, a bucket, 
 
 
 KINDS = ("kill", "stop", "secondary", "both", "coordinator", "coordinator_stop")
-TAKEOVERS = {"kill": 1, "stop": 1, "secondary": 0, "both": 2, "coordinator": 1, "coordinator_stop": 1}
+# Takeovers each fault makes at least (the second of "both" may be killed before it starts its own)
+TAKEOVERS = {"kill": 1, "stop": 1, "secondary": 0, "both": 1, "coordinator": 1, "coordinator_stop": 1}
 DOWN_S = 1.5  # how long the coordinator is gone, or both replicas are
 
 
@@ -133,7 +136,9 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
         assert len(got) == len(want), f"{where}: {len(got)} results, failure-free {len(want)}"
         assert got == want, f"{where}: the output differs from the failure-free run"
         for node, recovery in zip(NODES, plan.recoveries, strict=True):
-            takeovers = sum(TAKEOVERS[f.kind] for f in plan.faults if f.node == node)
+            planned = sum(TAKEOVERS[f.kind] for f in plan.faults if f.node == node)
+            takeovers = rig.takeovers(node)
+            assert takeovers >= planned, f"{where}: {node} took over {takeovers} times, {planned} planned"
             _check_log(rig, node, recovery, takeovers, where)
     finally:
         rig.close()
@@ -158,8 +163,7 @@ def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
         processes.kill(rig.proc(f.node, second))  # in its own takeover, before the first is back
         time.sleep(DOWN_S)
         rig.start(f.node, second)
-        if rig.primary(f.node, victim, 60) != second:  # a third replica took over
-            rig.rejoined(f.node, second)
+        rig.primary(f.node, victim, 60)
     elif f.kind in ("coordinator", "coordinator_stop"):
         coordinator = rig.coordinator.proc
         assert coordinator is not None
@@ -181,7 +185,7 @@ def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
         if restore is not None:
             restore()
     rig.start(f.node, victim)  # it rejoins as secondary
-    rig.rejoined(f.node, victim)
+    rig.settled(f.node)
 
 
 def _check_log(rig: HaRig, node: str, recovery: str, takeovers: int, where: str) -> None:

@@ -75,6 +75,26 @@ class HaRig:
     def rejoined(self, node: str, replica: int, timeout: float = 60) -> None:
         wait_for(lambda: ha_role(self.mon, node, replica) == "secondary", timeout, f"{node} r{replica} to rejoin")
 
+    def settled(self, node: str, timeout: float = 60) -> None:
+        """Until every replica of ``node`` runs, one primary and the rest secondaries. A replica that
+        exits meanwhile is started again, as the supervisor of a deployment does (a primary failed
+        over for standing still past the detection time exits, and comes back as secondary)."""
+        replicas = self.spec.nodes[node].replicas
+
+        def done() -> bool:
+            for r in range(replicas):
+                if not processes.alive(self.procs[(node, r)]):
+                    self.start(node, r)
+            roles = sorted(ha_role(self.mon, node, r) for r in range(replicas))
+            return roles == ["primary"] + ["secondary"] * (replicas - 1)
+
+        wait_for(done, timeout, f"{node}'s replicas to settle as one primary and secondaries")
+
+    def takeovers(self, node: str) -> int:
+        """The promotions of ``node``'s replicas after its first primary, from every run's log."""
+        said = sum(p.read_text().count("primary at epoch") for p in self.logs.glob(f"{node}[0-9]-*.log"))
+        return max(0, said - 1)
+
     def feed(self) -> None:
         self.sources = PacedSources(self.spec, self.bootstrap, self.workload, self.rate).start()
 

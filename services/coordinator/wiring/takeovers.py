@@ -79,7 +79,7 @@ async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
     takeovers = coordinator.takeovers
     now = time.monotonic()
     sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
-    takeovers.intake(sent_at)  # the coordinator's view is as current as this: silence means something
+    takeovers.intake(sent_at, now)  # the coordinator's view is as current as this: silence means something
     if beat.epoch == CLAIM_EPOCH:
         return  # an epoch claim (often the coordinator's own): no sign of the replica's life or process
     if beat.node in takeovers.nodes and coordinator.caught_up:
