@@ -88,14 +88,8 @@ class ActiveStandbyScheme(HaScheme):
             return
         if isinstance(msg, RoleOrder) and msg.role == Role.SECONDARY and not self.following:
             if msg.is_for(node.plan.node, node.partition, node.replica):
-                self._reads_back_all()  # what it will hold and read is not known until it rebuilds
+                self.reads_back_all()  # what it will hold and read is not known until it rebuilds
         super().on_control(msg, now)
-
-    def _reads_back_all(self) -> None:
-        """Say that a recovery may read every log back from its start: the coordinator trims none of them."""
-        node = self.node
-        node.set_keeps({s: 0 for s in self.held})
-        node.set_needs({p.topic: 0 for p in node.inputs.ports})
 
     def _trim(self, ids: dict[str, int]) -> None:
         """Drop the held results the primary's log has (ids up to ``ids[s]``, and the boundaries before)."""
@@ -191,6 +185,6 @@ class ActiveStandbyScheme(HaScheme):
                 self.resume.skip_written(s, last, undo=False)
         self.acking.next_cut = 0.0  # its first cut as primary at its first step: a secondary's cuts set no pace
         self.acking.published = None
-        self._reads_back_all()  # a secondary that joins now rebuilds from the old primary's last ack, until its own
+        self.reads_back_all()  # a secondary that joins now rebuilds from the old primary's last ack, until its own
         log.info("took over from the standby's queue: %s", {s: len(node.outputs.queue(s)) for s in self.held})
         return None

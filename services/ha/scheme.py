@@ -146,10 +146,19 @@ class HaScheme:
         return self.path.progress()
 
     # -- takeover ---------------------------------------------------------------------
+    def reads_back_all(self) -> None:
+        """Say that a recovery may read every log back from its start: the coordinator trims none of them."""
+        node = self.node
+        node.set_keeps({s: 0 for s in self.path.soutputs})
+        node.set_needs({p.topic: 0 for p in node.inputs.ports})
+
     def _promote(self, epoch: int) -> None:
         node = self.node
         self.promoted_at = time.monotonic()
         node.begin_writing(epoch)  # first: what the old primary writes after this is dropped by readers
+        # Its heartbeats say primary from here on, also while it takes over: until the takeover says from
+        # where it would read back, everything (what it reported as a secondary is no primary's point)
+        self.reads_back_all()
         self.role, self.epoch = Role.PRIMARY, epoch
         node.set_role(Role.PRIMARY.value, epoch)
         log.info("primary at epoch %d", epoch)

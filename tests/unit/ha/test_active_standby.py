@@ -292,3 +292,27 @@ def test_a_secondary_told_no_trims_stops_reading_at_its_bound_and_reads_on_once_
     _trims(primary, secondary, 0)
     secondary.step([], now)
     assert not secondary.inputs.held and not secondary.consumer.holding and len(scheme.held["w"]) <= 10
+
+
+def test_a_new_primary_says_it_reads_back_everything_from_the_moment_it_says_primary(log: Log) -> None:
+    """Its heartbeats say primary while it takes over; what it said as a secondary (where it reads, far
+    ahead) is no primary's restart point: the coordinator trimmed the input to it, and a takeover
+    after this one was killed in its own found the input gone (HA schedule seed 23)."""
+    rnd = random.Random(5)
+    primary, secondary = FakeNode(SPECS["precise"], "n", replica=0), FakeNode(SPECS["precise"], "n", replica=1)
+    msgs = _inputs(primary, ["a", "b"], 60, rnd)
+    _copy_log(primary, secondary)
+    for n in (primary, secondary):
+        n.scheme.on_restart()
+        n.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
+    _role(primary, "primary", 5)
+    log.writers.append(primary)
+    _role(secondary, "secondary", 5)
+    _feed(primary, msgs, rnd)
+    _feed(secondary, msgs, rnd)
+    assert any(off > 0 for off in secondary.needs.values()), "a secondary says where it reads"
+    said: list[tuple[dict[str, int], dict[str, int], str]] = []
+    secondary.set_role = lambda role, epoch: said.append((dict(secondary.keeps), dict(secondary.needs), role))  # type: ignore[method-assign]
+    _role(secondary, "primary", 9)
+    keeps, needs, role = said[0]
+    assert role == "primary" and set(keeps.values()) == {0} and set(needs.values()) == {0}, said[0]
