@@ -19,21 +19,11 @@ import pytest
 from services.deploy import processes
 from tests.integration.ha_rig import HaRig
 from tests.integration.helpers import ha_role
+from tests.integration.test_ha_failover import WINDOW
 
 pytestmark = pytest.mark.integration
 
-SPEC = """\
-name: hacoord-{u}
-defaults: {partitions: 1}
-streams:
-  in_{u}: {schema: reading, key: sensor}
-  out_{u}: {schema: window_stat, key: key}
-operators:
-  win: {type: window, input: in_{u}, output: out_{u}, key: sensor, size: 500, slide: 100,
-        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
-nodes:
-  n: {operators: [win], replicas: 2, ha: {scheme: SCHEME, recovery: precise, interval_ms: 50}}
-"""
+SPEC = WINDOW.replace("pstandby-", "hacoord-").replace("scheme: passive_standby", "scheme: SCHEME")
 RATE, COUNT = 200, 1600  # 8 s of input
 DOWN_S = 3.0  # how long the coordinator is gone: many detection times
 

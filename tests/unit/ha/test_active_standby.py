@@ -262,6 +262,21 @@ def test_a_secondary_needs_its_input_from_where_it_reads_and_a_new_primary_all_u
     assert node.needs == {t: 0 for t in topics} and node.keeps == {"w": 0}
 
 
+def _primary_and_secondary(log: Log, rnd: random.Random, n: int) -> tuple[FakeNode, FakeNode, list[FakeMessage]]:
+    """Replica 0 primary (writing ``log``) and replica 1 its secondary at epoch 5, cuts and trims at every
+    chance, and ``n`` readings per input for them."""
+    primary, secondary = FakeNode(SPECS["precise"], "n", replica=0), FakeNode(SPECS["precise"], "n", replica=1)
+    msgs = _inputs(primary, ["a", "b"], n, rnd)
+    _copy_log(primary, secondary)
+    for node in (primary, secondary):
+        node.scheme.on_restart()
+        node.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
+    _role(primary, "primary", 5)
+    log.writers.append(primary)
+    _role(secondary, "secondary", 5)
+    return primary, secondary, msgs
+
+
 def test_a_secondary_told_no_trims_stops_reading_at_its_bound_and_reads_on_once_trimmed(
     log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,15 +284,7 @@ def test_a_secondary_told_no_trims_stops_reading_at_its_bound_and_reads_on_once_
     holds at most about ``MAX_HELD`` results, then reads no input until a trim (or its takeover)."""
     monkeypatch.setattr(act, "MAX_HELD", 20)
     rnd = random.Random(3)
-    primary, secondary = FakeNode(SPECS["precise"], "n", replica=0), FakeNode(SPECS["precise"], "n", replica=1)
-    msgs = _inputs(primary, ["a", "b"], 80, rnd)
-    _copy_log(primary, secondary)
-    for n in (primary, secondary):
-        n.scheme.on_restart()
-        n.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
-    _role(primary, "primary", 5)
-    log.writers.append(primary)
-    _role(secondary, "secondary", 5)
+    primary, secondary, msgs = _primary_and_secondary(log, rnd, 80)
     scheme = secondary.scheme
     assert isinstance(scheme, ActiveStandbyScheme)
     most, now = 0, 1.0
@@ -299,15 +306,7 @@ def test_a_new_primary_says_it_reads_back_everything_from_the_moment_it_says_pri
     ahead) is no primary's restart point: the coordinator trimmed the input to it, and a takeover
     after this one was killed in its own found the input gone (HA schedule seed 23)."""
     rnd = random.Random(5)
-    primary, secondary = FakeNode(SPECS["precise"], "n", replica=0), FakeNode(SPECS["precise"], "n", replica=1)
-    msgs = _inputs(primary, ["a", "b"], 60, rnd)
-    _copy_log(primary, secondary)
-    for n in (primary, secondary):
-        n.scheme.on_restart()
-        n.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
-    _role(primary, "primary", 5)
-    log.writers.append(primary)
-    _role(secondary, "secondary", 5)
+    primary, secondary, msgs = _primary_and_secondary(log, rnd, 60)
     _feed(primary, msgs, rnd)
     _feed(secondary, msgs, rnd)
     assert any(off > 0 for off in secondary.needs.values()), "a secondary says where it reads"
