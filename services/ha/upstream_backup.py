@@ -1,9 +1,10 @@
 """Upstream backup (ICDE 2005, section 5.2): the upstream logs are the backup; a takeover rebuilds.
 
-The primary keeps no copy of its state anywhere. Every ``interval_ms`` (M) it takes a cut
-(``services.ha.acks``): per input, the oldest tuple its state still needs, and the output ids
-that follow the cut; once the output before the cut is written it publishes that level-1
-acknowledgement on ``<spec>.ha.acks``. The coordinator trims each upstream log at the oldest
+The primary keeps no copy of its state anywhere. At every bucket start its operators reach it
+takes a cut (``services.ha.acks``): per input, the oldest tuple its state still needs, and the
+output ids that follow the cut; every ``interval_ms`` (M) it publishes the newest cut whose
+output is written as a level-1 acknowledgement on ``<spec>.ha.acks``. So an ack is at most M and
+a loop turn behind the output, also when the input stops right after a burst (a catch-up). The coordinator trims each upstream log at the oldest
 acknowledgement of all its readers (``services.coordinator``), so the logs keep what a
 rebuild needs and little more: the state, about M of input and the time an ack takes.
 
@@ -53,7 +54,7 @@ class Acking:
         self.interval_s = interval_ms / 1000
         self.needs = Needs(scheme.dpc.bucket)
         self.streams = [p.stream for p in self.node.inputs.ports]  # by port index
-        self.pending: Ack | None = None  # the last cut, published once the output before it is written
+        self.latest: Ack | None = None  # a primary's newest cut, published once the output before it is written
         self.tails: dict[str, int] = {}  # output stream -> the last stable id its log held at the last rebuild
         self.published: Ack | None = None  # the last ack published
         self.next_cut = 0.0
@@ -126,10 +127,13 @@ class Acking:
             self.needs.read(port.stream, port.last_stable, offset, boundaries[port.index])
 
     def publish_pending(self) -> None:
-        """Publish the last cut: the loop flushed the output before it since it was taken."""
-        if self.pending is not None:
-            self._publish(self.pending)
-            self.pending = None
+        """Publish the newest cut once an interval has passed since the last: it was taken before this
+        loop turn, and the loop flushed the output before it since."""
+        now = time.monotonic()
+        if self.latest is not None and now >= self.next_cut:
+            self.next_cut = now + self.interval_s
+            self._publish(self.latest)
+            self.latest = None
 
     def on_bucket(self, k: int, tuples: list[STuple]) -> None:
         """Note what each input gives this bucket before it runs: a cut at its start needs it."""
@@ -142,16 +146,18 @@ class Acking:
             self.needs.processed(self.streams[port], start, first)
 
     def on_step(self, t: int) -> None:
-        """The operators were just advanced to bucket start ``t``: a cut there when one is due, which a
-        primary publishes. A secondary (active standby's) takes it too and drops it: a cut forgets what
-        no later cut can need, so its bookkeeping stays as small as a primary's however long it runs."""
-        now = time.monotonic()
+        """The operators were just advanced to bucket start ``t``: a primary cuts there, the newest cut
+        to publish (a cut costs a few dictionaries per bucket, not per tuple). A secondary (active
+        standby's) cuts once an interval and drops it: a cut forgets what no later cut can need, so
+        its bookkeeping stays as small as a primary's however long it runs."""
         role = self.scheme.role
+        if role is Role.PRIMARY:
+            self.latest = self._cut(t)
+            return
+        now = time.monotonic()
         if now >= self.next_cut and role is not Role.CANDIDATE:
             self.next_cut = now + self.interval_s
-            cut = self._cut(t)
-            if role is Role.PRIMARY:
-                self.pending = cut
+            self._cut(t)
 
     def _cut(self, t: int) -> Ack:
         node, scheme = self.node, self.scheme

@@ -253,8 +253,8 @@ def test_an_ack_names_the_oldest_tuple_of_the_open_windows(no_broker) -> None:
         for i in range(10)
     ]
     node.step(msgs + [node.message("a", BOUNDARY, 9, 1450)], 1.0)  # the operators move to 1400
-    scheme.acking.next_cut = 0.0
     node.step([node.message("a", BOUNDARY, 9, 1500)], 1.1)  # to 1500: a cut there
+    scheme.acking.next_cut = 0.0
     node.step([], 1.2)  # the cut's output is written: its ack goes out
     ack = _acks(node)[-1]
     # At 1500 the windows [1300, 1600) and [1400, 1700) are open; the oldest holds ts 1300 = id 6.
@@ -274,8 +274,8 @@ def test_an_ack_names_the_oldest_tuple_of_the_open_windows_when_their_time_runs_
         for i in range(10)
     ]
     node.step(msgs + [node.message("a", BOUNDARY, 9, 1450)], 1.0)
-    scheme.acking.next_cut = 0.0
     node.step([node.message("a", BOUNDARY, 9, 1500)], 1.1)  # to 1500: a cut there
+    scheme.acking.next_cut = 0.0
     node.step([], 1.2)
     ack = _acks(node)[-1]
     # Open in the window's time: [61200, 61500), [61300, 61600), [61400, 61700); the oldest holds the
@@ -305,3 +305,26 @@ def test_the_primary_reports_the_ack_before_its_newest_as_its_restart_point(no_b
     acks = _acks(primary)
     assert len(acks) >= 2 and acks[-2].outputs["w"] > 0
     assert primary.keeps == acks[-2].outputs
+
+
+def test_a_burst_the_input_stops_after_is_acknowledged_within_an_interval(no_broker) -> None:
+    """A new primary that catches up within one interval, after which its input stops (the end of a
+    stream, an idle upstream), still acknowledges its newest cut: before, cuts were taken only at a
+    bucket start reached once an interval had passed, none came, and the next takeover wrote the
+    whole burst again (HA schedule seed 26: upstream backup under rollback, a run of 128 tuples)."""
+    node = FakeNode(WINDOW, "n")
+    scheme = _promote(node, 2)
+    scheme.acking.next_cut = float("inf")  # the whole burst within one interval
+    msgs = [
+        node.message("a", STABLE, i, 1000 + 50 * i, {"sensor": "x", "ts": 1000 + 50 * i, "value": 1.0, "seq": i})
+        for i in range(20)
+    ]
+    node.step(msgs + [node.message("a", BOUNDARY, 19, 2000)], 1.0)  # the operators move to 2000
+    assert _acks(node) == []
+    scheme.acking.next_cut = 0.0  # the interval has passed; no input comes
+    node.step([], 1.1)
+    acks = _acks(node)
+    assert [a.cut for a in acks] == [2000]
+    assert acks[0].outputs == {"w": scheme.path.soutputs["w"].next_id} and acks[0].outputs["w"] > 0
+    node.step([], 1.2)
+    assert len(_acks(node)) == 1, "a cut is published once"
