@@ -121,10 +121,11 @@ class ReplicaOutput:
 
 
 class Recorder:
-    """Reads every replica topic of ``streams`` from the beginning, with arrival times."""
+    """Reads every replica topic of ``streams`` from the beginning, with arrival times, each within
+    about ``wait_s`` of its arrival."""
 
-    def __init__(self, spec: Spec, bootstrap: str, streams: list[str]) -> None:
-        self.spec = spec
+    def __init__(self, spec: Spec, bootstrap: str, streams: list[str], wait_s: float = 0.1) -> None:
+        self.spec, self.wait_s = spec, wait_s
         self.outputs: dict[tuple[str, int], ReplicaOutput] = {}
         self.decode = {t: codec_for(spec.streams[s].schema).decode for s in streams for t in spec.stream_topics(s)}
         self.topic_stream = {t: s for s in streams for t in spec.stream_topics(s)}
@@ -142,7 +143,7 @@ class Recorder:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for m in self._c.consume(1000, 0.1):
+            for m in self._c.consume(1000, self.wait_s):
                 topic, partition = m.topic(), m.partition()
                 if m.error() is not None or topic is None or partition is None:
                     continue
@@ -173,19 +174,21 @@ class Recorder:
         self._c.close()
 
 
-def ha_role(mon: ReplicaMonitor, node: str, replica: int) -> str:
+def ha_role(mon: ReplicaMonitor, node: str, replica: int, part: int = 0) -> str:
     """The role an HA node replica's live heartbeat reports ("" while it is silent)."""
-    st = mon.get(node, 0, replica)
+    st = mon.get(node, part, replica)
     return st.role if st is not None and st.alive(mon.timeout_s) else ""
 
 
-def wait_primary(mon: ReplicaMonitor, node: str, other_than: int | None, timeout: float, replicas: int = 2) -> int:
-    """The replica of ``node`` (partition 0) that is primary, once one other than ``other_than`` says so.
-    Polls every 20 ms: a takeover's time is measured by this wait."""
+def wait_primary(
+    mon: ReplicaMonitor, node: str, other_than: int | None, timeout: float, replicas: int = 2, part: int = 0
+) -> int:
+    """The replica of ``node`` (partition ``part``) that is primary, once one other than ``other_than`` says
+    so. Polls every 20 ms: a takeover's time is measured by this wait."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for r in range(replicas):
-            if r != other_than and ha_role(mon, node, r) == "primary":
+            if r != other_than and ha_role(mon, node, r, part) == "primary":
                 return r
         time.sleep(0.02)
-    raise TimeoutError(f"no replica of {node} other than {other_than} became primary within {timeout:.0f} s")
+    raise TimeoutError(f"no replica of {node} p{part} other than {other_than} became primary within {timeout:.0f} s")

@@ -69,13 +69,16 @@ class PacedSources:
     may be an endless iterable: then the sources run until ``stop()``. ``hold(stream,
     seconds)`` models a disconnected input: its tuples are generated on time but delivered
     when it heals. At the end every source sends the final boundary (``END_OF_TIME``).
+    ``pause_at(k, boundary)`` stops every source before its record ``k``, as a source process that
+    stopped after a last BOUNDARY, until ``resume()``, after which each is a new writer (a restarted
+    process) that goes on from its log's tail, on the same pace.
     ``sent_at`` maps each record's event time to the wall time (monotonic) it was generated;
     ``first_held`` each held stream to when its first held record was generated, which may be
     before ``hold`` was called if the source thread stood still between stamping and sending.
     """
 
     def __init__(self, spec: Spec, bootstrap: str, workload: Mapping[str, Iterable[Record]], rate: float) -> None:
-        self.spec, self.rate = spec, rate
+        self.spec, self.rate, self.bootstrap = spec, rate, bootstrap
         self.writers = {s: SourceWriter(spec, s, bootstrap) for s in workload}
         self._records = {s: iter(w) for s, w in workload.items()}
         sized = [len(w) for w in workload.values() if isinstance(w, Sized)]
@@ -85,6 +88,8 @@ class PacedSources:
         self.sent_at: dict[int, float] = {}  # event time -> wall time it was generated
         self.done = threading.Event()
         self._stop = threading.Event()
+        self._pause, self._paused, self._go = threading.Event(), threading.Event(), threading.Event()
+        self._pause_at, self._last_boundary = 0, 0
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> PacedSources:
@@ -94,6 +99,34 @@ class PacedSources:
     def stop(self) -> None:
         """End an endless workload: no record after the current batch, then the final boundary."""
         self._stop.set()
+
+    def pause_at(self, k: int, boundary: int) -> None:
+        """Stop every source before its record ``k``, once it has sent a BOUNDARY at ``boundary`` (at most
+        the stime of record ``k`` and after: a source idle until then would say as much)."""
+        self._pause_at, self._last_boundary = k, boundary
+        self._go.clear()
+        self._paused.clear()
+        self._pause.set()
+
+    def wait_paused(self, timeout: float) -> None:
+        if not self._paused.wait(timeout):
+            raise TimeoutError(f"the sources did not stop within {timeout:.0f} s")
+
+    def resume(self) -> None:
+        """Start every source again as a new writer."""
+        self._pause.clear()
+        self._go.set()
+
+    def _stand_still(self) -> float:
+        """While paused (after the last boundary, all flushed); then new writers. Returns the seconds it stood."""
+        began = time.monotonic()
+        for w in self.writers.values():
+            w.boundary(self._last_boundary)
+            w.flush()
+        self._paused.set()
+        self._go.wait()
+        self.writers = {s: SourceWriter(self.spec, s, self.bootstrap) for s in self.writers}
+        return time.monotonic() - began
 
     def hold(self, stream: str, seconds: float) -> None:
         self.held_until[stream] = time.monotonic() + seconds  # first: a record held is always seen as held
@@ -105,10 +138,14 @@ class PacedSources:
         t0 = time.monotonic()
         k = 0
         while (n is None or k < n) and not self._stop.is_set():
+            if self._pause.is_set() and k >= self._pause_at:
+                t0 += self._stand_still()
             now = time.monotonic()
             due = int((now - t0) * self.rate) + 1
             if n is not None:
                 due = min(n, due)
+            if self._pause.is_set():
+                due = min(due, self._pause_at)
             for s, w in self.writers.items():
                 until = self.held_until.get(s)
                 if until is not None and now >= until:

@@ -93,18 +93,17 @@ EXPERIMENTS = {
 
 
 def cpu_overhead(run: dict[str, Any], runs: list[dict[str, Any]]) -> float | None:
-    """Both replicas' CPU over the amnesia run's of the same workload (same span), as a % of its primary's."""
+    """Both replicas' CPU over the amnesia run's of the same workload (same span, and the same repeat
+    if it has one), as a % of its primary's."""
     c = run["config"]
-    base = next(
-        (
-            r
-            for r in runs
-            if r["config"]["scheme"] == "amnesia"
-            and all(r["config"].get(k) == c.get(k) for k in ("workload", "window", "advance", "aggregates", "sensors"))
-            and "error" not in r
-        ),
-        None,
-    )
+    bases = [
+        r
+        for r in runs
+        if r["config"]["scheme"] == "amnesia"
+        and all(r["config"].get(k) == c.get(k) for k in ("workload", "window", "advance", "aggregates", "sensors"))
+        and "error" not in r
+    ]
+    base = next((r for r in bases if r.get("repeat") == run.get("repeat")), bases[0] if bases else None)
     if base is None or not base["cpu_primary_s"]:
         return None
     mine = (run["cpu_primary_s"] + run["cpu_secondary_s"]) / run["span_s"]

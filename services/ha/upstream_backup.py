@@ -57,6 +57,7 @@ class Acking:
         self.latest: Ack | None = None  # a primary's newest cut, published once the output before it is written
         self.tails: dict[str, int] = {}  # output stream -> the last stable id its log held at the last rebuild
         self.published: Ack | None = None  # the last ack published
+        self.reported = True  # whether it is reported as the restart point
         self.next_cut = 0.0
         self.acks_sent = 0
         self.path.on_bucket = self.on_bucket
@@ -127,8 +128,11 @@ class Acking:
             self.needs.read(port.stream, port.last_stable, offset, boundaries[port.index])
 
     def publish_pending(self) -> None:
-        """Publish the newest cut once an interval has passed since the last: it was taken before this
-        loop turn, and the loop flushed the output before it since."""
+        """Report the last ack published as the restart point, then publish the newest cut once an
+        interval has passed since the last: it was taken before this loop turn, and the loop flushed
+        the output before it since."""
+        if not self.reported:
+            self._report()
         now = time.monotonic()
         if self.latest is not None and now >= self.next_cut:
             self.next_cut = now + self.interval_s
@@ -173,12 +177,19 @@ class Acking:
             node.outputs.guard()  # a primary that was replaced acknowledges nothing more
         node.producer.send(node.plan.acks_topic, ack.encode(), ack.key, 0)
         self.acks_sent += 1
-        if self.published is not None and self.scheme.role is Role.PRIMARY:
-            # the ack before is written (a loop turn flushed since): a takeover, or a secondary that joins,
-            # reads back from it at the oldest
-            node.set_keeps(self.published.outputs)
-            node.set_needs(self.published.input_offsets)
-        self.published = ack
+        self.published, self.reported = ack, False
+
+    def _report(self) -> None:
+        """Once the last ack published is written, a takeover, or a secondary that joins, reads back from
+        it at the oldest: say so in the heartbeats (the coordinator trims the logs no further). A loop
+        turn since its publication flushed it, or it is written now: also when the input stopped."""
+        ack, node = self.published, self.node
+        self.reported = True
+        if ack is None or self.scheme.role is not Role.PRIMARY:
+            return
+        node.producer.flush()
+        node.set_keeps(ack.outputs)
+        node.set_needs(ack.input_offsets)
 
 
 class UpstreamBackupScheme(HaScheme):

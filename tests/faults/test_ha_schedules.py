@@ -6,9 +6,10 @@ each given passive standby, active standby or upstream backup by the seed, preci
 recovery, and two replicas (an active standby node sometimes three). When the filter is under
 upstream backup, the window writes a log read only by a stateless upstream backup node, whose
 trims the window's own takeovers must survive; the coordinator trims logs all along, so faults
-come during trims. One to three faults per run, at random times while input flows, of these
-classes (issue 34's fault classes; a broker killed during a takeover is in
-``test_ha_broker_schedule``, on three brokers):
+come during trims. A quarter of the runs have two partitions per node (each a process per
+replica, each its own primary and takeovers). One to three faults per run, each on a partition
+of a node, at random times while input flows, of these classes (a broker killed during a
+takeover is in ``test_ha_broker_schedule``, on three brokers):
 
 - ``kill``: kill -9 of a node's current primary (its replica restarts and rejoins as secondary);
 - ``stop``: SIGSTOP of it past the detection time (woken up later, it must exit, and is restarted);
@@ -17,7 +18,10 @@ classes (issue 34's fault classes; a broker killed during a takeover is in
   old one is back: with two replicas none is left until the first returns;
 - ``coordinator``: kill -9 of the coordinator with the primary; a new coordinator, started
   later, finishes the takeover the dead one never ordered;
-- ``coordinator_stop``: SIGSTOP of the coordinator while the primary is killed, woken later.
+- ``coordinator_stop``: SIGSTOP of the coordinator while the primary is killed, woken later;
+- ``emptied`` (a quarter of the runs, first): the source stops after a boundary past its tuples
+  (as a source idle for a while says), the trims take its log down to the writer's tail, and a
+  new writer process goes on from there.
 
 Every scheme here can give precise recovery for these nodes (``hastream validate``) and gives
 repeating rollback otherwise. So:
@@ -37,6 +41,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,13 +50,15 @@ import pytest
 from infra.kafka.cluster import KafkaCluster
 from services.deploy import processes
 from services.ha.guarantee import repeated_runs
+from services.log.tail import first_offset, tail_offset
 from tests.integration.ha_rig import HaRig
+from tests.integration.helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
 CHAIN = """\
 name: hachain-{{u}}
-defaults: {{partitions: 1}}
+defaults: {{partitions: {p}}}
 streams:
   in_{{u}}: {{schema: reading, key: sensor}}
   scaled_{{u}}: {{schema: reading, key: sensor}}
@@ -75,17 +82,19 @@ RATE, COUNT = 200, 2000  # 10 s of input
 ROLLBACK_S = 0.05 + 0.1 + 1.0  # a repeated run at most: an interval, a bucket, slack for the machine
 
 
-KINDS = ("kill", "stop", "secondary", "both", "coordinator", "coordinator_stop")
+KINDS = ("kill", "stop", "secondary", "both", "coordinator", "coordinator_stop")  # + "emptied", drawn apart
 # Takeovers each fault makes at least (the second of "both" may be killed before it starts its own)
 TAKEOVERS = {"kill": 1, "stop": 1, "secondary": 0, "both": 1, "coordinator": 1, "coordinator_stop": 1}
 DOWN_S = 1.5  # how long the coordinator is gone, or both replicas are
+EMPTIED_S, GAP_MS = 1.0, 2000  # when an emptied source stops, and how far its time jumps meanwhile
 
 
 @dataclass(frozen=True)
 class Fault:
     at_s: float  # after the input starts
-    node: str
-    kind: str  # one of KINDS
+    node: str  # "source" for an emptied source
+    kind: str  # one of KINDS, or "emptied"
+    part: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,11 +103,12 @@ class Plan:
     recoveries: tuple[str, str, str]
     replicas: tuple[int, int, int]
     faults: list[Fault]
+    partitions: int = 1
 
 
-def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS) -> Plan:
-    """The seed's schemes, recoveries and replica counts for n1..n3, and one to three faults, at least
-    2.5 s apart."""
+def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS, emptied: bool = True) -> Plan:
+    """The seed's schemes, recoveries, replica and partition counts for n1..n3, and one to three faults
+    at least 2.5 s apart, an emptied source before them in a quarter of the runs."""
     rnd = random.Random(seed)
     schemes = (SCHEMES[seed % 3], SCHEMES[(seed // 3) % 3], rnd.choice(SCHEMES))
     recoveries = (rnd.choice(RECOVERIES), rnd.choice(RECOVERIES), rnd.choice(RECOVERIES))
@@ -108,7 +118,12 @@ def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS) -> Plan:
         t += rnd.uniform(0.2, 2.0)
         faults.append(Fault(round(t, 2), rnd.choice(NODES), rnd.choice(kinds)))
         t += 2.5
-    return Plan(schemes, recoveries, (replicas[0], replicas[1], replicas[2]), faults)
+    # drawn last, so that a seed's schemes and faults stay as they were before these draws came
+    partitions = 2 if rnd.random() < 0.25 else 1
+    faults = [Fault(f.at_s, f.node, f.kind, rnd.randrange(partitions)) for f in faults]
+    if emptied and rnd.random() < 0.25:
+        faults.insert(0, Fault(EMPTIED_S, "source", "emptied"))
+    return Plan(schemes, recoveries, (replicas[0], replicas[1], replicas[2]), faults, partitions)
 
 
 Broker = Callable[[], Callable[[], None]]  # kills a broker; returns what brings it back
@@ -117,53 +132,95 @@ Broker = Callable[[], Callable[[], None]]  # kills a broker; returns what brings
 def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: Broker | None = None) -> None:
     """``plan`` run on ``bootstrap``; ``broker``: called at each primary's kill (``kill`` faults)."""
     (s1, s2, s3), (r1, r2, r3), (k1, k2, k3) = plan.schemes, plan.recoveries, plan.replicas
-    text = CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3, k1=k1, k2=k2, k3=k3)
-    rig = HaRig(bootstrap, tmp_path, text, COUNT, RATE)
+    parts = range(plan.partitions)
+    text = CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3, k1=k1, k2=k2, k3=k3, p=plan.partitions)
+    rig = HaRig(bootstrap, tmp_path, text, COUNT, RATE, sensors=4 * plan.partitions)  # 8 sensors: 4 per partition
     replicas = dict(zip(NODES, plan.replicas, strict=True))
     for n in NODES:
         for r in range(replicas[n]):
-            rig.start(n, r)
+            for p in parts:
+                rig.start(n, r, p)
     try:
         for n in NODES:
-            rig.primary(n, None, 90)
+            for p in parts:
+                rig.primary(n, None, 90, p)
+        emptied = any(f.kind == "emptied" for f in plan.faults)
+        if emptied:
+            gap_at = _gap(rig)
         rig.feed()
+        if emptied:
+            assert rig.sources is not None
+            rig.sources.pause_at(gap_at, rig.workload[rig.input][gap_at]["ts"])
         began = time.monotonic()
         for f in plan.faults:
             time.sleep(max(0.0, began + f.at_s - time.monotonic()))
-            _fault(rig, f, replicas[f.node], broker)
-        want, got = rig.outputs(f"out_{rig.u}")
+            if f.kind == "emptied":
+                _empty_source(rig, plan.partitions)
+            else:
+                _fault(rig, f, replicas[f.node], broker)
         where = f"seed {seed}: {plan}"
-        assert len(got) == len(want), f"{where}: {len(got)} results, failure-free {len(want)}"
-        assert got == want, f"{where}: the output differs from the failure-free run"
+        for p in parts:
+            want, got = rig.outputs(f"out_{rig.u}", part=p)
+            assert len(got) == len(want), f"{where}: p{p}: {len(got)} results, failure-free {len(want)}"
+            assert got == want, f"{where}: p{p}: the output differs from the failure-free run"
         for node, recovery in zip(NODES, plan.recoveries, strict=True):
-            planned = sum(TAKEOVERS[f.kind] for f in plan.faults if f.node == node)
-            takeovers = rig.takeovers(node)
-            assert takeovers >= planned, f"{where}: {node} took over {takeovers} times, {planned} planned"
-            _check_log(rig, node, recovery, takeovers, where)
+            for p in parts:
+                planned = sum(TAKEOVERS[f.kind] for f in plan.faults if (f.node, f.part) == (node, p))
+                takeovers = rig.takeovers(node, p)
+                assert takeovers >= planned, f"{where}: {node} p{p} took over {takeovers} times, {planned} planned"
+                _check_log(rig, node, p, recovery, takeovers, f"{where}: p{p}")
     finally:
         rig.close()
 
 
+def _gap(rig: HaRig) -> int:
+    """The input's time jumps ``GAP_MS`` at the record due ``EMPTIED_S`` into it (where the source stops
+    for a while); returns that record's index."""
+    k = int(EMPTIED_S * RATE)
+    recs = rig.workload[rig.input]
+    rig.workload[rig.input] = recs[:k] + [{**r, "ts": r["ts"] + GAP_MS} for r in recs[k:]]
+    return k
+
+
+def _empty_source(rig: HaRig, partitions: int) -> None:
+    """The source stopped after a boundary past every tuple it sent (``_gap``): the readers process them
+    all and say so. Once the trims have taken its log down to the writer's tail, a new writer process
+    goes on from there (ha-review D1: an emptied log must not restart its ids or epoch)."""
+    assert rig.sources is not None
+    rig.sources.wait_paused(30)
+    topic = rig.spec.topic(rig.input)
+    for p in range(partitions):
+        at_tail = partial(_at_tail, rig.bootstrap, topic, p)
+        wait_for(at_tail, 30, f"the trims to empty {topic}[{p}] down to its writer's tail")
+    rig.sources.resume()
+
+
+def _at_tail(bootstrap: str, topic: str, part: int) -> bool:
+    return first_offset(bootstrap, topic, part) >= tail_offset(bootstrap, topic, part)
+
+
 def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
-    """Inflict ``f`` and wait until every replica of its node is back (the killed ones rejoined)."""
-    victim = rig.primary(f.node)
+    """Inflict ``f`` on partition ``f.part`` of its node and wait until every replica of it is back
+    (the killed ones rejoined)."""
+    node, part = f.node, f.part
+    victim = rig.primary(node, part=part)
     if f.kind == "secondary":
         victim = next(r for r in range(replicas) if r != victim)
-        processes.kill(rig.proc(f.node, victim))
+        processes.kill(rig.proc(node, victim, part))
     elif f.kind == "stop":
-        p = rig.proc(f.node, victim)
+        p = rig.proc(node, victim, part)
         processes.pause(p)
-        rig.primary(f.node, victim)
+        rig.primary(node, victim, part=part)
         time.sleep(0.3)
         processes.resume(p)  # fenced: it must stop by itself
-        assert processes.wait_gone(p, 20), f"{f.node} r{victim} went on after it was failed over and woke up"
+        assert processes.wait_gone(p, 20), f"{node} p{part} r{victim} went on after it was failed over and woke up"
     elif f.kind == "both":
-        processes.kill(rig.proc(f.node, victim))
-        second = rig.primary(f.node, victim)
-        processes.kill(rig.proc(f.node, second))  # in its own takeover, before the first is back
+        processes.kill(rig.proc(node, victim, part))
+        second = rig.primary(node, victim, part=part)
+        processes.kill(rig.proc(node, second, part))  # in its own takeover, before the first is back
         time.sleep(DOWN_S)
-        rig.start(f.node, second)
-        rig.primary(f.node, victim, 60)
+        rig.start(node, second, part)
+        rig.primary(node, victim, 60, part)
     elif f.kind in ("coordinator", "coordinator_stop"):
         coordinator = rig.coordinator.proc
         assert coordinator is not None
@@ -171,40 +228,41 @@ def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
             rig.coordinator.kill9()
         else:
             processes.pause(coordinator)
-        processes.kill(rig.proc(f.node, victim))
+        processes.kill(rig.proc(node, victim, part))
         time.sleep(DOWN_S)
         if f.kind == "coordinator":
             rig.coordinator.start()  # a new process: it never saw the failure
         else:
             processes.resume(coordinator)
-        rig.primary(f.node, victim, 60)
+        rig.primary(node, victim, 60, part)
     else:
-        processes.kill(rig.proc(f.node, victim))
+        processes.kill(rig.proc(node, victim, part))
         restore = broker() if broker is not None else None
-        rig.primary(f.node, victim, 60)
+        rig.primary(node, victim, 60, part)
         if restore is not None:
             restore()
-    rig.start(f.node, victim)  # it rejoins as secondary
-    rig.settled(f.node)
+    rig.start(node, victim, part)  # it rejoins as secondary
+    rig.settled(node, part=part)
 
 
-def _check_log(rig: HaRig, node: str, recovery: str, takeovers: int, where: str) -> None:
-    """The node's output log as its recovery type defines it, from its start (upstream backup
-    downstream may have trimmed it)."""
+def _check_log(rig: HaRig, node: str, part: int, recovery: str, takeovers: int, where: str) -> None:
+    """The node's output log (partition ``part``) as its recovery type defines it, from its start
+    (upstream backup downstream may have trimmed it)."""
     stream = f"{OUTPUTS[node]}_{rig.u}"
     if recovery == "precise":
-        stored = rig.stored(stream)
+        stored = rig.stored(stream, part)
         runs = repeated_runs(stored, stored[0][0] if stored else 0)  # raises on a lost tuple or a changed duplicate
         assert runs == [], f"{where}: {node}'s log repeats {runs}"
         return
     try:
-        rig.assert_repeating(stream, takeovers, ROLLBACK_S, COUNT / RATE)
+        rig.assert_repeating(stream, takeovers, ROLLBACK_S, COUNT / RATE, part)
     except AssertionError as e:
         raise AssertionError(f"{where}: {node}: {e}") from e
 
 
 def test_ha_fault_schedule_quick(kafka: Any, tmp_path: Path) -> None:
-    run_schedule(kafka.bootstrap, tmp_path, 7, random_schedule(7))
+    """All three schemes, an emptied source, then a primary stopped past the detection time."""
+    run_schedule(kafka.bootstrap, tmp_path, 30, random_schedule(30))
 
 
 @pytest.mark.slow
@@ -233,4 +291,4 @@ def test_ha_broker_schedule(kafka3: KafkaCluster, tmp_path: Path, seed: int) -> 
         kafka3.kill_broker(i)
         return lambda: kafka3.start_broker(i)
 
-    run_schedule(kafka3.bootstrap, tmp_path, seed, random_schedule(seed, ("kill",)), kill_broker)
+    run_schedule(kafka3.bootstrap, tmp_path, seed, random_schedule(seed, ("kill",), emptied=False), kill_broker)

@@ -12,6 +12,7 @@ from typing import Any
 from bench.workload import PacedSources, readings_workload
 from services.client.view import StreamView
 from services.control.monitor import ReplicaMonitor
+from services.core.partitioner import key_bytes, partition_for
 from services.deploy import processes
 from services.deploy.local import service_commands, service_env
 from services.deploy.topics import provision
@@ -23,9 +24,9 @@ from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, 
 
 class HaRig:
     """``text`` (a spec template with ``{u}``) deployed on ``bootstrap``: the coordinator runs, and
-    ``start`` runs a node replica, each run with a log of its own (``log``). Input: ``count``
+    ``start`` runs a node replica partition, each run with a log of its own (``log``). Input: ``count``
     readings at ``rate`` per second on the stream ``in_{u}`` (and on each of ``more`` inputs), started by
-    ``feed``."""
+    ``feed``. A node replica is partition 0 of it unless ``part`` says otherwise."""
 
     def __init__(
         self,
@@ -46,36 +47,39 @@ class HaRig:
         self.logs.mkdir()
         self.coordinator = CoordinatorProcess(path, bootstrap, tmp_path)
         self.coordinator.start()
-        self.procs: dict[tuple[str, int], subprocess.Popen] = {}
-        self.runs: dict[tuple[str, int], int] = {}
+        self.procs: dict[tuple[str, int, int], subprocess.Popen] = {}
+        self.runs: dict[tuple[str, int, int], int] = {}
         self.mon = ReplicaMonitor(bootstrap, self.spec.heartbeat_topic, 1.0)
         self.input = f"in_{self.u}"
         self.inputs = [self.input] + [f"{m}_{self.u}" for m in more]
         self.workload = readings_workload(self.inputs, count, rate, sensors=sensors)
         self.sources: PacedSources | None = None
 
-    def start(self, node: str, replica: int) -> None:
-        key = (node, replica)
+    def start(self, node: str, replica: int, part: int = 0) -> None:
+        key = (node, replica, part)
         self.runs[key] = self.runs.get(key, 0) + 1
         self.procs[key] = processes.spawn(
-            self.argv[f"{node}.r{replica}.p0"], self.logs / f"{node}{replica}-{self.runs[key]}.log", self.env
+            self.argv[f"{node}.r{replica}.p{part}"], self._log_path(node, replica, part, self.runs[key]), self.env
         )
 
-    def proc(self, node: str, replica: int) -> subprocess.Popen:
-        return self.procs[(node, replica)]
+    def _log_path(self, node: str, replica: int, part: int, run: int | str) -> Path:
+        return self.logs / f"{node}{replica}{f'p{part}' if part else ''}-{run}.log"
 
-    def log(self, node: str, replica: int, run: int = 1) -> str:
+    def proc(self, node: str, replica: int, part: int = 0) -> subprocess.Popen:
+        return self.procs[(node, replica, part)]
+
+    def log(self, node: str, replica: int, run: int = 1, part: int = 0) -> str:
         """What run ``run`` of the replica wrote to its log."""
-        return (self.logs / f"{node}{replica}-{run}.log").read_text()
+        return self._log_path(node, replica, part, run).read_text()
 
-    def primary(self, node: str, other_than: int | None = None, timeout: float = 20) -> int:
+    def primary(self, node: str, other_than: int | None = None, timeout: float = 20, part: int = 0) -> int:
         """The replica that says it is primary, once one other than ``other_than`` does."""
-        return wait_primary(self.mon, node, other_than, timeout, replicas=self.spec.nodes[node].replicas)
+        return wait_primary(self.mon, node, other_than, timeout, self.spec.nodes[node].replicas, part)
 
     def rejoined(self, node: str, replica: int, timeout: float = 60) -> None:
         wait_for(lambda: ha_role(self.mon, node, replica) == "secondary", timeout, f"{node} r{replica} to rejoin")
 
-    def settled(self, node: str, timeout: float = 60) -> None:
+    def settled(self, node: str, timeout: float = 60, part: int = 0) -> None:
         """Until every replica of ``node`` runs, one primary and the rest secondaries. A replica that
         exits meanwhile is started again, as the supervisor of a deployment does (a primary failed
         over for standing still past the detection time exits, and comes back as secondary)."""
@@ -83,36 +87,46 @@ class HaRig:
 
         def done() -> bool:
             for r in range(replicas):
-                if not processes.alive(self.procs[(node, r)]):
-                    self.start(node, r)
-            roles = sorted(ha_role(self.mon, node, r) for r in range(replicas))
+                if not processes.alive(self.procs[(node, r, part)]):
+                    self.start(node, r, part)
+            roles = sorted(ha_role(self.mon, node, r, part) for r in range(replicas))
             return roles == ["primary"] + ["secondary"] * (replicas - 1)
 
-        wait_for(done, timeout, f"{node}'s replicas to settle as one primary and secondaries")
+        wait_for(done, timeout, f"{node} p{part}'s replicas to settle as one primary and secondaries")
 
-    def takeovers(self, node: str) -> int:
-        """The promotions of ``node``'s replicas after its first primary, from every run's log."""
-        said = sum(p.read_text().count("primary at epoch") for p in self.logs.glob(f"{node}[0-9]-*.log"))
+    def takeovers(self, node: str, part: int = 0) -> int:
+        """The promotions of ``node``'s replicas (of partition ``part``) after its first primary, from
+        every run's log."""
+        runs = self.logs.glob(f"{node}[0-9]{f'p{part}' if part else ''}-*.log")
+        said = sum(p.read_text().count("primary at epoch") for p in runs)
         return max(0, said - 1)
 
     def feed(self) -> None:
         self.sources = PacedSources(self.spec, self.bootstrap, self.workload, self.rate).start()
 
-    def outputs(self, stream: str, timeout: float = 90) -> tuple[list[Any], list[Any]]:
-        """Once the input is all sent: the failure-free output of ``stream`` (partition 0) and the stable
-        output as a client reads it, up to the failure-free run's last tuple and a second more."""
+    def outputs(self, stream: str, timeout: float = 90, part: int = 0) -> tuple[list[Any], list[Any]]:
+        """Once the input is all sent: the failure-free output of ``stream`` (partition ``part``) and the
+        stable output as a client reads it, up to the failure-free run's last tuple and a second more."""
         assert self.sources is not None
         self.sources.join(120)
-        want = evaluate(self.spec, {s: [self.workload[s]] for s in self.inputs}, ended=True)[stream][0]
+        want = evaluate(self.spec, {s: self._by_partition(s) for s in self.inputs}, ended=True)[stream][part]
         with StreamView(self.spec, stream, self.bootstrap, stable_only=True) as view:
-            view.read_until(lambda v: bool(v.stable(0)) and v.stable(0)[-1] == want[-1], timeout)
+            view.read_until(lambda v: bool(v.stable(part)) and v.stable(part)[-1] == want[-1], timeout)
             time.sleep(1.0)
             view.poll(timeout=0.5)
-            return want, view.stable(0)
+            return want, view.stable(part)
 
-    def stored(self, stream: str) -> list[tuple[int, Any]]:
-        """What the log of ``stream`` (partition 0) holds, duplicates included: (id, (stime, value, key))."""
-        return [(tid, (stime, kv)) for tid, stime, kv in stable_log(self.bootstrap, self.spec.topic(stream), 0)]
+    def _by_partition(self, stream: str) -> list[list[Any]]:
+        """The input of ``stream`` split as its source writer places it: by key."""
+        sd = self.spec.streams[stream]
+        out: list[list[Any]] = [[] for _ in range(sd.partitions)]
+        for rec in self.workload[stream]:
+            out[partition_for(key_bytes(rec[sd.key or "sensor"]), sd.partitions)].append(rec)
+        return out
+
+    def stored(self, stream: str, part: int = 0) -> list[tuple[int, Any]]:
+        """What the log of ``stream`` (partition ``part``) holds, duplicates included: (id, (stime, value, key))."""
+        return [(tid, (stime, kv)) for tid, stime, kv in stable_log(self.bootstrap, self.spec.topic(stream), part)]
 
     def assert_precise(self, stream: str, want: list[Any], got: list[Any]) -> None:
         """Precise recovery: a client reads the failure-free output, and the log holds each tuple once."""
@@ -120,12 +134,12 @@ class HaRig:
         stored = self.stored(stream)
         assert repeated_runs(stored) == [] and len(stored) == len(want), f"{stream}: the log holds a tuple twice"
 
-    def assert_repeating(self, stream: str, failures: int, run_s: float, input_s: float) -> list[range]:
+    def assert_repeating(self, stream: str, failures: int, run_s: float, input_s: float, part: int = 0) -> list[range]:
         """Repeating rollback recovery: the log of ``stream`` loses nothing and repeats identical tuples
         in order (``repeated_runs`` raises otherwise), at most one run per failure, each at most
         ``run_s`` of its output (its rate taken over ``input_s`` of input); returns the runs. A log
         upstream backup trimmed is checked from its start."""
-        stored = self.stored(stream)
+        stored = self.stored(stream, part)
         runs = repeated_runs(stored, stored[0][0] if stored else 0)
         bound = (max((tid for tid, _ in stored), default=-1) + 1) / input_s * run_s
         assert len(runs) <= failures, f"{stream}: the log repeats {runs}: one run per failure at most"

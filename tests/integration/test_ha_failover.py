@@ -79,6 +79,7 @@ SLACK_S = 1.5  # beyond the detection time: the epoch claim, the order, the take
 # Beyond the detection time, the most a failover may take until the new primary says so: the epoch
 # claim, the order and its read, the first heartbeat, on a loaded two-core machine.
 ALLOWANCE_S = 4.0
+TAKEOVER_FROM = "primary at epoch|restarting from|rebuilding from|took over from|warm standby takes over|caught up"
 
 
 def test_amnesia_loses_one_run_per_failure_and_a_woken_primary_writes_nothing(kafka, tmp_path: Path) -> None:
@@ -119,7 +120,9 @@ def test_rollback_recovery_repeats_a_bounded_run_per_failure(kafka, tmp_path: Pa
     assert [i for i, _ in first_copies(run.stored)] == list(range(len(want)))
     # A map writes every 5 ms and the checkpoints, acks or trims go every 500 ms: a takeover that
     # wrote nothing again both times would have dropped what it regenerated (precise).
-    assert runs, "no takeover wrote again what the log had since its checkpoint, ack or trim message"
+    assert runs, f"{scheme}: no takeover wrote again what the log had since its checkpoint, ack or trim message: " + (
+        " | ".join(run.said)
+    )
 
 
 class Failovers(NamedTuple):
@@ -128,6 +131,7 @@ class Failovers(NamedTuple):
     took: tuple[float, float]  # how long each takeover took after its failure
     stored: list  # what the output log holds (``HaRig.stored``)
     repeated: list[range]  # the runs it repeats (``rollback``)
+    said: list[str]  # what the takeovers logged of where they went on from
 
 
 def _two_failovers(kafka, tmp_path: Path, text: str, precise: bool = False, rollback: bool = False) -> Failovers:
@@ -197,6 +201,7 @@ def _two_failovers(kafka, tmp_path: Path, text: str, precise: bool = False, roll
             rig.assert_precise(f"out_{u}", want, got)
         run_s = spec.nodes["n"].ha.interval_ms / 1000 + 0.1 + ROLLBACK_SLACK_S
         repeated = rig.assert_repeating(f"out_{u}", 2, run_s, COUNT / RATE) if rollback else []
-        return Failovers(want, got, (took_1, took_2), rig.stored(f"out_{u}"), repeated)
+        said_from = [line for t in takeovers for line in t.splitlines() if re.search(TAKEOVER_FROM, line)]
+        return Failovers(want, got, (took_1, took_2), rig.stored(f"out_{u}"), repeated, said_from)
     finally:
         rig.close()

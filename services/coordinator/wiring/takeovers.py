@@ -47,6 +47,7 @@ def wire(app: faust.App, coordinator: Coordinator) -> None:
         if coordinator.ready() and coordinator.caught_up:
             await send_orders(coordinator, coordinator.takeovers.check(time.monotonic()))
             for e in coordinator.takeovers.take_elections():
+                log.info("%s/p%d/r%d is elected: claiming its epoch", e.node, e.partition, e.replica)
                 claims.start(coordinator, e)
 
 

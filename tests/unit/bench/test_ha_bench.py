@@ -3,11 +3,13 @@ or the orchestrator finds out minutes into a full run."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from bench.ha import experiments as ex
+from bench.ha.points import failed, points
 from bench.ha.run import Config, spec_text
 from services.spec import parse_spec
 
@@ -27,3 +29,35 @@ def test_every_experiments_spec_validates(c: Config, tmp_path: Path) -> None:
 def test_table_6_has_its_union_rows_under_every_scheme() -> None:
     union = {c.scheme for c in ex.classes(quick=False) if c.workload == "union" and c.recovery == "precise"}
     assert union == {"amnesia", *ex.SCHEMES}
+
+
+def _run(scheme: str, repeat: int, recovery_ms: int, **more: object) -> dict[str, object]:
+    c = {**asdict(Config(scheme)), "recovery": more.pop("recovery", "precise")}
+    base = {"config": c, "repeat": repeat, "recovery_ms": recovery_ms, "precise": True, "duplicates": 0}
+    return {**base, "cpu_primary_s": 1.0, "cpu_secondary_s": 0.5, "span_s": 4.0, **more}
+
+
+def test_a_point_is_the_median_of_its_runs_with_their_range() -> None:
+    runs = [_run("passive_standby", k, ms) for k, ms in enumerate((70, 90, 50, 300, 80))]
+    runs.append({"config": asdict(Config("passive_standby")), "error": "TimeoutError: no primary"})
+    (p,) = points(runs)
+    assert p.median("recovery_ms") == 80 and p.spread("recovery_ms") == (50, 300)
+    assert p.cell("recovery_ms") == "80 (50–300)"
+    assert failed(runs) == 1 and len(p.runs) == 5
+
+
+def test_cpu_overhead_is_taken_against_the_amnesia_run_of_the_same_round() -> None:
+    runs = [_run("amnesia", 0, 1, cpu_secondary_s=0.0), _run("amnesia", 1, 1, cpu_primary_s=2.0, cpu_secondary_s=0.0)]
+    runs += [_run("active_standby", k, 30, cpu_primary_s=2.0, cpu_secondary_s=2.0) for k in (0, 1)]
+    (_, standby) = points(runs)
+    assert standby.values("cpu_pct") == [300.0, 100.0]
+
+
+def test_a_point_shows_a_rollback_as_repeating_and_a_lost_run_as_not_precise() -> None:
+    rolled = [
+        _run("upstream_backup", k, 60, recovery="rollback", precise=False, client_exact=True, duplicates=d)
+        for k, d in ((0, 3), (1, 7))
+    ]
+    assert points(rolled)[0].guarantee() == "repeating, 3–7 duplicates"
+    lost = [_run("upstream_backup", 0, 60), _run("upstream_backup", 1, 60, precise=False, duplicates=None)]
+    assert points(lost)[0].guarantee() == "NOT precise in 1 of 2"
