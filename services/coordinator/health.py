@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from services.control.messages import CLAIM_EPOCH, Heartbeat
+from services.control.messages import Heartbeat
 
 LOOP_STARTS = 3  # new processes of one replica within LOOP_WINDOW_S: a crash loop
 LOOP_WINDOW_S = 120.0
@@ -37,8 +37,6 @@ class Health:
 
     def heard(self, beat: Heartbeat, now: float) -> str | None:
         """Take ``beat`` (read at ``now``); returns a warning line when its replica starts crash-looping."""
-        if beat.epoch == CLAIM_EPOCH:
-            return None
         key = (beat.node, beat.partition, beat.replica)
         r = self._replicas.setdefault(key, _Replica())
         was = self._looping(r, now)

@@ -24,6 +24,6 @@ WIRES = (grants.wire, takeovers.wire, trims.wire, health.wire, pages.wire)
 
 def wire(app: faust.App, coordinator: Coordinator) -> None:
     """Every protocol's agents, timers and pages, the heartbeats agent first."""
-    heartbeats.wire(app, coordinator, HEARERS)
+    heartbeats.wire(app, coordinator, HEARERS, takeovers.heard_claim)
     for wire_protocol in WIRES:
         wire_protocol(app, coordinator)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 
-from services.control.messages import Heartbeat
+from services.control.messages import CLAIM_EPOCH, Heartbeat
 from services.coordinator.wiring.raw import decoded
 
 if TYPE_CHECKING:
@@ -17,11 +17,21 @@ if TYPE_CHECKING:
 Hear = Callable[["Coordinator", Heartbeat], Awaitable[None]]
 
 
-def wire(app: faust.App, coordinator: Coordinator, hearers: Sequence[Hear]) -> None:
-    """Agent ``heartbeats``: every readable heartbeat goes to each of ``hearers`` in turn."""
+def wire(app: faust.App, coordinator: Coordinator, hearers: Sequence[Hear], on_claim: Hear) -> None:
+    """Agent ``heartbeats``: every readable heartbeat is heard (``hear``)."""
 
     @app.agent(coordinator.heartbeats, name="heartbeats")
     async def on_heartbeats(stream: Any) -> None:
         async for beat in decoded(stream, Heartbeat.decode, "a heartbeat"):
-            for hear in hearers:
-                await hear(coordinator, beat)
+            await hear(coordinator, beat, hearers, on_claim)
+
+
+async def hear(coordinator: Coordinator, beat: Heartbeat, hearers: Sequence[Hear], on_claim: Hear) -> None:
+    """``beat`` to each of ``hearers`` in turn; an epoch claim's (``CLAIM_EPOCH``: often the coordinator's
+    own, under the name of the replica it claims for) to ``on_claim`` alone: it is no sign of that
+    replica's life, process, role or reads."""
+    if beat.epoch == CLAIM_EPOCH:
+        await on_claim(coordinator, beat)
+        return
+    for h in hearers:
+        await h(coordinator, beat)

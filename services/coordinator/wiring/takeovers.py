@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import faust
 from confluent_kafka import KafkaException
 
-from services.control.messages import CLAIM_EPOCH, Heartbeat, RoleOrder, encode_control, now_ms
+from services.control.messages import Heartbeat, RoleOrder, encode_control, now_ms
 from services.control.states import NodeState, Role
 from services.coordinator.takeover import Election, Order, Takeovers
 from services.node.fence import EpochClaimer
@@ -78,11 +78,7 @@ class _Claims:
 async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
     """Every heartbeat shows the intake moves; an HA replica's, once the backlog is read, may change roles."""
     takeovers = coordinator.takeovers
-    now = time.monotonic()
-    sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
-    takeovers.intake(sent_at, now)  # the coordinator's view is as current as this: silence means something
-    if beat.epoch == CLAIM_EPOCH:
-        return  # an epoch claim (often the coordinator's own): no sign of the replica's life or process
+    now, sent_at = _intake(coordinator, beat)
     if beat.node in takeovers.nodes and coordinator.caught_up:
         reported = (Role(beat.role), beat.epoch) if beat.role in ROLES else None
         behind = beat.state is NodeState.RECOVERING
@@ -90,6 +86,19 @@ async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
             beat.node, beat.partition, beat.replica, now, reported, sent_at, beat.pid or None, behind
         )
         await send_orders(coordinator, orders)
+
+
+async def heard_claim(coordinator: Coordinator, beat: Heartbeat) -> None:
+    """An epoch claim's heartbeat shows only that the intake moves."""
+    _intake(coordinator, beat)
+
+
+def _intake(coordinator: Coordinator, beat: Heartbeat) -> tuple[float, float]:
+    """The coordinator's view is as current as ``beat`` (silence means something): (now, when it was sent)."""
+    now = time.monotonic()
+    sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
+    coordinator.takeovers.intake(sent_at, now)
+    return now, sent_at
 
 
 async def send_orders(coordinator: Coordinator, orders: list[Order]) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import faust
 
-from services.control.messages import CLAIM_EPOCH, Heartbeat
+from services.control.messages import Heartbeat
 from services.coordinator.trims import Point
 from services.coordinator.wiring.raw import decoded, raw_topic
 from services.core.errors import DecodeError
@@ -40,7 +40,7 @@ def wire(app: faust.App, coordinator: Coordinator) -> None:
 
 async def heard(coordinator: Coordinator, beat: Heartbeat) -> None:
     """A writer's replica reports what of its log its takeover reads back."""
-    if coordinator.trims.readers and beat.epoch != CLAIM_EPOCH:  # a claim says nothing of what a replica reads
+    if coordinator.trims.readers:
         coordinator.trims.reported(beat)
 
 

@@ -9,6 +9,7 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+from services.control.messages import now_ms
 from services.control.states import Role
 from services.coordinator.takeover import CLAIM_S, Order, Takeovers
 from services.coordinator.wiring.takeovers import _Claims
@@ -155,13 +156,16 @@ def test_claims_run_off_the_event_loop_and_beside_each_other() -> None:
 def test_an_epoch_claim_heartbeat_is_no_sign_of_the_replicas_life_or_process() -> None:
     """The coordinator's own claims come back on the heartbeat topic under the new primary's name:
     taken as its heartbeat, its process id would be the coordinator's, and a new primary slow to read
-    its order would be failed as restarted."""
+    its order would be failed as restarted. Only the takeovers' view of the intake hears it: no
+    other protocol (the trims, the health, DPC's table) takes it for the replica's."""
     from services.control.messages import CLAIM_EPOCH, Heartbeat
     from services.control.states import NodeState
+    from services.coordinator.wiring import HEARERS, heartbeats
     from services.coordinator.wiring import takeovers as wiring
 
     t = claiming(now=time.monotonic())
-    coordinator: Any = SimpleNamespace(takeovers=t, caught_up=True)
-    claim = Heartbeat("n", 0, 0, NodeState.RECOVERING, 0, CLAIM_EPOCH, pid=999)
-    asyncio.run(wiring.heard(coordinator, claim))
+    coordinator: Any = SimpleNamespace(takeovers=t, caught_up=True)  # any other hearer would fail on it
+    claim = Heartbeat("n", 0, 0, NodeState.RECOVERING, now_ms(), CLAIM_EPOCH, pid=999)
+    asyncio.run(heartbeats.hear(coordinator, claim, HEARERS, wiring.heard_claim))
     assert 999 not in t._pairs[("n", 0)].pids.values()
+    assert t.read_at > float("-inf"), "the claim shows the intake moves"
