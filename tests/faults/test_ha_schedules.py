@@ -70,9 +70,9 @@ operators:
         aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}}}
   busy: {{type: filter, input: win_{{u}}, output: out_{{u}}, where: "count > 1"}}
 nodes:
-  n1: {{operators: [scale], replicas: {k1}, ha: {{scheme: {s1}, recovery: {r1}, interval_ms: 50}}}}
-  n2: {{operators: [win], replicas: {k2}, ha: {{scheme: {s2}, recovery: {r2}, interval_ms: 50}}}}
-  n3: {{operators: [busy], replicas: {k3}, ha: {{scheme: {s3}, recovery: {r3}, interval_ms: 50}}}}
+  n1: {{operators: [scale], replicas: {k1}, ha: {{scheme: {s1}, recovery: {r1}, interval_ms: 50, heartbeat_ms: {hb}}}}}
+  n2: {{operators: [win], replicas: {k2}, ha: {{scheme: {s2}, recovery: {r2}, interval_ms: 50, heartbeat_ms: {hb}}}}}
+  n3: {{operators: [busy], replicas: {k3}, ha: {{scheme: {s3}, recovery: {r3}, interval_ms: 50, heartbeat_ms: {hb}}}}}
 """
 SCHEMES = ("passive_standby", "active_standby", "upstream_backup")
 RECOVERIES = ("precise", "rollback")
@@ -86,6 +86,9 @@ KINDS = ("kill", "stop", "secondary", "both", "coordinator", "coordinator_stop")
 # Takeovers each fault makes at least (the second of "both" may be killed before it starts its own)
 TAKEOVERS = {"kill": 1, "stop": 1, "secondary": 0, "both": 1, "coordinator": 1, "coordinator_stop": 1}
 DOWN_S = 1.5  # how long the coordinator is gone, or both replicas are
+# Detection, misses (3) x the keep-alive: a deployment sizes it to its machine. Two partitions run
+# twice the processes (up to 14 on 2 cores here), which wait for a core longer than 300 ms at times.
+HEARTBEAT_MS = {1: 100, 2: 200}
 EMPTIED_S, GAP_MS = 1.0, 2000  # when an emptied source stops, and how far its time jumps meanwhile
 
 
@@ -133,7 +136,8 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
     """``plan`` run on ``bootstrap``; ``broker``: called at each primary's kill (``kill`` faults)."""
     (s1, s2, s3), (r1, r2, r3), (k1, k2, k3) = plan.schemes, plan.recoveries, plan.replicas
     parts = range(plan.partitions)
-    text = CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3, k1=k1, k2=k2, k3=k3, p=plan.partitions)
+    hb = HEARTBEAT_MS[plan.partitions]
+    text = CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3, k1=k1, k2=k2, k3=k3, p=plan.partitions, hb=hb)
     rig = HaRig(bootstrap, tmp_path, text, COUNT, RATE, sensors=4 * plan.partitions)  # 8 sensors: 4 per partition
     replicas = dict(zip(NODES, plan.replicas, strict=True))
     for n in NODES:
