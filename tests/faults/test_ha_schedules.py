@@ -70,7 +70,7 @@ operators:
         aggregates: {{count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}}}
   busy: {{type: filter, input: win_{{u}}, output: out_{{u}}, where: "count > 1"}}
 nodes:
-  n1: {{operators: [scale], replicas: {k1}, ha: {{scheme: {s1}, recovery: {r1}, interval_ms: 50, heartbeat_ms: {hb}}}}}
+  {n1}
   n2: {{operators: [win], replicas: {k2}, ha: {{scheme: {s2}, recovery: {r2}, interval_ms: 50, heartbeat_ms: {hb}}}}}
   n3: {{operators: [busy], replicas: {k3}, ha: {{scheme: {s3}, recovery: {r3}, interval_ms: 50, heartbeat_ms: {hb}}}}}
 """
@@ -84,7 +84,9 @@ ROLLBACK_S = 0.05 + 0.1 + 1.0  # a repeated run at most: an interval, a bucket, 
 
 KINDS = ("kill", "stop", "secondary", "both", "coordinator", "coordinator_stop")  # + "emptied", drawn apart
 # Takeovers each fault makes at least (the second of "both" may be killed before it starts its own)
-TAKEOVERS = {"kill": 1, "stop": 1, "secondary": 0, "both": 1, "coordinator": 1, "coordinator_stop": 1}
+TAKEOVERS = {"kill": 1, "stop": 1, "secondary": 0, "both": 1, "coordinator": 1, "coordinator_stop": 1, "dpc": 0}
+HA_N1 = "n1: {{operators: [scale], replicas: {k1}, ha: {{scheme: {s1}, recovery: {r1}, interval_ms: 50, heartbeat_ms: {hb}}}}}"
+DPC_N1 = "n1: {{operators: [scale], replicas: 2}}"  # a replicated DPC node: the HA nodes below take its stable stream
 DOWN_S = 1.5  # how long the coordinator is gone, or both replicas are
 # Detection, misses (3) x the keep-alive: a deployment sizes it to its machine. Two partitions run
 # twice the processes (up to 14 on 2 cores here), which wait for a core longer than 300 ms at times.
@@ -126,6 +128,9 @@ def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS, emptied: bool = T
     faults = [Fault(f.at_s, f.node, f.kind, rnd.randrange(partitions)) for f in faults]
     if emptied and rnd.random() < 0.25:
         faults.insert(0, Fault(EMPTIED_S, "source", "emptied"))
+    if emptied and rnd.random() < 0.2:  # n1 a DPC node: a fault there kills one of its replicas
+        schemes, replicas = ("dpc", schemes[1], schemes[2]), (2, replicas[1], replicas[2])
+        faults = [Fault(f.at_s, f.node, "dpc", f.part) if f.node == "n1" else f for f in faults]
     return Plan(schemes, recoveries, (replicas[0], replicas[1], replicas[2]), faults, partitions)
 
 
@@ -137,7 +142,9 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
     (s1, s2, s3), (r1, r2, r3), (k1, k2, k3) = plan.schemes, plan.recoveries, plan.replicas
     parts = range(plan.partitions)
     hb = HEARTBEAT_MS[plan.partitions]
-    text = CHAIN.format(s1=s1, s2=s2, s3=s3, r1=r1, r2=r2, r3=r3, k1=k1, k2=k2, k3=k3, p=plan.partitions, hb=hb)
+    n1 = (DPC_N1 if s1 == "dpc" else HA_N1).format(k1=k1, s1=s1, r1=r1, hb=hb)
+    text = CHAIN.format(n1=n1, s2=s2, s3=s3, r2=r2, r3=r3, k2=k2, k3=k3, p=plan.partitions, hb=hb)
+    ha = [n for n, scheme in zip(NODES, plan.schemes, strict=True) if scheme != "dpc"]
     rig = HaRig(bootstrap, tmp_path, text, COUNT, RATE, sensors=4 * plan.partitions)  # 8 sensors: 4 per partition
     replicas = dict(zip(NODES, plan.replicas, strict=True))
     for n in NODES:
@@ -145,7 +152,7 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
             for p in parts:
                 rig.start(n, r, p)
     try:
-        for n in NODES:
+        for n in ha:
             for p in parts:
                 rig.primary(n, None, 90, p)
         emptied = any(f.kind == "emptied" for f in plan.faults)
@@ -164,11 +171,12 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
                 _fault(rig, f, replicas[f.node], broker)
         where = f"seed {seed}: {plan}"
         for p in parts:
-            want, got = rig.outputs(f"out_{rig.u}", part=p)
-            assert len(got) == len(want), f"{where}: p{p}: {len(got)} results, failure-free {len(want)}"
-            assert got == want, f"{where}: p{p}: the output differs from the failure-free run"
+            for stream in ("out", "scaled") if s1 == "dpc" else ("out",):  # and the DPC node's stable stream
+                want, got = rig.outputs(f"{stream}_{rig.u}", part=p)
+                assert len(got) == len(want), f"{where}: {stream} p{p}: {len(got)} results, failure-free {len(want)}"
+                assert got == want, f"{where}: {stream} p{p}: the output differs from the failure-free run"
         for node, recovery in zip(NODES, plan.recoveries, strict=True):
-            for p in parts:
+            for p in parts if node in ha else ():
                 planned = sum(TAKEOVERS[f.kind] for f in plan.faults if (f.node, f.part) == (node, p))
                 takeovers = rig.takeovers(node, p)
                 assert takeovers >= planned, f"{where}: {node} p{p} took over {takeovers} times, {planned} planned"
@@ -207,6 +215,12 @@ def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
     """Inflict ``f`` on partition ``f.part`` of its node and wait until every replica of it is back
     (the killed ones rejoined)."""
     node, part = f.node, f.part
+    if f.kind == "dpc":  # no primary: one replica killed, back after a while
+        victim = int(f.at_s * 100) % 2
+        processes.kill(rig.proc(node, victim, part))
+        time.sleep(DOWN_S)
+        rig.start(node, victim, part)
+        return
     victim = rig.primary(node, part=part)
     if f.kind == "secondary":
         victim = next(r for r in range(replicas) if r != victim)
