@@ -125,11 +125,15 @@ class Needs:
         self.inputs[stream] = _Input(first_id - 1, deque(), deque([(first_id - 1, offset, bound)]))
 
     def read(self, stream: str, last_id: int, next_offset: int, bound: int | None) -> None:
-        """A poll read ``stream`` up to stable id ``last_id`` and boundary ``bound``; its next offset is ``next_offset``."""
+        """A poll read ``stream`` up to stable id ``last_id`` and boundary ``bound``; its next offset is ``next_offset``.
+        A poll of boundaries alone moves the last poll's place on: the same tuples read, further in the
+        log (an input that stops after a boundary is then acknowledged up to its end)."""
         inp = self.inputs[stream]
         if last_id > inp.last_read:
             inp.last_read = last_id
             inp.reads.append((last_id, next_offset, bound))
+        elif inp.reads and inp.reads[-1][0] == last_id and next_offset > inp.reads[-1][1]:
+            inp.reads[-1] = (last_id, next_offset, bound)
 
     def processed(self, stream: str, start: int, first_id: int) -> None:
         """The operators take ids from ``first_id`` on of ``stream`` in the bucket starting at ``start``."""

@@ -6,10 +6,12 @@ each given passive standby, active standby or upstream backup by the seed, preci
 recovery, and two replicas (an active standby node sometimes three). When the filter is under
 upstream backup, the window writes a log read only by a stateless upstream backup node, whose
 trims the window's own takeovers must survive; the coordinator trims logs all along, so faults
-come during trims. A quarter of the runs have two partitions per node (each a process per
-replica, each its own primary and takeovers). One to three faults per run, each on a partition
-of a node, at random times while input flows, of these classes (a broker killed during a
-takeover is in ``test_ha_broker_schedule``, on three brokers):
+come during trims. In a fifth of the runs the map is a replicated DPC node instead, whose stable
+stream the HA nodes below take (a fault on it kills one of its replicas, which comes back).
+A quarter of the runs have two partitions per node (each a process per replica, each its own
+primary and takeovers). One to three faults per run, each on a partition of a node, at random
+times while input flows, of these classes (a broker killed during a takeover is in
+``test_ha_broker_schedule``, on three brokers):
 
 - ``kill``: kill -9 of a node's current primary (its replica restarts and rejoins as secondary);
 - ``stop``: SIGSTOP of it past the detection time (woken up later, it must exit, and is restarted);

@@ -43,6 +43,19 @@ def test_needs_names_the_oldest_tuple_in_state_and_an_offset_before_it() -> None
     assert needs.cut(None, 1300, {"in": 18}) == Needed({"in": 18}, {"in": 25}, {"in": 1350})
 
 
+def test_a_poll_of_boundaries_alone_moves_the_acknowledged_place_on() -> None:
+    """An input that stops after a boundary (a source idle for a while) is acknowledged up to its end, so
+    the trims can take its log down to its writer's tail; before, the place stayed after the poll that
+    read the last tuple, and the boundaries after it were kept."""
+    needs = Needs(100)
+    needs.start("in", 0, 0)
+    needs.read("in", 9, 10, 1190)  # ids 0..9 at offsets 0..9
+    needs.read("in", 9, 12, 1500)  # two boundaries, the last at 1500
+    assert needs.cut(None, 1500, {}) == Needed({"in": 10}, {"in": 12}, {"in": 1500})
+    needs.read("in", 9, 11, 1500)  # a place never goes back
+    assert needs.cut(None, 1500, {}).offsets == {"in": 12}
+
+
 def test_a_tuple_read_out_of_time_order_is_still_needed() -> None:
     """Ids need not grow with tuple time: the smallest id of every bucket the state reaches counts."""
     needs = Needs(100)
