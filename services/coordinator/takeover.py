@@ -112,6 +112,12 @@ class Takeovers:
             self.current_since = now  # read late: the view lags (or this is the first heartbeat)
         self.read_at = max(self.read_at, sent_at)
 
+    def view(self, now: float) -> float:
+        """When silence is judged: at the send time of the newest heartbeat read, not at ``now``. Read in
+        send order, every live replica has one sent within a keep-alive of it, so a coordinator behind
+        in its reading (a backlog after a pause, a loop held up) fails no one for its own lag."""
+        return min(now, self.read_at)
+
     def _settled(self, p: _Pair, now: float) -> bool:
         """Whether silence is evidence: something recent was read, and nothing was read late for a detection time."""
         return now - self.read_at <= p.detection_s and now - self.current_since >= p.detection_s
@@ -136,7 +142,7 @@ class Takeovers:
         """Per node partition: its live replicas (one left: vulnerable, a failure now is an outage) and
         how long its last takeover took, from its old primary's last heartbeat to the new one caught up."""
         return [
-            {"node": node, "partition": part, "live": len(p.live(now)), "takeover_s": p.took}
+            {"node": node, "partition": part, "live": len(p.live(self.view(now))), "takeover_s": p.took}
             for (node, part), p in sorted(self._pairs.items())
         ]
 
@@ -198,7 +204,7 @@ class Takeovers:
         """Fail the replicas that fell silent, hand the primary's role on, elect where there is none."""
         orders: list[Order] = []
         for (node, partition), p in sorted(self._pairs.items()):
-            live = p.live(now)
+            live = p.live(self.view(now))
             settled = self._settled(p, now)  # else the silence may be the coordinator's own
             for r, role in sorted(p.roles.items()):
                 if role is not Role.FAILED and r not in live and settled:
@@ -225,7 +231,7 @@ class Takeovers:
         p.electing = None
         if p.roles.get(e.replica) is Role.FAILED or p.primary() is not None:
             return []  # however long the claim took: only a failure seen meanwhile makes it stale
-        return self._appoint(p, e.node, e.partition, e.replica, epoch, p.live(now), now)
+        return self._appoint(p, e.node, e.partition, e.replica, epoch, p.live(self.view(now)), now)
 
     def unclaimed(self, e: Election) -> None:
         """The claim for ``e`` failed: the next check elects again."""

@@ -233,10 +233,30 @@ def test_health_counts_takeovers_their_time_and_the_live_replicas() -> None:
     t = pair()
     started(t)
     assert t.takeovers == 0 and t.health(0.0) == [{"node": "n", "partition": 0, "live": 2, "takeover_s": None}]
-    t.heard("n", 0, 1, 0.2)
+    t.heard("n", 0, 1, 0.3)
     assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 2)]  # 0 last heard at 0.0
     assert t.takeovers == 1 and t.health(0.3)[0]["live"] == 1
     t.heard("n", 0, 1, 0.5, reported=(Role.PRIMARY, 2), catching_up=True)  # replaying
     assert t.health(0.5)[0]["takeover_s"] is None
     t.heard("n", 0, 1, 0.7, reported=(Role.PRIMARY, 2))
     assert t.health(0.7)[0]["takeover_s"] == 0.7
+
+
+def test_a_backlog_read_in_send_order_fails_no_one_for_the_coordinators_own_lag() -> None:
+    """HA schedule seed 12: a coordinator held up (woken from a pause, a loaded machine) reads the
+    heartbeats behind it in the order sent. Midway, the newest one read was sent less than a
+    detection time ago, so its view counts as current; judged at the clock, the primary, whose next
+    heartbeat lay further in the backlog, looked silent, and every partition was elected again.
+    Judged at the newest heartbeat read, no one is; a replica that really stopped still is."""
+    t = Takeovers({"n": (2, 0.6)})  # keep-alives every 0.2 s
+    for k in range(6):
+        now = 0.2 * k
+        t.heard("n", 0, 0, now, reported=(Role.PRIMARY, 1) if k else None)
+        t.heard("n", 0, 1, now, reported=(Role.SECONDARY, 1) if k else None)
+        t.check(now)
+    assert t.role("n", 0, 0) is Role.PRIMARY
+    t.heard("n", 0, 1, 1.65, reported=(Role.SECONDARY, 1), sent_at=1.2)  # held up from 1.0 to 1.65
+    assert t.check(1.65) == [] and t.role("n", 0, 0) is Role.PRIMARY  # 0's heartbeat of 1.2 is next
+    for sent in (1.4, 1.6, 1.8):  # read on time from here on; 0 had stopped after 1.0
+        t.heard("n", 0, 1, sent + 0.01, reported=(Role.SECONDARY, 1), sent_at=sent)
+    assert t.check(1.81)[0] == Order("n", 0, 1, Role.PRIMARY, 2)
