@@ -23,7 +23,7 @@ times while input flows, of these classes (a broker killed during a takeover is 
 - ``coordinator_stop``: SIGSTOP of the coordinator while the primary is killed, woken later;
 - ``emptied`` (a quarter of the runs, first): the source stops after a boundary past its tuples
   (as a source idle for a while says), the trims take its log down to the writer's tail, and a
-  new writer process goes on from there.
+  new writer process goes on from there (``restarted`` below a DPC node, which trims nothing).
 
 Every scheme here can give precise recovery for these nodes (``hastream validate``) and gives
 repeating rollback otherwise. So:
@@ -133,6 +133,8 @@ def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS, emptied: bool = T
     if emptied and rnd.random() < 0.2:  # n1 a DPC node: a fault there kills one of its replicas
         schemes, replicas = ("dpc", schemes[1], schemes[2]), (2, replicas[1], replicas[2])
         faults = [Fault(f.at_s, f.node, "dpc", f.part) if f.node == "n1" else f for f in faults]
+        # a DPC node's input is never trimmed: the source just stops and comes back as a new writer
+        faults = [Fault(f.at_s, f.node, "restarted", f.part) if f.kind == "emptied" else f for f in faults]
     return Plan(schemes, recoveries, (replicas[0], replicas[1], replicas[2]), faults, partitions)
 
 
@@ -157,7 +159,7 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
         for n in ha:
             for p in parts:
                 rig.primary(n, None, 90, p)
-        emptied = any(f.kind == "emptied" for f in plan.faults)
+        emptied = any(f.kind in ("emptied", "restarted") for f in plan.faults)
         if emptied:
             gap_at = _gap(rig)
         rig.feed()
@@ -167,8 +169,8 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
         began = time.monotonic()
         for f in plan.faults:
             time.sleep(max(0.0, began + f.at_s - time.monotonic()))
-            if f.kind == "emptied":
-                _empty_source(rig, plan.partitions)
+            if f.kind in ("emptied", "restarted"):
+                _restart_source(rig, plan.partitions if f.kind == "emptied" else 0)
             else:
                 _fault(rig, f, replicas[f.node], broker)
         where = f"seed {seed}: {plan}"
@@ -196,14 +198,15 @@ def _gap(rig: HaRig) -> int:
     return k
 
 
-def _empty_source(rig: HaRig, partitions: int) -> None:
+def _restart_source(rig: HaRig, emptied: int) -> None:
     """The source stopped after a boundary past every tuple it sent (``_gap``): the readers process them
-    all and say so. Once the trims have taken its log down to the writer's tail, a new writer process
-    goes on from there (ha-review D1: an emptied log must not restart its ids or epoch)."""
+    all and say so. Once the trims have taken the log's first ``emptied`` partitions down to the
+    writer's tail, a new writer process goes on from there (ha-review D1: an emptied log must not
+    restart its ids or epoch)."""
     assert rig.sources is not None
     rig.sources.wait_paused(30)
     topic = rig.spec.topic(rig.input)
-    for p in range(partitions):
+    for p in range(emptied):
         at_tail = partial(_at_tail, rig.bootstrap, topic, p)
         wait_for(at_tail, 30, f"the trims to empty {topic}[{p}] down to its writer's tail")
     rig.sources.resume()
