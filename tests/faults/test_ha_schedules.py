@@ -261,9 +261,11 @@ def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
     else:
         processes.kill(rig.proc(node, victim, part))
         restore = broker() if broker is not None else None
-        rig.primary(node, victim, 60, part)
-        if restore is not None:
-            restore()
+        try:
+            rig.primary(node, victim, 60, part)
+        finally:  # the cluster whole again, also for the seeds after a failed one
+            if restore is not None:
+                restore()
     rig.start(node, victim, part)  # it rejoins as secondary
     rig.settled(node, part=part)
 
