@@ -150,10 +150,9 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
         sources = PacedSources(spec, bootstrap, workload, per).start()
         began = time.monotonic()
         time.sleep(2.0)  # steady state
-        t0, cpu0, ends0 = time.time(), {r: _cpu_s(p.pid) for r, p in procs.items()}, _ends(bootstrap, spec, names)
+        t0, cpu0, marks0 = time.time(), {r: _cpu_s(p.pid) for r, p in procs.items()}, _marks(bootstrap, spec, names)
         time.sleep(max(0.0, began + c.kill_at - time.monotonic()))
-        cpu1, t1, ends1 = {r: _cpu_s(p.pid) for r, p in procs.items()}, time.time(), _ends(bootstrap, spec, names)
-        kept = _kept(bootstrap, spec, names)
+        cpu1, t1, marks1 = {r: _cpu_s(p.pid) for r, p in procs.items()}, time.time(), _marks(bootstrap, spec, names)
         services.kill(f"n.r{primary}.p0")
         killed, killed_mono = time.time(), time.monotonic()
         wait_primary(mon, "n", primary, 30)
@@ -172,7 +171,8 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
         promoted = _log_time(logs / f"n.r{1 - primary}.p0.log", "primary at epoch", after=killed)
         caught, ms = took
         window = (int(t0 * 1000), int(t1 * 1000))
-        read = sum((ends1[s] - ends0[s]) * _record_size(bootstrap, spec.topic(s)) for s in names)
+        size = {s: _record_size(bootstrap, spec.topic(s)) for s in names}
+        read = sum((marks1[s][1] - marks0[s][1]) * size[s] for s in names)
         data = int(read) + _bytes(bootstrap, spec.topic(f"out_{u}"), window)
         extra = _ha_bytes(c, spec, bootstrap, window) + (int(read) if c.scheme == "active_standby" else 0)
         cpu = {r: round(cpu1[r] - cpu0[r], 3) for r in procs}
@@ -186,7 +186,7 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
             "node_recovery_ms": ms,  # from the order's arrival at the node, by its own clock
             "recovered_s": round(caught - killed, 3),
             "outage_s": outage,
-            "input_kept_bytes": round(sum(kept[s] * _record_size(bootstrap, spec.topic(s)) for s in names)),
+            "input_kept_bytes": round(sum((marks1[s][1] - marks1[s][0]) * size[s] for s in names)),
             "data_bytes": data,
             "ha_bytes": extra,
             "overhead_pct": round(100 * extra / data, 2) if data else None,
@@ -215,16 +215,6 @@ def _client_outage(messages: list[Any], killed: float) -> float | None:
     before = max((m.id for m in messages if m.type is TupleType.STABLE and m.at < killed), default=-1)
     after = [m.at for m in messages if m.type is TupleType.STABLE and m.at >= killed and m.id > before]
     return round(min(after) - killed, 3) if after else None
-
-
-def _kept(bootstrap: str, spec: Any, names: list[str]) -> dict[str, int]:
-    """How many records each input log holds now (what the trims left)."""
-    c = plain_consumer(bootstrap, "habench")
-    try:
-        marks = {s: c.get_watermark_offsets(TopicPartition(spec.topic(s), 0), timeout=10) for s in names}
-        return {s: hi - lo for s, (lo, hi) in marks.items()}
-    finally:
-        c.close()
 
 
 def _repeated(stored: list[tuple[int, Any]], results: int) -> int | None:
@@ -312,11 +302,12 @@ def _bytes(bootstrap: str, topic: str, window: tuple[int, int], keep: Any = None
     )
 
 
-def _ends(bootstrap: str, spec: Any, names: list[str]) -> dict[str, int]:
-    """Each input log's end offset now (upstream backup trims them, so they are counted as they grow)."""
+def _marks(bootstrap: str, spec: Any, names: list[str]) -> dict[str, tuple[int, int]]:
+    """Each input log's start and end offsets now: the trims move the start, so what was read is
+    counted by the end, and what a scheme keeps is the span."""
     c = plain_consumer(bootstrap, "habench")
     try:
-        return {s: c.get_watermark_offsets(TopicPartition(spec.topic(s), 0), timeout=10)[1] for s in names}
+        return {s: c.get_watermark_offsets(TopicPartition(spec.topic(s), 0), timeout=10) for s in names}
     finally:
         c.close()
 

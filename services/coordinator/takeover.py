@@ -203,8 +203,9 @@ class Takeovers:
     def check(self, now: float) -> list[Order]:
         """Fail the replicas that fell silent, hand the primary's role on, elect where there is none."""
         orders: list[Order] = []
+        at = self.view(now)
         for (node, partition), p in sorted(self._pairs.items()):
-            live = p.live(self.view(now))
+            live = p.live(at)
             settled = self._settled(p, now)  # else the silence may be the coordinator's own
             for r, role in sorted(p.roles.items()):
                 if role is not Role.FAILED and r not in live and settled:

@@ -4,9 +4,10 @@ The primary keeps no copy of its state anywhere. At every bucket start its opera
 takes a cut (``services.ha.acks``): per input, the oldest tuple its state still needs, and the
 output ids that follow the cut; every ``interval_ms`` (M) it publishes the newest cut whose
 output is written as a level-1 acknowledgement on ``<spec>.ha.acks``. So an ack is at most M and
-a loop turn behind the output, also when the input stops right after a burst (a catch-up). The coordinator trims each upstream log at the oldest
-acknowledgement of all its readers (``services.coordinator``), so the logs keep what a
-rebuild needs and little more: the state, about M of input and the time an ack takes.
+a loop turn behind the output, also when the input stops right after a burst (a catch-up). The
+coordinator trims each upstream log at the oldest acknowledgement of all its readers
+(``services.coordinator``), so the logs keep what a rebuild needs and little more: the state,
+about M of input and the time an ack takes.
 
 At a takeover the new primary starts empty, reads each input again from the newest ack whose
 output the log holds, and drops everything it computes before that ack's cut: those results

@@ -201,16 +201,7 @@ def test_a_secondary_forgets_what_no_cut_can_need(n: int, log: Log) -> None:
 def test_a_joining_secondary_holds_nothing_its_log_had_when_it_joined(log: Log) -> None:
     """ha-review D12: before its first trim message a secondary that joined from an ack holds only what
     comes after the log's tail at its join, not its whole catch-up."""
-    rnd = random.Random(5)
-    spec = SPECS["precise"]
-    primary, secondary = FakeNode(spec, "n", replica=0), FakeNode(spec, "n", replica=1)
-    msgs = _inputs(primary, ["a", "b"], 120, rnd)
-    _copy_log(primary, secondary)
-    for node in (primary, secondary):
-        node.scheme.on_restart()
-        node.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
-    _role(primary, "primary", 5)
-    log.writers.append(primary)
+    primary, secondary, msgs = _pair(log, random.Random(5), 120)
     for i in range(0, 160, 4):
         if i == 40:
             primary.scheme.acking.interval_s = 1e9  # type: ignore[attr-defined]  # its newest ack is an old one
@@ -262,9 +253,9 @@ def test_a_secondary_needs_its_input_from_where_it_reads_and_a_new_primary_all_u
     assert node.needs == {t: 0 for t in topics} and node.keeps == {"w": 0}
 
 
-def _primary_and_secondary(log: Log, rnd: random.Random, n: int) -> tuple[FakeNode, FakeNode, list[FakeMessage]]:
-    """Replica 0 primary (writing ``log``) and replica 1 its secondary at epoch 5, cuts and trims at every
-    chance, and ``n`` readings per input for them."""
+def _pair(log: Log, rnd: random.Random, n: int) -> tuple[FakeNode, FakeNode, list[FakeMessage]]:
+    """Replica 0 primary at epoch 5 (writing ``log``) and replica 1 not told its role yet, cuts and trims
+    at every chance, and ``n`` readings per input for them."""
     primary, secondary = FakeNode(SPECS["precise"], "n", replica=0), FakeNode(SPECS["precise"], "n", replica=1)
     msgs = _inputs(primary, ["a", "b"], n, rnd)
     _copy_log(primary, secondary)
@@ -273,6 +264,12 @@ def _primary_and_secondary(log: Log, rnd: random.Random, n: int) -> tuple[FakeNo
         node.scheme.acking.interval_s = 0.0  # type: ignore[attr-defined]
     _role(primary, "primary", 5)
     log.writers.append(primary)
+    return primary, secondary, msgs
+
+
+def _primary_and_secondary(log: Log, rnd: random.Random, n: int) -> tuple[FakeNode, FakeNode, list[FakeMessage]]:
+    """``_pair`` with replica 1 its secondary at epoch 5."""
+    primary, secondary, msgs = _pair(log, rnd, n)
     _role(secondary, "secondary", 5)
     return primary, secondary, msgs
 
