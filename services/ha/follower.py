@@ -13,7 +13,7 @@ from confluent_kafka import Message, TopicPartition
 
 from services.core.errors import RestartImageError
 from services.core.kafka import plain_consumer
-from services.log.images import Manifest, assemble, delta_of, manifest_key
+from services.log.images import Manifest, assemble, chunk_prefix, delta_of, manifest_key
 from services.log.tail import messages_between
 from services.node.restart import RestartDelta, RestartImage, load_from
 
@@ -40,6 +40,7 @@ class Follower:
     ) -> None:
         self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
         self.where = f"{topic}[{partition}]"
+        self.prefix = chunk_prefix(partition)
         self.on_image, self.on_delta = on_image, on_delta
         state, start, self.epoch = load_from(bootstrap, topic, partition)
         self.state: RestartImage | None = None
@@ -48,6 +49,7 @@ class Follower:
         self.consumer = plain_consumer(bootstrap, "standby", unique=True, **{"fetch.wait.max.ms": 10})
         self.consumer.assign([TopicPartition(topic, partition, start)])
         self.next = start  # the offset after the last message read
+        self.chunks: list[Message] = []  # the chunks read since the last manifest, for the next one
 
     def poll(self, timeout: float = 0.0) -> int:
         """Take what has been written since the last call; returns how many messages were read."""
@@ -76,16 +78,27 @@ class Follower:
         if m.key() == manifest_key(self.partition):
             man = Manifest.decode(m.value(), self.where)
             if self._newer(man):
-                off = m.offset() or 0
-                chunks = messages_between(self.bootstrap, self.topic, self.partition, off - man.chunks, off)
+                chunks = self._chunks_of(man, m.offset() or 0)
                 self._took(assemble(man, chunks, self.partition, self.where, RestartImage))
                 self.epoch = man.epoch
+            self.chunks = []
             return
         d = delta_of(m, self.partition, self.where, RestartDelta)
+        if d is None and (m.key() or b"").startswith(self.prefix) and m.value() is not None:
+            self.chunks.append(m)
         if d is not None and st is not None and d.chain == st.chain and d.seq == st.seq + 1:
             st.advance(d)
             st.deltas.clear()
             self.on_delta(d)
+
+    def _chunks_of(self, man: Manifest, off: int) -> list[Message]:
+        """The ``man.chunks`` messages right before offset ``off``: those read on the way when they are
+        all there (no new consumer per image), else read again (the follower started mid-image, or
+        compaction took some before they were read)."""
+        got = [c for c in self.chunks if (c.offset() or 0) >= off - man.chunks]
+        if [c.offset() for c in got] == list(range(off - man.chunks, off)):
+            return got
+        return messages_between(self.bootstrap, self.topic, self.partition, off - man.chunks, off)
 
     def _newer(self, man: Manifest) -> bool:
         """Whether the image ``man`` names is newer than the state held: a later one of its chain, or one

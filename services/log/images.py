@@ -129,7 +129,12 @@ def manifest_key(partition: int) -> bytes:
 
 
 def chunk_key(partition: int, slot: int, i: int) -> bytes:
-    return b"p%d.%d.%d" % (partition, slot, i)
+    return chunk_prefix(partition) + b"%d.%d" % (slot, i)
+
+
+def chunk_prefix(partition: int) -> bytes:
+    """What every chunk key and delta key of ``partition`` starts with."""
+    return b"p%d." % partition
 
 
 def delta_key(partition: int, i: int) -> bytes:

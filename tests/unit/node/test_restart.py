@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 
 from services.core.pickling import dump_frames
 from services.dpc.sunion import SUnionState
@@ -301,6 +301,30 @@ def test_a_follower_applies_each_delta_as_it_comes_and_takes_a_new_chain_whole(l
     write_delta(w, delta(9, 2))
     assert f.catch_up() is f.state and f.state.chain == 9 and f.state.seq == 2
     assert took[2:] == [("image", 1, []), delta(9, 2)] and f.state.snapshot == b""
+
+
+def test_a_follower_takes_an_images_chunks_from_what_it_read(log: FakeLog, monkeypatch: Any) -> None:
+    """Each image is read once, by the follower's own consumer: no range read (a new consumer) per
+    image, except for one whose chunks it did not all see (it started mid-image)."""
+    reads: list[tuple[int, int]] = []
+
+    def counted(bootstrap: str, topic: str, partition: int, start: int, end: int) -> list:
+        reads.append((start, end))
+        return log.messages_between(bootstrap, topic, partition, start, end)
+
+    monkeypatch.setattr(follower, "messages_between", counted)
+    w = writer(log)
+    write(w, image(2, 1, chain=5, seq=1))
+    took: list[Any] = []
+    f = Follower("unused:9092", TOPIC, 0, lambda img: took.append((img.chain, img.seq)), took.append)
+    for seq in (1, 2, 3):
+        write(w, image(3, seq, chain=7, seq=seq))
+    assert f.catch_up() is not None and took == [(5, 1), (7, 1), (7, 2), (7, 3)]
+    assert reads == []
+    write(w, image(2, 9, chain=8, seq=1))
+    f.consumer.assign([TopicPartition(TOPIC, 0, log.next - 2)])  # as if it had missed the first chunk
+    f.catch_up()
+    assert took[-1] == (8, 1) and len(reads) == 1
 
 
 def test_pickling_large_state_reports_progress_as_it_goes() -> None:
