@@ -246,12 +246,19 @@ class KafkaCluster:
     """
 
     def __init__(
-        self, brokers: int = 1, data_dir: Path | None = None, host: str = "127.0.0.1", *, sasl: bool = False
+        self,
+        brokers: int = 1,
+        data_dir: Path | None = None,
+        host: str = "127.0.0.1",
+        *,
+        sasl: bool = False,
+        failover: dict[str, int] | None = None,
     ) -> None:
         if brokers < 1:
             raise ValueError("a cluster needs at least one broker")
         self.brokers = brokers
         self.sasl = sasl
+        self.failover = {**FAILOVER_PROPS, **(failover or {})}  # ``FAILOVER_PROPS`` with these changed
         self.data_dir = (Path(data_dir) if data_dir is not None else hastream_home() / "kafka").expanduser().absolute()
         self.host = host
         self.cluster_id: str | None = None
@@ -383,6 +390,30 @@ class KafkaCluster:
         self._launch(i, _java(), ensure_kafka_jars())
         self._write_state()
         self._wait_ready(timeout, expect=sum(self._alive(j) for j in range(self.brokers)), must_see=node.node_id)
+
+    def wait_in_sync(self, timeout: float = 120, topics: list[str] | None = None) -> None:
+        """Block until every partition of ``topics`` (default: all) has each of its replicas in its ISR,
+        as after a restarted broker caught up: killing another broker before then can leave a
+        partition below its min ISR."""
+        from confluent_kafka.admin import AdminClient
+
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _quiet_rdkafka, **self.client_conf()}
+        admin = AdminClient(conf)
+        deadline = time.monotonic() + timeout
+        behind: list[str] = []
+        while time.monotonic() < deadline:
+            meta = admin.list_topics(timeout=10)
+            behind = [
+                f"{t}[{p.id}]"
+                for t, tm in meta.topics.items()
+                if topics is None or t in topics
+                for p in tm.partitions.values()
+                if len(p.isrs) < len(p.replicas)
+            ]
+            if not behind:
+                return
+            time.sleep(0.5)
+        raise KafkaClusterError(f"partitions not fully in sync after {timeout:.0f}s: {', '.join(behind[:5])}")
 
     def is_running(self) -> bool:
         """True while at least one broker JVM of this cluster is alive (a killed broker leaves it degraded, not down)."""
@@ -526,7 +557,7 @@ class KafkaCluster:
             "auto.create.topics.enable": "false",
             "num.partitions": 1,
             "group.initial.rebalance.delay.ms": 0,
-            **FAILOVER_PROPS,
+            **self.failover,
             "replica.lag.time.max.ms": 10000,
             "controlled.shutdown.enable": "true",
             **(self._sasl_properties(node) if self.sasl else {}),

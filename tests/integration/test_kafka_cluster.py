@@ -164,18 +164,6 @@ def _leader_of(bootstrap: str, topic: str, partition: int) -> int:
     return meta.topics[topic].partitions[partition].leader
 
 
-def _wait_full_isr(bootstrap: str, topic: str, replicas: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    isrs: list[list[int]] = []
-    while time.monotonic() < deadline:
-        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-        isrs = [p.isrs for p in meta.topics[topic].partitions.values()]
-        if all(len(isr) == replicas for isr in isrs):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"ISRs did not recover to {replicas} replicas: {isrs}")
-
-
 def _read_all(bootstrap: str, topic: str, partitions: int) -> list[int]:
     """Every record in the topic, read by assignment (no group) up to the high watermarks."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "audit", "enable.auto.commit": False})
@@ -206,7 +194,7 @@ def test_three_brokers_survive_kill_minus_nine(kafka3: KafkaCluster, topic_name:
     topic = topic_name("durable")
     partitions = 3
     _create_topic(bootstrap, topic, partitions=partitions, rf=3, config={"min.insync.replicas": "2"})
-    _wait_full_isr(bootstrap, topic, 3, timeout=30)
+    kafka3.wait_in_sync(30, [topic])
 
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
     consumer = Consumer(
@@ -237,7 +225,7 @@ def test_three_brokers_survive_kill_minus_nine(kafka3: KafkaCluster, topic_name:
 
         kafka3.start_broker(victim)
         assert all(kafka3.alive())
-        _wait_full_isr(bootstrap, topic, 3, timeout=90)
+        kafka3.wait_in_sync(90, [topic])
 
         _produce(producer, topic, range(2000, 2500), errors)
         _consume_until(consumer, set(range(0, 2500)), seen, timeout=60)

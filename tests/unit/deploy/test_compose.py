@@ -193,6 +193,17 @@ def test_broker_fails_over_as_fast_as_the_local_cluster(compose: dict[str, Any])
         assert str(env.get(var)) == str(v), f"{var}: compose {env.get(var)!r}, local launcher {v!r}"
 
 
+def test_a_cluster_sized_for_a_loaded_machine_changes_only_the_failover_settings_it_names(tmp_path: Path) -> None:
+    """``failover=`` overrides those ``FAILOVER_PROPS`` it names in every broker's properties and keeps the rest."""
+    cluster = KafkaCluster(brokers=3, data_dir=tmp_path, failover={"broker.session.timeout.ms": 4000})
+    node = _Node(0, 9092, 9093, tmp_path / "broker-0")
+    cluster._nodes = [node]
+    props = dict(ln.split("=", 1) for ln in cluster._server_properties(node).splitlines() if "=" in ln)
+    assert props["broker.session.timeout.ms"] == "4000"
+    others = {k: str(v) for k, v in FAILOVER_PROPS.items() if k != "broker.session.timeout.ms"}
+    assert {k: props[k] for k in others} == others
+
+
 def test_services_start_after_topics_exist(compose: dict[str, Any], node_services: dict[str, dict[str, Any]]) -> None:
     services = compose["services"]
     topics = services["topics"]
