@@ -8,8 +8,8 @@ replica's resident memory (``/proc/<pid>/status`` VmRSS) and how many records ea
 logs holds (end offset minus start offset: the input log, the output log, the checkpoint topic,
 the acks topic), as the coordinator trims them. Flat means the memory of the last half of the run
 grows by no more than its spread; bounded means the input and output logs hold about the
-state's span plus an interval, not everything sent. Results go to ``bench/results/ha_soak.json``,
-the figure to ``docs/ha_soak.png``.
+state's span plus an interval, not everything sent. Results go to ``bench/results/ha_soak.json``
+(``--only`` replaces just those schemes' runs), the figure to ``docs/ha_soak.png``.
 """
 
 from __future__ import annotations
@@ -184,14 +184,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--every", type=float, default=15.0, help="seconds between samples")
-    ap.add_argument("--only", default=",".join(SCHEMES))
+    ap.add_argument("--only", default=",".join(SCHEMES), help="schemes to run; the others keep their runs on file")
     args = ap.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(SCHEMES)
+    if unknown:
+        ap.exit(2, f"error: unknown scheme(s) {', '.join(sorted(unknown))} (known: {', '.join(SCHEMES)})\n")
     runs = []
     with broker(console.print) as facts, tempfile.TemporaryDirectory(prefix="hastream-soak-") as work:
         for scheme in args.only.split(","):
             console.print(f"[bold]{scheme}[/]: {args.minutes:g} min at {args.rate}/s")
             runs.append(soak(scheme, facts["bootstrap"], args.minutes, args.rate, args.every, Path(work)))
         facts = {**facts, **machine(facts)}
+    ran = {r["scheme"] for r in runs}
+    kept = json.loads(RESULTS.read_text())["runs"] if RESULTS.exists() else []
+    runs = sorted(runs + [r for r in kept if r["scheme"] not in ran], key=lambda r: SCHEMES.index(r["scheme"]))
     RESULTS.write_text(json.dumps({"machine": facts, "runs": runs}, indent=1))
     report(runs)
     console.print(f"figure: {plot(runs, facts)}")

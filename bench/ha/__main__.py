@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,6 @@ def run_all(names: list[str], quick: bool, repeats: int, doc: dict[str, Any]) ->
     plans = {n: ex.EXPERIMENTS[n](quick) for n in names}
     with broker(console.print) as facts, RichProgress(*cols, console=console) as bar:
         doc["machine"] = machine(facts)
-        import os
-
         bootstrap = os.environ["HASTREAM_BOOTSTRAP"]
         task = bar.add_task("starting", total=repeats * sum(len(p) for p in plans.values()))
         for name, configs in plans.items():
