@@ -231,6 +231,7 @@ def _fault(rig: HaRig, f: Fault, replicas: int, broker: Broker | None) -> None:
         time.sleep(DOWN_S)
         rig.start(node, victim, part)
         return
+    rig.settled(node, part=part)  # a primary failed over for standing still (a loaded start) is back as secondary
     victim = rig.primary(node, part=part)
     if f.kind == "secondary":
         victim = next(r for r in range(replicas) if r != victim)
