@@ -13,7 +13,7 @@ from confluent_kafka import Message, TopicPartition
 
 from services.core.errors import RestartImageError
 from services.core.kafka import plain_consumer
-from services.log.images import Manifest, assemble, chunk_prefix, delta_of, manifest_key
+from services.log.images import Manifest, assemble, delta_of, key_prefix, manifest_key
 from services.log.tail import messages_between
 from services.node.restart import RestartDelta, RestartImage, load_from
 
@@ -40,7 +40,7 @@ class Follower:
     ) -> None:
         self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
         self.where = f"{topic}[{partition}]"
-        self.prefix = chunk_prefix(partition)
+        self.prefix = key_prefix(partition)
         self.on_image, self.on_delta = on_image, on_delta
         state, start, self.epoch = load_from(bootstrap, topic, partition)
         self.state: RestartImage | None = None

@@ -129,22 +129,22 @@ def manifest_key(partition: int) -> bytes:
 
 
 def chunk_key(partition: int, slot: int, i: int) -> bytes:
-    return chunk_prefix(partition) + b"%d.%d" % (slot, i)
+    return key_prefix(partition) + b"%d.%d" % (slot, i)
 
 
-def chunk_prefix(partition: int) -> bytes:
+def key_prefix(partition: int) -> bytes:
     """What every chunk key and delta key of ``partition`` starts with."""
     return b"p%d." % partition
 
 
 def delta_key(partition: int, i: int) -> bytes:
-    return b"p%d.d%d" % (partition, i % DELTA_KEYS)
+    return key_prefix(partition) + b"d%d" % (i % DELTA_KEYS)
 
 
 def delta_of(m: Message, partition: int, where: str, kind: type[Delta]) -> Delta | None:
     """The delta ``m`` holds, or None if it is no delta (a chunk, a tombstone, a manifest)."""
     key, value = m.key(), m.value()
-    if value is None or not isinstance(key, bytes) or not key.startswith(b"p%d.d" % partition):
+    if value is None or not isinstance(key, bytes) or not key.startswith(key_prefix(partition) + b"d"):
         return None
     d = pickle.loads(value)
     if not isinstance(d, kind):
