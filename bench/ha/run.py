@@ -5,7 +5,7 @@ rate, kill -9 of its primary mid-run; what the failure cost and what the scheme 
   decided: the epoch claim and the order's delivery are in it) to the pre-failure state: the new
   primary has dropped its replay and read its inputs up to where they ended when it took over
   (it logs "primary caught up"). **Detection** is from the kill to the election. The **outage** is
-  measured at a client: from the kill to the first stable result it had not received before.
+  measured at a client: the longest time after the kill in which no new stable result reached it.
 - **Storage**: what the input logs hold at the kill (what the trims left) and, for passive
   standby, the image a takeover loads.
 - **Overhead in bytes**, as the paper counts it: what the scheme sends besides the data
@@ -165,11 +165,11 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
             time.sleep(0.5)
             view.poll(timeout=0.5)
             got = view.stable(0)
-        outage = _client_outage(recorder.replica(f"out_{u}", 0).messages, killed_mono)
+        caught, ms = took
+        outage = client_outage(recorder.replica(f"out_{u}", 0).messages, killed_mono, killed_mono + caught - killed)
         stored = [(tid, (stime, kv)) for tid, stime, kv in stable_log(bootstrap, spec.topic(f"out_{u}"), 0)]
         repeated = _repeated(stored, len(want))
         promoted = _log_time(logs / f"n.r{1 - primary}.p0.log", "primary at epoch", after=killed)
-        caught, ms = took
         window = (int(t0 * 1000), int(t1 * 1000))
         size = {s: _record_size(bootstrap, spec.topic(s)) for s in names}
         read = sum((marks1[s][1] - marks0[s][1]) * size[s] for s in names)
@@ -209,12 +209,18 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
         services.stop()
 
 
-def _client_outage(messages: list[Any], killed: float) -> float | None:
-    """Seconds from ``killed`` (monotonic) to the first stable result a client received after it
-    that it had not received before (None: none came)."""
-    before = max((m.id for m in messages if m.type is TupleType.STABLE and m.at < killed), default=-1)
-    after = [m.at for m in messages if m.type is TupleType.STABLE and m.at >= killed and m.id > before]
-    return round(min(after) - killed, 3) if after else None
+def client_outage(messages: list[Any], killed: float, caught: float) -> float | None:
+    """The longest time, from ``killed`` until the new primary ``caught`` up (both monotonic), in
+    which a client received no stable result it had not received before (None: none came after
+    the kill). Results the old primary wrote just before the kill may reach the client just after
+    it; the silence that follows them is the outage, not the time to them."""
+    seen, new = -1, []
+    for m in messages:
+        if m.type is TupleType.STABLE and m.id > seen:
+            seen = m.id
+            new.append(m.at)
+    gaps = [b - max(a, killed) for a, b in zip([killed, *new], new, strict=False) if b >= killed and a <= caught]
+    return round(max(gaps), 3) if gaps else None
 
 
 def _repeated(stored: list[tuple[int, Any]], results: int) -> int | None:

@@ -10,7 +10,9 @@ import pytest
 
 from bench.ha import experiments as ex
 from bench.ha.points import failed, points
-from bench.ha.run import Config, spec_text
+from bench.ha.run import Config, client_outage, spec_text
+from bench.harness import Received
+from services.core.tuples import TupleType
 from services.spec import parse_spec
 
 
@@ -61,3 +63,17 @@ def test_a_point_shows_a_rollback_as_repeating_and_a_lost_run_as_not_precise() -
     assert points(rolled)[0].guarantee() == "repeating, 3–7 duplicates"
     lost = [_run("upstream_backup", 0, 60), _run("upstream_backup", 1, 60, precise=False, duplicates=None)]
     assert points(lost)[0].guarantee() == "NOT precise in 1 of 2"
+
+
+def _arrivals(*pairs: tuple[int, float]) -> list[Received]:
+    return [Received("out", 0, TupleType.STABLE, i, 0, None, at) for i, at in pairs]
+
+
+def test_the_client_outage_is_the_silence_after_what_the_old_primary_had_sent() -> None:
+    """Results written just before the kill (ids 3, 4) reach the client just after it; the outage is the
+    silence that follows them, until the new primary's first new result (id 5), whose repeats (id 4
+    again) do not end it; a pause after the new primary caught up is not part of it."""
+    got = _arrivals((2, 9.99), (3, 10.001), (4, 10.002), (4, 10.30), (5, 10.45), (6, 10.52), (7, 12.0))
+    assert client_outage(got, killed=10.0, caught=10.5) == 0.448
+    assert client_outage(_arrivals((2, 9.99), (3, 10.2)), killed=10.0, caught=10.1) == 0.2
+    assert client_outage(_arrivals((2, 9.99)), killed=10.0, caught=10.1) is None
