@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +220,7 @@ def client_outage(messages: list[Any], killed: float, caught: float) -> float | 
         if m.type is TupleType.STABLE and m.id > seen:
             seen = m.id
             new.append(m.at)
-    gaps = [b - max(a, killed) for a, b in zip([killed, *new], new, strict=False) if b >= killed and a <= caught]
+    gaps = [b - a for a, b in pairwise([killed, *(t for t in new if t >= killed)]) if a <= caught]
     return round(max(gaps), 3) if gaps else None
 
 
