@@ -122,14 +122,15 @@ class Fence:
         self.checked = time.monotonic()
         self._lock = threading.Lock()  # the loop checks before each flush, the image writer's thread before each send
 
-    def check(self) -> None:
-        """Raise ``FencedError`` if a newer incarnation has claimed the replica; called before each flush."""
+    def check(self, reread: bool = False) -> None:
+        """Raise ``FencedError`` if a newer incarnation has claimed the replica; called before each flush.
+        ``reread``: read every heartbeat sent until now first, however recent the last check."""
         with self._lock:
-            self._check()
+            self._check(reread)
 
-    def _check(self) -> None:
+    def _check(self, reread: bool) -> None:
         now = time.monotonic()
-        if now - self.checked > self.stall_s:  # long enough to have been replaced meanwhile
+        if reread or now - self.checked > self.stall_s:  # long enough to have been replaced meanwhile
             self.monitor.read_up_to(_end(self.bootstrap, self.topic))
         self.checked = now
         newer = max(self.monitor.epoch(self.node, self.partition, r) for r in self.replicas)

@@ -22,6 +22,7 @@ from services.control.messages import ControlMessage, encode_control
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.config import Settings
+from services.core.errors import TrimmedError
 from services.core.kafka import BatchConsumer, BatchProducer, group_id
 from services.core.metrics import MetricsServer, serve_from_env
 from services.log import images
@@ -72,6 +73,7 @@ class NodeService:
         self.stats = NodeStats()
         self.running = False
         self.epoch = 0  # the epoch this replica writes with (``begin_writing``)
+        self.fence: fence.Fence | None = None  # whether a newer writer replaced it (``begin_writing``)
         self.inputs = Inputs(plan.inputs, partition, replica)
         build = operator_builder(plan, replica, partition)
         self.pipeline = NodePipeline(plan, undo=plan.reconciliation is Reconciliation.UNDO, build=build)
@@ -136,6 +138,7 @@ class NodeService:
             plan.detection_s,
             tuple(range(plan.replicas)) if plan.scheme.one_log else None,
         )
+        self.fence = f
         self.outputs.guard = self.images.fence = f.check
         self.images.epoch = epoch
         self.outputs.begin(epoch)
@@ -147,7 +150,7 @@ class NodeService:
         last_input: float | None = None
         next_check = time.monotonic()
         while self.running:
-            msgs = self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
+            msgs = self._poll()
             now = time.monotonic()
             self.heartbeat.tick(now)
             if msgs:
@@ -166,6 +169,17 @@ class NodeService:
                 self.lags = self.inputs.lags()
                 self.heartbeat.report(*scheme.progress(), sum(self.lags.values()))
             self.outputs.end_turn(len(msgs) >= st.batch_size and scheme.overlap_writes)
+
+    def _poll(self) -> list[Message]:
+        st = self.settings
+        try:
+            return self.inputs.poll(st.batch_size, st.poll_timeout_ms / 1000)
+        except TrimmedError:
+            # A writer replaced while it stood still (SIGSTOP) finds its inputs trimmed to its
+            # successor's needs: it says it was replaced (``FencedError``), not that input is lost.
+            if self.fence is not None:
+                self.fence.check(reread=True)
+            raise
 
     # -- what a scheme may use (``services.node.scheme.NodeRuntime``) -----------------------
     def set_state(self, state: NodeState) -> None:
