@@ -34,6 +34,7 @@ from services.cli.source_cmd import source_app
 from services.cli.streams_cmd import produce, schema, tail
 from services.core.errors import HastreamError
 from services.spec.classes import describe
+from services.spec.egress import egress_topics
 
 if TYPE_CHECKING:
     from services.deploy.deployment import Deployment, Process
@@ -61,7 +62,10 @@ app.add_typer(node_app, name="node")
 def validate(
     spec: SpecArg,
     topics: Annotated[
-        bool, typer.Option("--topics", help="Print each stream's Kafka topics instead, a 'stream topic' line each.")
+        bool,
+        typer.Option(
+            "--topics", help="Print each stream's Kafka topics and its egresses' instead, a 'stream topic' line each."
+        ),
     ] = False,
 ) -> None:
     """Check a spec; print every mistake with its file:line:col."""
@@ -70,6 +74,8 @@ def validate(
         for stream in s.streams:
             for t in s.stream_topics(stream):
                 print(stream, t)
+        for stream, t, _, _ in egress_topics(s):
+            print(stream, t)
         return
     out.print(
         f"[green]ok[/] {escape(str(spec))}: {len(s.streams)} streams, {len(s.operators)} operators, "

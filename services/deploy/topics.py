@@ -9,6 +9,7 @@ from __future__ import annotations
 from services.coordinator.names import internal_topics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.spec import Spec
+from services.spec.egress import egress_topics
 from services.spec.topics import topic_configs
 
 
@@ -24,11 +25,13 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
     nodes ask for theirs (restart topics take messages as large as an image, and the logs HA schemes
     recover from keep every record until trimmed)."""
     own = topic_configs(spec)
-    return [TopicSpec(t, p, replication, {**(config or {}), **own.get(t, {})}) for t, p in spec.all_topics()]
+    logs = [TopicSpec(t, p, replication, {**(config or {}), **own.get(t, {})}) for t, p in spec.all_topics()]
+    return logs + [TopicSpec(t, p, replication, {**(config or {}), **c}) for _, t, p, c in egress_topics(spec)]
 
 
 def owned_topics(spec: Spec) -> list[str]:
-    """The topics that belong to the deployment alone: all of its own, the coordinator's, and none
-    that a source shares by name (``topic:``)."""
+    """The topics that belong to the deployment alone: all of its own, its egresses', the coordinator's,
+    and none that a source shares by name (``topic:``)."""
     shared = {sd.topic for sd in spec.streams.values() if sd.topic}
-    return [t for t, _ in spec.all_topics() if t not in shared] + internal_topics(spec)
+    egresses = [t for _, t, _, _ in egress_topics(spec)]
+    return [t for t, _ in spec.all_topics() if t not in shared] + egresses + internal_topics(spec)

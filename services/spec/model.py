@@ -43,6 +43,19 @@ class IngressDef:
 
 
 @dataclass(frozen=True)
+class EgressDef:
+    """A plain topic of a node's output for any Kafka consumer (docs/spec.md, "egress"; ``services.spec.egress``)."""
+
+    mode: str = (
+        "stable"  # "stable": each stable tuple once, in id order; "latest": compacted, newest version per result
+    )
+    format: str = "json"  # the record values: "json" (one object) or "avro" (schemaless, the stream's schema)
+    topic: str | None = None  # None: ``<spec>.<stream>.<mode>``
+    commit_ms: int = 100  # how often the egress commits its transaction: what it wrote becomes readable
+    replicas: int = 2
+
+
+@dataclass(frozen=True)
 class StreamDef:
     name: str
     schema: str
@@ -51,6 +64,7 @@ class StreamDef:
     delay: int | None = None  # X in ms for this output, end to end (None: the spec's dpc.delay)
     ingress: IngressDef | None = None  # set on a raw stream: outside producers write it, an ingress reads it
     topic: str | None = None  # a source's own topic, shared with others (None: the deployment's ``<spec>.<stream>``)
+    egress: tuple[EgressDef, ...] = ()  # the plain topics of this output, one per mode
 
 
 class Merge(str, Enum):

@@ -16,7 +16,7 @@ import yaml
 
 from services.core.codec import schema_fields, use_schema_dir
 from services.core.errors import SchemaNotFound, SpecError
-from services.spec import validate
+from services.spec import egress, validate
 from services.spec.model import (
     ENGINES,
     INTERNAL_TOPICS,
@@ -39,8 +39,7 @@ from services.spec.problems import Problems, to_python
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
-_STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress", "topic"}
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
+_STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress", "topic", "egress"}
 _INGRESS_KEYS = {"format", "time", "lateness", "idle", "replicas"}
 _NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha", "flush_ms", "state"}
 
@@ -86,6 +85,7 @@ def parse_spec(text: str, source: str = "<spec>", path: Path | None = None) -> S
     spec = Spec(name, streams, operators, nodes, path, dpc, schemas)
     if not ck.problems:
         validate.graph(ck, spec)
+        egress.check(ck, spec)
     if ck.problems:
         raise SpecError(ck.problems)
     return spec
@@ -176,20 +176,22 @@ def _parse_streams(ck: Problems, top: dict, d_parts: int, d_repl: int) -> dict[s
         topic = _shared_topic(ck, sdef, path, taken)
         fed = "ingress" in sdef  # outside producers write the shared topic; the ingress's output is the deployment's
         partitions = ck.pos_int(sdef, "partitions", path, d_parts)
-        out[sname] = sd = StreamDef(sname, schema, key, partitions, delay, topic=None if fed else topic)
+        egresses = egress.parse(ck, sdef.get("egress"), path + ("egress",), d_repl)
+        out[sname] = sd = StreamDef(
+            sname, schema, key, partitions, delay, topic=None if fed else topic, egress=egresses
+        )
         if fed:
             ingress = _parse_ingress(ck, sdef["ingress"], path + ("ingress",), fields, d_repl)
-            out[sname + RAW_SUFFIX] = replace(sd, name=sname + RAW_SUFFIX, delay=None, ingress=ingress, topic=topic)
+            out[sname + RAW_SUFFIX] = replace(
+                sd, name=sname + RAW_SUFFIX, delay=None, ingress=ingress, topic=topic, egress=()
+            )
     return out
 
 
 def _shared_topic(ck: Problems, sdef: dict, path: tuple, taken: dict[str, str]) -> str | None:
     """A source stream's ``topic:``: an existing topic it reads instead of the deployment's own."""
-    topic = sdef.get("topic")
+    topic = ck.topic(sdef, path)
     if topic is None:
-        return None
-    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic in (".", ".."):
-        ck.err(path + ("topic",), f"'topic' must be a Kafka topic name (letters, digits, '.', '_', '-'), got {topic!r}")
         return None
     if topic in taken:
         ck.err(path + ("topic",), f"topic '{topic}' is already stream '{taken[topic]}''s: one stream per topic")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
+
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # what Kafka accepts as a topic name
 
 
 def to_python(node: yaml.Node, path: tuple, marks: dict[tuple, yaml.Mark]) -> Any:
@@ -62,6 +65,18 @@ class Problems:
             self.err(path + (key,), f"'{key}' must be an integer >= {minimum}, got {v!r}")
             return minimum
         return v
+
+    def topic(self, obj: dict, path: tuple) -> str | None:
+        """``obj``'s ``topic:``, a Kafka topic name (None: not given, or not a name, reported)."""
+        topic = obj.get("topic")
+        if topic is None:
+            return None
+        if not isinstance(topic, str) or not TOPIC_RE.match(topic) or topic in (".", ".."):
+            self.err(
+                path + ("topic",), f"'topic' must be a Kafka topic name (letters, digits, '.', '_', '-'), got {topic!r}"
+            )
+            return None
+        return topic
 
     def name_list(self, v: Any, path: tuple, what: str) -> list[str]:
         if isinstance(v, str):

@@ -59,3 +59,27 @@ def test_a_deployment_owns_its_topics_and_the_coordinators_but_never_a_shared_on
     assert "plant.s1" not in owned and spec.topic("s1") == "plant.s1"
     assert {"chain.s2", "chain.merged.r1", "chain.deadletter", *internal_topics(spec)} <= set(owned)
     assert all(t.startswith(("chain.", "hastream-chain-")) for t in owned), owned
+
+
+def test_a_deployment_creates_and_owns_its_egress_topics_and_validate_lists_them(tmp_path: Path) -> None:
+    """``up`` creates each egress topic with the stream's partitions, the ``latest`` one compacted (it
+    keeps the newest version of each result for good); ``rm --topics`` deletes them, even one the spec
+    names, since only the deployment writes it; ``validate --topics`` lists them."""
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+    from services.deploy.topics import owned_topics, topic_specs
+
+    stats = "  stats:  {schema: window_stat, key: key}"
+    egress = "[{mode: stable}, {mode: latest, topic: plant.stats}]"
+    path = tmp_path / "chain.yaml"
+    path.write_text((REPO / "examples" / "chain.yaml").read_text().replace(stats, f"{stats[:-1]}, egress: {egress}}}"))
+    spec = load_spec(path)
+    specs = {t.name: t for t in topic_specs(spec, 3, {"min.insync.replicas": "2"})}
+    assert specs["chain.stats.stable"].config == {"min.insync.replicas": "2"}
+    assert specs["plant.stats"].config == {"min.insync.replicas": "2", "cleanup.policy": "compact"}
+    assert specs["plant.stats"].partitions == spec.streams["stats"].partitions
+    assert {"chain.stats.stable", "plant.stats"} <= set(owned_topics(spec))
+    listed = CliRunner().invoke(app, ["validate", str(path), "--topics"])
+    assert listed.exit_code == 0, listed.output
+    assert {"stats chain.stats.stable", "stats plant.stats"} <= set(listed.output.splitlines())

@@ -1,0 +1,73 @@
+"""The stable egress over a fake transactional writer: each id once, in order, in timed transactions."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.core.errors import InputGapError
+from services.egress.records import PlainRecords, record_id
+from services.egress.stable import StableEgress
+
+
+class FakeWriter:
+    """The transactional writer's calls, with what each committed transaction held (as a read_committed
+    consumer would see them: nothing of a transaction until its commit)."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.pending: list[int] = []
+        self.committed: list[list[int]] = []
+
+    def begin(self) -> None:
+        assert not self.open, "begin inside an open transaction"
+        self.open = True
+
+    def send(
+        self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = -1, headers=None
+    ) -> None:
+        assert self.open, "a send outside a transaction"
+        assert (topic, partition) == ("s.out.stable", 2)
+        rid = record_id(headers)
+        assert rid is not None
+        self.pending.append(rid)
+
+    def commit(self, timeout: float = 30) -> None:
+        assert self.open
+        self.committed.append(self.pending)
+        self.pending, self.open = [], False
+
+
+def _rec(i: int) -> dict:
+    return {"sensor": "s1", "ts": i, "value": 1.0, "seq": i}
+
+
+def _egress(after: int | None = None) -> tuple[FakeWriter, StableEgress]:
+    w = FakeWriter()
+    return w, StableEgress(w, PlainRecords("reading", "sensor", "json"), "s.out.stable", 2, 0.1, after)
+
+
+def test_ids_read_again_are_written_once_and_batches_commit_every_interval() -> None:
+    w, e = _egress()
+    for i, now in [(0, 0.0), (1, 0.05), (1, 0.06), (0, 0.07), (2, 0.08)]:  # a switch reads 0 and 1 again
+        e.take(i, i, _rec(i), now)
+        e.tick(now)
+    assert w.committed == [] and w.pending == [0, 1, 2]
+    assert e.tick(0.1)
+    e.take(3, 3, _rec(3), 0.2)
+    assert not e.tick(0.25) and e.tick(0.31)
+    assert w.committed == [[0, 1, 2], [3]]
+    assert not e.tick(1.0), "nothing open: nothing to commit"
+
+
+def test_a_new_primary_goes_on_after_the_committed_tail() -> None:
+    w, e = _egress(after=4)
+    for i in range(0, 7):
+        e.take(i, i, _rec(i))
+    e.flush()
+    assert w.committed == [[5, 6]]
+
+
+def test_a_gap_in_the_stable_ids_is_a_clear_error_not_lost_output() -> None:
+    _, e = _egress(after=4)
+    with pytest.raises(InputGapError, match=r"s.out.stable\[2\]: stable id 7 came after 4: ids 5..6 are missing"):
+        e.take(7, 7, _rec(7))
