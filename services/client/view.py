@@ -179,6 +179,13 @@ class StreamView:
         log.info("%s p%d: switched from replica %d to %d at offset %d", self.stream, partition, old, replica, offset)
         return offset
 
+    def resume_after(self, partition: int, tid: int) -> int:
+        """Read ``partition`` from right after stable id ``tid``, as a reader that has every stable tuple up
+        to it does (an egress going on after its committed tail); returns the offset."""
+        v = self.views[partition]
+        v.last_stable, v.started = tid, True
+        return self.switch(partition, self.readers[partition].replica)
+
     # -- reading --------------------------------------------------------------
     def poll(self, timeout: float = 0.2, max_messages: int = 500) -> list[ViewEvent]:
         """Events of the messages that arrived, in arrival order (switching replica first if due)."""

@@ -15,12 +15,11 @@ goes on after the newest committed stable id and writes the tentative results it
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 from services.client.partition import ViewEvent
 from services.egress.records import ID_HEADER, STIME_HEADER, PlainHeaders, PlainRecords
-from services.egress.stable import TransactionalWriter
+from services.egress.stable import Batches, TransactionalWriter
 from services.spec.model import Spec
 
 KIND_HEADER = "hastream.kind"  # "stable" or "tentative": how final a record's value is
@@ -49,10 +48,10 @@ class LatestEgress:
         commit_s: float,
     ) -> None:
         self.writer, self.records, self.identity = writer, records, identity
-        self.topic, self.partition, self.commit_s = topic, partition, commit_s
+        self.topic, self.partition = topic, partition
+        self.batches = Batches(writer, commit_s)
         self.shown: dict[bytes, tuple[int, int, int]] = {}  # tentative identity -> (replica, id, stime)
         self.void: dict[bytes, int] = {}  # identity shown tentatively and voided -> its stime
-        self.opened = 0.0
         self.tombstones = 0
 
     def event(self, ev: ViewEvent, now: float | None = None) -> None:
@@ -79,26 +78,20 @@ class LatestEgress:
         gone = [k for k, stime in self.void.items() if stime < boundary]
         for k in gone:
             del self.void[k]
-            self._begin(now)
+            self.batches.begin(now)
             withdrawn: PlainHeaders = [(KIND_HEADER, b"withdrawn")]
             self.writer.send(self.topic, None, k, self.partition, withdrawn)
         self.tombstones += len(gone)
 
     def tick(self, now: float) -> bool:
-        """Commit the open transaction once it is ``commit_s`` old; whether it did."""
-        if self.writer.open and now - self.opened >= self.commit_s:
-            self.writer.commit()
-            return True
-        return False
+        return self.batches.tick(now)
 
-    def _begin(self, now: float | None) -> None:
-        if not self.writer.open:
-            self.writer.begin()
-            self.opened = time.monotonic() if now is None else now
+    def flush(self) -> None:
+        self.batches.flush()
 
     def _send(self, key: bytes, ev: ViewEvent, kind: bytes, now: float | None) -> None:
         assert ev.record is not None
-        self._begin(now)
+        self.batches.begin(now)
         _, value, _ = self.records.record(ev.id, ev.stime, ev.record)
         headers: PlainHeaders = [(ID_HEADER, b"%d" % ev.id), (STIME_HEADER, b"%d" % ev.stime), (KIND_HEADER, kind)]
         self.writer.send(self.topic, value, key, self.partition, headers)

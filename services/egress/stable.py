@@ -33,6 +33,33 @@ class TransactionalWriter(Protocol):
     def commit(self, timeout: float = 30) -> None: ...
 
 
+class Batches:
+    """A writer's transactions, each committed once it is ``commit_s`` old: a read_committed consumer sees
+    a batch at once, and what a writer sends waits ``commit_s`` at most before it can be read."""
+
+    def __init__(self, writer: TransactionalWriter, commit_s: float) -> None:
+        self.writer, self.commit_s = writer, commit_s
+        self.opened = 0.0  # when the open transaction began
+
+    def begin(self, now: float | None = None) -> None:
+        """Open a transaction unless one is open."""
+        if not self.writer.open:
+            self.writer.begin()
+            self.opened = time.monotonic() if now is None else now
+
+    def tick(self, now: float) -> bool:
+        """Commit the open transaction once it is ``commit_s`` old; whether it did."""
+        if self.writer.open and now - self.opened >= self.commit_s:
+            self.writer.commit()
+            return True
+        return False
+
+    def flush(self) -> None:
+        """Commit what is open now (on a clean stop)."""
+        if self.writer.open:
+            self.writer.commit()
+
+
 class StableEgress:
     """Partition ``partition`` of a stable egress topic, going on after ``after`` (None: from id 0)."""
 
@@ -46,9 +73,9 @@ class StableEgress:
         after: int | None,
     ) -> None:
         self.writer, self.records = writer, records
-        self.topic, self.partition, self.commit_s = topic, partition, commit_s
+        self.topic, self.partition = topic, partition
+        self.batches = Batches(writer, commit_s)
         self.next_id = 0 if after is None else after + 1
-        self.opened = 0.0  # when the open transaction began
         self.written = 0  # records sent, committed or not
 
     def take(self, tid: int, stime: int, rec: dict[str, Any], now: float | None = None) -> None:
@@ -60,22 +87,14 @@ class StableEgress:
                 f"{self.topic}[{self.partition}]: stable id {tid} came after {self.next_id - 1}: "
                 f"ids {self.next_id}..{tid - 1} are missing from what the stream delivered"
             )
-        if not self.writer.open:
-            self.writer.begin()
-            self.opened = time.monotonic() if now is None else now
+        self.batches.begin(now)
         key, value, headers = self.records.record(tid, stime, rec)
         self.writer.send(self.topic, value, key, self.partition, headers)
         self.next_id += 1
         self.written += 1
 
     def tick(self, now: float) -> bool:
-        """Commit the open transaction once it is ``commit_s`` old; whether it did."""
-        if self.writer.open and now - self.opened >= self.commit_s:
-            self.writer.commit()
-            return True
-        return False
+        return self.batches.tick(now)
 
     def flush(self) -> None:
-        """Commit what is open now (on a clean stop)."""
-        if self.writer.open:
-            self.writer.commit()
+        self.batches.flush()

@@ -1,0 +1,86 @@
+"""One egress of one stream, every partition in one process: the stream followed as a client follows it,
+each partition written through its own transactional producer.
+
+At start each partition's producer takes its transactional id over (``init()``: an earlier writer
+of it is fenced and what it left open is aborted), and a stable egress goes on after the newest
+id committed to its partition (``services.egress.position``), reading the stream from there. A
+latest egress reads the stream from its start: its records are upserts, so those written again
+change nothing a consumer materializes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from services.client.view import StreamView
+from services.core.transactions import TransactionalProducer
+from services.egress.latest import LatestEgress, identity_for
+from services.egress.position import last_written_id
+from services.egress.records import PlainRecords
+from services.egress.stable import StableEgress
+from services.spec.egress import egress_topic
+from services.spec.model import EgressDef, Spec
+
+
+def transactional_id(spec: Spec, stream: str, egress: EgressDef, partition: int) -> str:
+    """The id every writer of one egress partition shares, so that a new one fences the old."""
+    return f"hastream.{spec.name}.egress.{stream}.{egress.mode}.p{partition}"
+
+
+class EgressPump:
+    """The egress ``egress`` of ``stream``: call ``step`` in a loop, ``close`` at the end."""
+
+    def __init__(self, spec: Spec, stream: str, egress: EgressDef, bootstrap: str) -> None:
+        sd = spec.streams[stream]
+        self.topic = egress_topic(spec, stream, egress)
+        records = PlainRecords(sd.schema, sd.key, egress.format)
+        commit_s = egress.commit_ms / 1000
+        self.producers = [
+            TransactionalProducer(bootstrap, transactional_id(spec, stream, egress, p)) for p in range(sd.partitions)
+        ]
+        for producer in self.producers:
+            producer.init()
+        stable = egress.mode == "stable"
+        self.view = StreamView(spec, stream, bootstrap, stable_only=stable, keep_stable=False)
+        self.stable: list[StableEgress] = []
+        self.latest: list[LatestEgress] = []
+        if stable:
+            for p, producer in enumerate(self.producers):
+                after = last_written_id(bootstrap, self.topic, p)
+                self.stable.append(StableEgress(producer, records, self.topic, p, commit_s, after))
+                if after is not None:
+                    self.view.resume_after(p, after)
+        else:
+            identity = identity_for(spec, stream)
+            self.latest = [
+                LatestEgress(producer, records, identity, self.topic, p, commit_s)
+                for p, producer in enumerate(self.producers)
+            ]
+
+    def step(self, timeout: float = 0.05) -> int:
+        """Read what arrived, write it, commit what is due; returns how many events were read."""
+        events = self.view.poll(timeout)
+        now = time.monotonic()
+        for ev in events:
+            if self.stable:
+                if ev.kind == "stable" and ev.record is not None:
+                    self.stable[ev.partition].take(ev.id, ev.stime, ev.record, now)
+            else:
+                self.latest[ev.partition].event(ev, now)
+        for p, latest in enumerate(self.latest):
+            latest.passed(self.view.views[p].boundary, now)
+        for w in self.stable:
+            w.tick(now)
+        for latest in self.latest:
+            latest.tick(now)
+        return len(events)
+
+    def close(self) -> None:
+        """Commit what is open, then let go of the producers and the view."""
+        for w in self.stable:
+            w.flush()
+        for latest in self.latest:
+            latest.flush()
+        for producer in self.producers:
+            producer.close()
+        self.view.close()
