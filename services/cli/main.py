@@ -28,6 +28,7 @@ from services.cli.common import (
 )
 from services.cli.coordinator_cmd import coordinator as coordinator_cmd
 from services.cli.coordinator_cmd import print_replica_states
+from services.cli.egress_cmd import egress
 from services.cli.fault_cmd import fault_app
 from services.cli.kafka_cmd import kafka_app
 from services.cli.source_cmd import source_app
@@ -53,6 +54,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(source_app, name="source")
 app.command()(produce)
 app.command()(tail)
+app.command()(egress)
 app.command()(schema)
 node_app = typer.Typer(no_args_is_help=True, help="Run one node service process (used by 'up' and docker compose).")
 app.add_typer(node_app, name="node")

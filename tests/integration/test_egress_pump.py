@@ -5,6 +5,11 @@ new one that took its partitions over; the latest topic, materialized, is the st
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +26,10 @@ from services.core.partitioner import key_bytes, partition_for
 from services.core.transactions import READ_COMMITTED
 from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, make_headers
 from services.egress.latest import KIND_HEADER
+from services.egress.position import last_written_id
 from services.egress.pump import EgressPump
 from services.egress.records import ID_HEADER
-from tests.integration.helpers import create_topics, unique_spec
+from tests.integration.helpers import create_topics, hastream, one_error_line, unique_spec, user_env, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +164,42 @@ def _table(records: list[tuple[Any, ...]]) -> dict[bytes, tuple[dict, bytes]]:
         else:
             out[key] = (json.loads(value), headers[KIND_HEADER])
     return out
+
+
+def test_the_egress_process_killed_and_started_again_writes_each_stable_tuple_once(kafka: Any, tmp_path: Path) -> None:
+    """kill -9 of ``hastream egress`` while the log grows (it dies with a transaction open, most likely),
+    then a new one: a plain read_committed consumer reads the failure-free stable stream exactly."""
+    spec, path = unique_spec(SPEC, tmp_path)
+    create_topics(spec, kafka.bootstrap)
+    parts = _by_partition()
+    log = [(p, STABLE, i, r) for p in (0, 1) for i, r in enumerate(parts[p])]
+    log.sort(key=lambda m: (m[3] or {}).get("ts", 0))
+    env = {**user_env(tmp_path / "home"), "HASTREAM_BOOTSTRAP": kafka.bootstrap}
+    cmd = [sys.executable, "-m", "services.cli.main", "egress", str(path), "b"]
+    topic = f"{spec.name}.b.stable"
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _write_log(kafka.bootstrap, spec.topic("b"), log[: len(log) // 2])
+        wait_for(lambda: last_written_id(kafka.bootstrap, topic, 0) is not None, 60, "the first egress's first commit")
+        for i in range(len(log) // 2, len(log), 10):  # 10 tuples every 20 ms, as a node writes them
+            _write_log(kafka.bootstrap, spec.topic("b"), log[i : i + 10])
+            time.sleep(0.02)
+            if i == len(log) * 3 // 4:
+                os.kill(first.pid, signal.SIGKILL)
+    finally:
+        first.kill()
+        first.wait(10)
+    second = subprocess.run([*cmd, "--idle", "3"], env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr[-3000:]
+    written = int(re.search(r"(\d+) stable tuples written", second.stdout)[1])  # type: ignore[index]
+    assert 0 < written < len(log), f"the second egress did not go on after the first one's commits: {written}"
+    got = _read(kafka.bootstrap, f"{spec.name}.b.stable")
+    for p in (0, 1):
+        assert [json.loads(v) for _, v, _ in got[p]] == parts[p], f"partition {p}: not each stable tuple once, in order"
+
+
+def test_bad_use_of_the_egress_command_is_one_line(tmp_path: Path) -> None:
+    spec, path = unique_spec(SPEC.replace(", {mode: latest}", ""), tmp_path)
+    env = user_env(tmp_path / "home")
+    one_error_line(hastream("egress", str(path), "a", "--mode", "latest", env=env), "has no 'latest' egress")
+    one_error_line(hastream("egress", str(path), "zz", env=env), "no stream 'zz'")
