@@ -7,14 +7,25 @@ again, or a second one, takes every partition over and goes on where the last co
 
 from __future__ import annotations
 
+import json
 import signal
 import time
-from typing import Annotated
+from typing import Annotated, Any, Callable
 
 import typer
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from rich.markup import escape
 
 from services.cli.common import BootstrapOpt, SpecArg, bootstrap_for, fail, out, service_logging, spec_or_exit
+from services.core.codec import codec_for
 from services.core.errors import HastreamError
+from services.core.kafka import plain_consumer
+from services.core.transactions import READ_COMMITTED
+from services.egress.latest import KIND_HEADER
+from services.egress.records import record_id
+from services.spec import Spec
+from services.spec.egress import egress_topic
+from services.spec.model import EgressDef
 
 
 def egress(
@@ -28,12 +39,7 @@ def egress(
     from services.egress.pump import EgressPump
 
     s = spec_or_exit(spec)
-    if stream not in s.streams:
-        raise fail(f"no stream '{stream}' in {spec} (streams: {', '.join(s.streams)})")
-    egresses = {e.mode: e for e in s.streams[stream].egress}
-    if mode not in egresses:
-        have = ", ".join(egresses) or "none"
-        raise fail(f"stream '{stream}' has no '{mode}' egress in {spec} (its egresses: {have}): add it under 'egress:'")
+    chosen = egress_of(s, stream, mode)
     service_logging(f"egress.{stream}.{mode}")
     running = [True]
 
@@ -43,7 +49,7 @@ def egress(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        pump = EgressPump(s, stream, egresses[mode], bootstrap_for(s, bootstrap, stream))
+        pump = EgressPump(s, stream, chosen, bootstrap_for(s, bootstrap, stream))
     except HastreamError as e:
         raise fail(str(e)) from None
     last = time.monotonic()
@@ -57,3 +63,56 @@ def egress(
         pump.close()
     written = sum(w.written for w in pump.stable)
     out.print(f"egress {stream} ({mode}) to {pump.topic} stopped: {written} stable tuples written")
+
+
+def egress_of(spec: Spec, stream: str, mode: str) -> EgressDef:
+    """The ``mode`` egress of ``stream``, or the one line that says what the spec lacks."""
+    if stream not in spec.streams:
+        raise fail(f"no stream '{stream}' in the spec (streams: {', '.join(spec.streams)})")
+    egresses = {e.mode: e for e in spec.streams[stream].egress}
+    if mode not in egresses:
+        have = ", ".join(egresses) or "none"
+        raise fail(f"stream '{stream}' has no '{mode}' egress (its egresses: {have}): add it under 'egress:'")
+    return egresses[mode]
+
+
+def tail_egress(
+    spec: Spec, stream: str, mode: str, bootstrap: str | None, limit: int, idle: float, as_json: bool
+) -> None:
+    """Print what a consumer of the egress topic reads (``read_committed``): each record's partition,
+    id, key and value; for ``latest``, what a tombstone withdraws."""
+    e, sd = egress_of(spec, stream, mode), spec.streams[stream]
+    decode = _json_value if e.format == "json" else codec_for(sd.schema).decode
+    c = plain_consumer(bootstrap_for(spec, bootstrap, stream), "tail", unique=True, **READ_COMMITTED)
+    topic = egress_topic(spec, stream, e)
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(sd.partitions)])
+    n, last = 0, time.monotonic()
+    try:
+        while not (idle and time.monotonic() - last > idle) and not (limit and n >= limit):
+            for m in c.consume(100, 0.2):
+                if m.error() is None:
+                    last, n = time.monotonic(), n + 1
+                    _print_record(m.partition() or 0, dict(m.headers() or []), m.key(), m.value(), decode, as_json)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        c.close()
+
+
+def _json_value(value: bytes | None) -> Any:
+    return json.loads(value) if value is not None else None
+
+
+def _print_record(
+    partition: int, headers: dict, key: bytes | None, value: bytes | None, decode: Callable[[bytes], Any], as_json: bool
+) -> None:
+    rid = record_id(list(headers.items()))
+    kind = (headers.get(KIND_HEADER) or b"stable").decode()
+    rec = decode(value) if value is not None else None
+    if as_json:
+        print(json.dumps({"partition": partition, "id": rid, "kind": kind, "key": (key or b"").decode(), "value": rec}))
+    elif rec is None:
+        out.print(f"[magenta]withdrawn[/] p{partition} key={escape((key or b'').decode())}")
+    else:
+        tag = "[green]S[/]" if kind == "stable" else "[bold yellow]T[/]"
+        out.print(f"{tag} p{partition} id={rid} key={escape((key or b'').decode())} {escape(json.dumps(rec))}")

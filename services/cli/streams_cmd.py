@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from services.cli.common import BootstrapOpt, SpecArg, bootstrap_for, err, fail, out, spec_or_exit
+from services.cli.egress_cmd import tail_egress
 from services.spec import Spec
 
 if TYPE_CHECKING:
@@ -236,10 +237,17 @@ def tail(
     idle: Annotated[float, typer.Option(help="Stop after this many seconds without tuples (0 = never).")] = 0,
     stable_only: Annotated[bool, typer.Option("--stable-only", help="Print only STABLE tuples.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per tuple.")] = False,
+    egress: Annotated[
+        str | None,
+        typer.Option(help="Read the stream's egress topic of this mode (stable or latest) as a consumer does."),
+    ] = None,
     bootstrap: BootstrapOpt = None,
 ) -> None:
     """Print a stream's tuples, decoded: stable ones, tentative ones (T) and their undoing, following the best replica."""
     s = spec_or_exit(spec)
+    if egress is not None:
+        tail_egress(s, stream, egress, bootstrap, limit, idle, as_json)
+        return
     if replica is not None:
         _tail_raw(
             s, stream, bootstrap_for(s, bootstrap, stream), replica, from_beginning, limit, idle, stable_only, as_json

@@ -196,6 +196,12 @@ def test_the_egress_process_killed_and_started_again_writes_each_stable_tuple_on
     got = _read(kafka.bootstrap, f"{spec.name}.b.stable")
     for p in (0, 1):
         assert [json.loads(v) for _, v, _ in got[p]] == parts[p], f"partition {p}: not each stable tuple once, in order"
+    tailed = hastream("tail", str(path), "b", "--egress", "stable", "--json", "--idle", "3", env=env)
+    assert tailed.returncode == 0, tailed.stderr[-3000:]
+    lines = [json.loads(line) for line in tailed.stdout.splitlines()]
+    for p in (0, 1):
+        mine = [x for x in lines if x["partition"] == p]
+        assert [x["value"] for x in mine] == parts[p] and [x["id"] for x in mine] == list(range(len(parts[p])))
 
 
 def test_bad_use_of_the_egress_command_is_one_line(tmp_path: Path) -> None:
@@ -203,3 +209,4 @@ def test_bad_use_of_the_egress_command_is_one_line(tmp_path: Path) -> None:
     env = user_env(tmp_path / "home")
     one_error_line(hastream("egress", str(path), "a", "--mode", "latest", env=env), "has no 'latest' egress")
     one_error_line(hastream("egress", str(path), "zz", env=env), "no stream 'zz'")
+    one_error_line(hastream("tail", str(path), "b", "--egress", "latest", env=env), "has no 'latest' egress")
