@@ -137,6 +137,9 @@ def _produce(conf: dict[str, str], n: int, written: list[list[dict]]) -> None:
     headers, the record's timestamp its ``ts`` (the ingress takes the record timestamp); about
     200 records a second."""
     p = Producer({"bootstrap.servers": HOST, "linger.ms": 5, **conf})
+    # Connected (and logged in) before the first record is stamped: a record that waits in the
+    # producer's queue past the ingress's lateness (1 s) reaches it late, and is dead-lettered.
+    p.list_topics("demo.readings.raw", timeout=30)
 
     def delivered(err: object, msg: Message) -> None:
         if err is None:
