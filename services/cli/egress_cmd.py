@@ -106,7 +106,7 @@ def _json_value(value: bytes | None) -> Any:
 def _print_record(
     partition: int, headers: dict, key: bytes | None, value: bytes | None, decode: Callable[[bytes], Any], as_json: bool
 ) -> None:
-    rid = record_id(list(headers.items()))
+    rid = record_id(headers)
     kind = (headers.get(KIND_HEADER) or b"stable").decode()
     rec = decode(value) if value is not None else None
     if as_json:

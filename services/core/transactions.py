@@ -19,9 +19,9 @@ read_committed``, hastream's readers set it where a topic is written so: ``READ_
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 
 from services.core.errors import FencedError, HastreamError
 from services.core.kafka import BatchProducer
@@ -78,10 +78,6 @@ class TransactionalProducer:
     ) -> None:
         """Queue one record in the open transaction."""
         self._batch.send(topic, value, key, partition, headers)
-
-    def send_offsets(self, offsets: Sequence[TopicPartition], group_metadata: object, timeout: float = 30) -> None:
-        """Commit a consumer's positions with the open transaction (``Consumer.consumer_group_metadata()``)."""
-        self._call("send_offsets_to_transaction", list(offsets), group_metadata, timeout)
 
     def commit(self, timeout: float = 30) -> None:
         """Make every record sent since ``begin()`` visible at once (it flushes them first)."""

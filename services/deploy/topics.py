@@ -25,8 +25,9 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
     nodes ask for theirs (restart topics take messages as large as an image, and the logs HA schemes
     recover from keep every record until trimmed)."""
     own = topic_configs(spec)
-    logs = [TopicSpec(t, p, replication, {**(config or {}), **own.get(t, {})}) for t, p in spec.all_topics()]
-    return logs + [TopicSpec(t, p, replication, {**(config or {}), **c}) for _, t, p, c in egress_topics(spec)]
+    topics = [(t, p, own.get(t, {})) for t, p in spec.all_topics()]
+    topics += [(t, p, c) for _, t, p, c in egress_topics(spec)]
+    return [TopicSpec(t, p, replication, {**(config or {}), **c}) for t, p, c in topics]
 
 
 def owned_topics(spec: Spec) -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from services.client.partition import ViewEvent
-from services.egress.records import ID_HEADER, STIME_HEADER, PlainHeaders, PlainRecords
+from services.egress.records import PlainHeaders, PlainRecords
 from services.egress.stable import Batches, TransactionalWriter
 from services.spec.model import Spec
 
@@ -92,6 +92,6 @@ class LatestEgress:
     def _send(self, key: bytes, ev: ViewEvent, kind: bytes, now: float | None) -> None:
         assert ev.record is not None
         self.batches.begin(now)
-        _, value, _ = self.records.record(ev.id, ev.stime, ev.record)
-        headers: PlainHeaders = [(ID_HEADER, b"%d" % ev.id), (STIME_HEADER, b"%d" % ev.stime), (KIND_HEADER, kind)]
+        _, value, headers = self.records.record(ev.id, ev.stime, ev.record)
+        headers.append((KIND_HEADER, kind))
         self.writer.send(self.topic, value, key, self.partition, headers)

@@ -44,15 +44,13 @@ class IngressDef:
 
 @dataclass(frozen=True)
 class EgressDef:
-    """A plain topic of a node's output for any Kafka consumer (docs/spec.md, "egress"; ``services.spec.egress``)."""
+    """A plain topic of a node's output for any Kafka consumer (``services.spec.egress``)."""
 
-    mode: str = (
-        "stable"  # "stable": each stable tuple once, in id order; "latest": compacted, newest version per result
-    )
+    mode: str = "stable"  # "stable": each stable tuple once, in id order; "latest": the newest version per result
     format: str = "json"  # the record values: "json" (one object) or "avro" (schemaless, the stream's schema)
     topic: str | None = None  # None: ``<spec>.<stream>.<mode>``
     commit_ms: int = 100  # how often the egress commits its transaction: what it wrote becomes readable
-    replicas: int = 2
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
