@@ -122,15 +122,22 @@ def ensure_kafka_jars() -> Path:
 def set_client_quota(bootstrap: str, client_id: str, producer_bytes_per_s: int) -> None:
     """Cap what the clients named ``client_id`` may write per second (a Kafka client quota; the broker
     delays their requests past it), with Kafka's own config tool."""
-    cmd = [_java(), "-cp", f"{ensure_kafka_jars()}/*", "kafka.admin.ConfigCommand", "--bootstrap-server", bootstrap]
+    cmd = [
+        java_binary(),
+        "-cp",
+        f"{ensure_kafka_jars()}/*",
+        "kafka.admin.ConfigCommand",
+        "--bootstrap-server",
+        bootstrap,
+    ]
     cmd += ["--alter", "--add-config", f"producer_byte_rate={producer_bytes_per_s}"]
     cmd += ["--entity-type", "clients", "--entity-name", client_id]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
-        raise KafkaClusterError(f"client quota for {client_id} not set: {_java_error_line(done.stdout + done.stderr)}")
+        raise KafkaClusterError(f"client quota for {client_id} not set: {java_error_line(done.stdout + done.stderr)}")
 
 
-def _java_error_line(output: str) -> str:
+def java_error_line(output: str) -> str:
     """The line of a JVM's output that names the failure (the exception message, not a stack frame)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith(("\tat ", "\t... "))]
     for line in lines:
@@ -141,7 +148,7 @@ def _java_error_line(output: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _java() -> str:
+def java_binary() -> str:
     """The ``java`` executable, preferring ``JAVA_HOME`` like Kafka's own scripts do."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / "java").is_file():
@@ -330,7 +337,7 @@ class KafkaCluster:
         if not fresh and self._adopt_stored() and all(self.alive()):
             raise KafkaClusterError(f"a Kafka cluster is already running in {self.data_dir} ({self.bootstrap})")
         jars = ensure_kafka_jars()
-        java = _java()
+        java = java_binary()
         if fresh or not self._adopt_stored():
             self._create(java, jars)
         else:
@@ -387,7 +394,7 @@ class KafkaCluster:
         node = self._node(i)
         if self._alive(i):
             raise KafkaClusterError(f"broker {i} is already running (pid {self._pids[i]})")
-        self._launch(i, _java(), ensure_kafka_jars())
+        self._launch(i, java_binary(), ensure_kafka_jars())
         self._write_state()
         self._wait_ready(timeout, expect=sum(self._alive(j) for j in range(self.brokers)), must_see=node.node_id)
 
@@ -638,7 +645,7 @@ class KafkaCluster:
         for node, proc in procs:
             out, _ = proc.communicate(timeout=120)
             if proc.returncode != 0:
-                failures.append(f"node {node.node_id}: {_java_error_line(out.decode(errors='replace'))}")
+                failures.append(f"node {node.node_id}: {java_error_line(out.decode(errors='replace'))}")
         if failures:
             raise KafkaClusterError("formatting KRaft storage failed: " + "; ".join(failures))
 
@@ -718,7 +725,7 @@ class KafkaCluster:
             text = self._nodes[i].log_file.read_text(errors="replace")
         except OSError:
             return "no log"
-        return _java_error_line(text.rsplit("==== hastream: starting broker", 1)[-1])
+        return java_error_line(text.rsplit("==== hastream: starting broker", 1)[-1])
 
     def _wait_ready(self, timeout: float, expect: int, must_see: int | None = None) -> None:
         """Block until a client sees ``expect`` brokers (and ``must_see`` among them).

@@ -24,7 +24,7 @@ from services.core.transactions import READ_COMMITTED
 from services.egress.latest import KIND_HEADER
 from services.egress.records import record_id
 from services.spec import Spec
-from services.spec.egress import egress_topic
+from services.spec.egress import egress_node, egress_topic
 from services.spec.model import EgressDef
 
 
@@ -32,15 +32,25 @@ def egress(
     spec: SpecArg,
     stream: Annotated[str, typer.Argument(help="A node's output stream with 'egress:' in the spec.")],
     mode: Annotated[str, typer.Option(help="Which of its egresses: stable or latest.")] = "stable",
+    partition: Annotated[
+        int | None, typer.Option(help="Run this partition's replica under the coordinator (with --replica).")
+    ] = None,
+    replica: Annotated[int, typer.Option(help="Replica index of this process, with --partition.")] = 0,
     idle: Annotated[float, typer.Option(help="Stop after this many seconds without tuples (0 = never).")] = 0,
     bootstrap: BootstrapOpt = None,
 ) -> None:
-    """Write a stream's egress topic for any read_committed consumer, until SIGTERM."""
-    from services.egress.pump import EgressPump
-
+    """Write a stream's egress topic for any read_committed consumer, until SIGTERM: every partition
+    in this process, or with --partition one replica of one partition that the coordinator makes
+    primary or secondary (what 'hastream up' runs)."""
     s = spec_or_exit(spec)
     chosen = egress_of(s, stream, mode)
-    service_logging(f"egress.{stream}.{mode}")
+    parts, copies = s.streams[stream].partitions, chosen.replicas
+    if partition is not None and not 0 <= partition < parts:
+        raise fail(f"stream '{stream}' has partitions 0..{parts - 1}; got --partition {partition}")
+    if not 0 <= replica < copies:
+        raise fail(f"the {mode} egress of '{stream}' has replicas 0..{copies - 1}; got --replica {replica}")
+    where = "" if partition is None else f".r{replica}.p{partition}"
+    service_logging(f"{egress_node(stream, mode)}{where}")
     running = [True]
 
     def stop(*_: object) -> None:
@@ -48,21 +58,48 @@ def egress(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    found = bootstrap_for(s, bootstrap, stream)
     try:
-        pump = EgressPump(s, stream, chosen, bootstrap_for(s, bootstrap, stream))
-    except HastreamError as e:
-        raise fail(str(e)) from None
-    last = time.monotonic()
-    try:
-        while running[0] and not (idle and time.monotonic() - last > idle):
-            if pump.step():
-                last = time.monotonic()
+        if partition is None:
+            written = _pump(s, stream, chosen, found, lambda: running[0], idle)
+        else:
+            written = _replica(s, stream, chosen, partition, replica, found, lambda: running[0])
     except HastreamError as e:  # fenced by a newer egress process, or a gap in the stream: say which
         raise fail(str(e)) from None
+    topic = egress_topic(s, stream, chosen)
+    out.print(f"egress {stream} ({mode}) to {topic} stopped: {written} stable tuples written")
+
+
+def _pump(spec: Spec, stream: str, chosen: EgressDef, bootstrap: str, running: Callable[[], bool], idle: float) -> int:
+    """Every partition in this process, no coordinator: a second process takes them all over."""
+    from services.egress.pump import EgressPump
+
+    pump = EgressPump(spec, stream, chosen, bootstrap)
+    last = time.monotonic()
+    try:
+        while running() and not (idle and time.monotonic() - last > idle):
+            if pump.step():
+                last = time.monotonic()
     finally:
         pump.close()
-    written = sum(w.written for w in pump.stable)
-    out.print(f"egress {stream} ({mode}) to {pump.topic} stopped: {written} stable tuples written")
+    return sum(w.written for w in pump.stable.values())
+
+
+def _replica(
+    spec: Spec,
+    stream: str,
+    chosen: EgressDef,
+    partition: int,
+    replica: int,
+    bootstrap: str,
+    running: Callable[[], bool],
+) -> int:
+    """One replica of one partition, primary or secondary as the coordinator says."""
+    from services.egress.service import EgressService
+
+    service = EgressService(spec, stream, chosen, partition, replica, bootstrap)
+    service.run(running)
+    return service.written
 
 
 def egress_of(spec: Spec, stream: str, mode: str) -> EgressDef:

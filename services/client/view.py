@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, Message, TopicPartition
 
@@ -48,7 +48,8 @@ class StreamView:
     spec's heartbeat topic) tells each replica's state; ``choose_replica`` picks the one to
     read and a switch continues in the new replica's topic right after the last stable id.
     A source stream (one topic) is read as is. ``poll()`` returns ``ViewEvent``s in arrival
-    order (only "stable" ones with ``stable_only``).
+    order (only "stable" ones with ``stable_only``). ``partitions``: only those (an egress partition's
+    primary); None: every partition.
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class StreamView:
         keep_stable: bool = True,
         startup_wait: float | None = None,
         check_interval: float = 0.05,
+        partitions: Sequence[int] | None = None,
     ) -> None:
         topics = spec.readable_topics(stream)
         self.spec, self.stream, self.bootstrap = spec, stream, bootstrap
@@ -91,25 +93,26 @@ class StreamView:
                 st.node == self.node and st.seen is not None for st in self.monitor.snapshot()
             ):
                 time.sleep(0.02)
-        self.readers = [ReplicaReader(list(topics), p, self.node) for p in range(self.partitions)]
-        for r, v in zip(self.readers, self.views, strict=True):  # the monitor has had its start-up wait
-            r.replica = v.replica = self._choose(r.partition, None)
+        owned = range(self.partitions) if partitions is None else partitions
+        self.readers = {p: ReplicaReader(list(topics), p, self.node) for p in owned}
+        for r in self.readers.values():  # the monitor has had its start-up wait
+            r.replica = self.views[r.partition].replica = self._choose(r.partition, None)
         self.consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        self.consumer.assign([TopicPartition(r.topic, r.partition, start) for r in self.readers])
+        self.consumer.assign([TopicPartition(r.topic, r.partition, start) for r in self.readers.values()])
         # Rule 4's second replica is read apart: in one queue its new tuples would wait behind corrections.
         self.fresh_consumer = self.consumer
         if len(topics) > 1:
             self.fresh_consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
-        others = set(topics) - {r.topic for r in self.readers}
+        others = set(topics) - {r.topic for r in self.readers.values()}
         know_topics(self.consumer, others)
         if self.fresh_consumer is not self.consumer:
             know_topics(self.fresh_consumer, others)
 
     @property
     def current(self) -> list[int]:
-        """The replica each partition is read from."""
-        return [r.replica for r in self.readers]
+        """The replica each partition read is read from."""
+        return [r.replica for r in self.readers.values()]
 
     # -- replica choice -------------------------------------------------------
     def states(self, partition: int) -> list[NodeState]:
@@ -125,7 +128,8 @@ class StreamView:
         """Apply the switching rules to every partition (called by ``poll``)."""
         if len(self.topics) == 1 or self.monitor is None:
             return
-        for r, v in zip(self.readers, self.views, strict=True):
+        for r in self.readers.values():
+            v = self.views[r.partition]
             if r.gap is not None:
                 continue  # ``poll`` reads the missing ids again
             r.last_stable, r.tmax = v.last_stable, v.tmax
@@ -196,7 +200,7 @@ class StreamView:
         out, self._pending = self._pending, []
         readers, views = self.readers, self.views
         msgs: list[Message] = []
-        if self.fresh_consumer is not self.consumer and any(r.fresh is not None for r in readers):
+        if self.fresh_consumer is not self.consumer and any(r.fresh is not None for r in readers.values()):
             msgs = self.fresh_consumer.consume(max_messages, 0)  # new tuples first, not behind corrections
         msgs += self.consumer.consume(max_messages, 0 if msgs else timeout)
         for m in msgs:
@@ -224,7 +228,7 @@ class StreamView:
             if got is not None and v.gap is not None and reader.gap is None:
                 reader.last_stable = v.last_stable
                 reader.report_gap(got[1])
-        for reader in readers:
+        for reader in readers.values():
             if reader.gap is not None:  # read the missing ids again, from another replica if one lives
                 self.switch(reader.partition, reader.gap_replica(self.monitor))
         if self.stable_only:

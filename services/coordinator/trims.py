@@ -5,7 +5,7 @@ they still need to the oldest of those: an upstream backup node by its current p
 acknowledgements (``services.ha.acks``), a passive or active standby node by its replicas'
 heartbeats (``needs``: the newest written checkpoint's offsets; the acknowledgement a joining
 secondary rebuilds from; where an active standby secondary reads). A log with another reader (a
-node of amnesia or DPC, an application reading a sink) is never trimmed, nor is a shared source topic, nor a
+node of amnesia or DPC, an application reading a sink, an egress) is never trimmed, nor is a shared source topic, nor a
 replica log (each replica's offsets differ), nor the output of a DPC node (its restart images
 are not reported).
 
@@ -38,8 +38,8 @@ def trimmable(spec: Spec) -> dict[str, list[str]]:
     for s, sd in spec.streams.items():
         readers = [n for n in spec.nodes if s in spec.node_inputs(n)]
         topics = spec.stream_topics(s)
-        if not readers or len(topics) != 1 or sd.topic is not None:
-            continue
+        if not readers or len(topics) != 1 or sd.topic is not None or sd.egress:
+            continue  # an egress reads it as an application does: what it still needs is not reported
         writer = spec.node_producing(s)
         if writer is not None and not writer.ha.scheme.kind.takeovers:
             continue

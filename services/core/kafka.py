@@ -194,12 +194,14 @@ class BatchProducer:
         }
         conf.update(overrides)
         self._errors: list[str] = []
+        self.fatal: KafkaError | None = None  # the client's first fatal error: it can send no more
         # One delivery callback for every message (only failures are reported): none set per message.
         self._p = Producer(observed({**conf, "error_cb": self._on_error, "on_delivery": self.on_delivery}))
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             self._errors.append(str(err))
+            self.fatal = self.fatal or err
         on_client_error(err)
 
     def on_delivery(self, err: KafkaError | None, msg: Message) -> None:

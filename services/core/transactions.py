@@ -77,7 +77,11 @@ class TransactionalProducer:
         self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = -1, headers: RawHeaders = None
     ) -> None:
         """Queue one record in the open transaction."""
-        self._batch.send(topic, value, key, partition, headers)
+        try:
+            self._batch.send(topic, value, key, partition, headers)
+        except KafkaException as e:  # a fenced producer's sends fail as librdkafka's fatal error
+            self._raise_for("send", e)
+            raise
 
     def commit(self, timeout: float = 30) -> None:
         """Make every record sent since ``begin()`` visible at once (it flushes them first)."""
@@ -108,19 +112,28 @@ class TransactionalProducer:
         try:
             self._retrying(name, *args)
         except KafkaException as e:
-            err = _error(e)
-            if err is None:
-                raise
-            if err.txn_requires_abort():
-                self._batch.raw.abort_transaction(30)
-                self.open = False
-                raise TransactionAborted(f"{self.transactional_id}: {name} failed and was aborted: {err.str()}") from e
-            if err.code() in FENCED_CODES:
-                raise FencedError(
-                    f"transactional id {self.transactional_id} was taken over by a newer writer ({err.str()}): "
-                    "this one stops writing"
-                ) from e
+            self._raise_for(name, e)
             raise
+
+    def _raise_for(self, name: str, e: KafkaException) -> None:
+        """``TransactionAborted`` for an error that needs an abort (aborted first), ``FencedError`` for a
+        fencing: the call's own error, or the client's fatal error a failed call stands for (``_FATAL``,
+        told by the error callback, served here first). Else nothing: the caller raises ``e``."""
+        err = _error(e)
+        if err is None:
+            return
+        if err.txn_requires_abort():
+            self._batch.raw.abort_transaction(30)
+            self.open = False
+            raise TransactionAborted(f"{self.transactional_id}: {name} failed and was aborted: {err.str()}") from e
+        if err.code() == KafkaError._FATAL and self._batch.fatal is None:
+            self._batch.poll(0)
+        cause = self._batch.fatal if err.code() == KafkaError._FATAL and self._batch.fatal is not None else err
+        if cause.code() in FENCED_CODES:
+            raise FencedError(
+                f"transactional id {self.transactional_id} was taken over by a newer writer ({cause.str()}): "
+                "this one stops writing"
+            ) from e
 
     @retry_transient
     def _retrying(self, name: str, *args: object) -> None:

@@ -11,6 +11,9 @@ more, so a node that misbehaves (or whose login leaks) cannot write another node
 - the **coordinator** (``<spec>.coordinator``) reads and writes the heartbeat and control
   topics and its faust app's own topics (table changelogs, leader topic), which it may create,
   and is a member of its faust app's group;
+- an **egress replica** (``<spec>.egress.<stream>.<mode>.r<k>``) reads every replica topic of its
+  stream and the heartbeats, reads and writes its egress topic (it reads the committed tail to go
+  on) and the control plane, and writes under its partitions' transactional ids;
 - a **source** (``<spec>.source.<stream>``, what ``hastream produce`` logs in as) reads and
   writes its stream's topic (it reads the tail to continue the ids);
 - the CLI's other commands (``tail``, ``status``) use the broker's admin login.
@@ -54,6 +57,7 @@ from services.core.kafka import GROUP_PREFIX, group_id
 from services.core.login import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login, env_login
 from services.core.paths import write_private
 from services.spec import Spec
+from services.spec.egress import egress_topic, egress_units, transactional_prefix
 from services.spec.plan import plan_node
 
 ADMIN = "admin"  # the key of the broker's super user among a deployment's logins
@@ -63,7 +67,7 @@ CREDENTIALS_FILE = "credentials.json"
 
 # Operations, as confluent_kafka.admin.AclOperation names them.
 READ, WRITE, DESCRIBE, CREATE, IDEMPOTENT_WRITE = "READ", "WRITE", "DESCRIBE", "CREATE", "IDEMPOTENT_WRITE"
-TOPIC, GROUP, CLUSTER = "TOPIC", "GROUP", "BROKER"  # confluent_kafka.admin.ResourceType names
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = "TOPIC", "GROUP", "BROKER", "TRANSACTIONAL_ID"  # ResourceType names
 CLUSTER_NAME = "kafka-cluster"  # the one name of Kafka's cluster resource
 
 
@@ -72,7 +76,7 @@ class Acl:
     """One ALLOW rule: ``user`` may do ``operation`` on the named resource (or every name with that prefix)."""
 
     user: str
-    resource: str  # TOPIC, GROUP or BROKER (the cluster)
+    resource: str  # TOPIC, GROUP, BROKER (the cluster) or TRANSACTIONAL_ID
     name: str
     operation: str
     prefixed: bool = False
@@ -96,6 +100,9 @@ def usernames(spec: Spec) -> dict[str, str]:
     for node, nd in spec.nodes.items():
         for r in range(nd.replicas):
             users[node_key(node, r)] = f"{spec.name}.node.{node}.r{r}"
+    for name, (stream, e) in egress_units(spec).items():
+        for r in range(e.replicas):
+            users[node_key(name, r)] = f"{spec.name}.egress.{stream}.{e.mode}.r{r}"
     for stream in spec.sources():
         users[SOURCE + stream] = f"{spec.name}.source.{stream}"
     return users
@@ -105,10 +112,12 @@ def login_key(spec: Spec, role: str) -> str:
     """The login key of a process of ``hastream up`` by its role (``coordinator``, ``<node>.r<k>[.p<i>]``)."""
     if role == COORDINATOR:
         return COORDINATOR
-    for node, nd in spec.nodes.items():
-        for r in range(nd.replicas):
+    units = [(n, nd.replicas, spec.node_partitions(n)) for n, nd in spec.nodes.items()]
+    units += [(n, e.replicas, spec.streams[s].partitions) for n, (s, e) in egress_units(spec).items()]
+    for node, replicas, partitions in units:
+        for r in range(replicas):
             key = node_key(node, r)
-            if role == key or any(role == f"{key}.p{p}" for p in range(spec.node_partitions(node))):
+            if role == key or any(role == f"{key}.p{p}" for p in range(partitions)):
                 return key
     raise LookupError(f"no service '{role}' in spec '{spec.name}'")
 
@@ -152,6 +161,19 @@ def coordinator_acls(spec: Spec) -> list[Acl]:
     ]
 
 
+def egress_acls(spec: Spec, name: str, replica: int) -> list[Acl]:
+    """An egress replica follows its stream as a client does and writes its topic in transactions."""
+    user = usernames(spec)[node_key(name, replica)]
+    stream, e = egress_units(spec)[name]
+    ids = transactional_prefix(spec, stream, e)
+    return [
+        *_topic(user, spec.readable_topics(stream), READ),
+        *_topic(user, [egress_topic(spec, stream, e), spec.heartbeat_topic, spec.control_topic], READ, WRITE),
+        *[Acl(user, TRANSACTIONAL_ID, ids, op, prefixed=True) for op in (WRITE, DESCRIBE)],
+        *_common(user),
+    ]
+
+
 def source_acls(spec: Spec, stream: str) -> list[Acl]:
     """A source reads its stream's tail (to continue the ids) and writes the stream."""
     user = usernames(spec)[SOURCE + stream]
@@ -164,6 +186,9 @@ def spec_acls(spec: Spec) -> list[Acl]:
     for node, nd in spec.nodes.items():
         for r in range(nd.replicas):
             acls += node_acls(spec, node, r)
+    for name, (_, e) in egress_units(spec).items():
+        for r in range(e.replicas):
+            acls += egress_acls(spec, name, r)
     for stream in spec.sources():
         acls += source_acls(spec, stream)
     return sorted(set(acls))

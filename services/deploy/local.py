@@ -26,6 +26,7 @@ from services.deploy.broker import admin_login, check_login, embedded_broker, re
 from services.deploy.deployment import Deployment, Process
 from services.deploy.topics import owned_topics, provision
 from services.spec import Spec
+from services.spec.egress import egress_units
 
 
 def service_env(bootstrap: str) -> dict[str, str]:
@@ -47,31 +48,22 @@ def process_env(env: dict[str, str], proc: Process, logins: dict[str, Login] | N
 
 
 def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]:
-    """(role, argv) of every process of the deployment: the coordinator, then nodes upstream first."""
-    py = sys.executable
-    out = [("coordinator", [py, "-m", "services.cli.main", "coordinator", str(spec_path)])]
-    for n in spec.topo_nodes():
-        node = spec.nodes[n]
-        for r in range(node.replicas):
-            for p in range(spec.node_partitions(n)):
-                out.append(
-                    (
-                        f"{n}.r{r}.p{p}",
-                        [
-                            py,
-                            "-m",
-                            "services.cli.main",
-                            "node",
-                            "run",
-                            str(spec_path),
-                            n,
-                            "--partition",
-                            str(p),
-                            "--replica",
-                            str(r),
-                        ],
-                    )
-                )
+    """(role, argv) of every process of the deployment: the coordinator, then nodes upstream first,
+    then the egresses (``services.egress.service``)."""
+    cli = [sys.executable, "-m", "services.cli.main"]
+    out = [("coordinator", [*cli, "coordinator", str(spec_path)])]
+    units = [
+        (n, spec.nodes[n].replicas, spec.node_partitions(n), ["node", "run", str(spec_path), n])
+        for n in spec.topo_nodes()
+    ]
+    for name, (stream, e) in egress_units(spec).items():
+        units.append(
+            (name, e.replicas, spec.streams[stream].partitions, ["egress", str(spec_path), stream, "--mode", e.mode])
+        )
+    for name, replicas, partitions, argv in units:
+        for r in range(replicas):
+            for p in range(partitions):
+                out.append((f"{name}.r{r}.p{p}", [*cli, *argv, "--partition", str(p), "--replica", str(r)]))
     return out
 
 

@@ -11,6 +11,7 @@ change nothing a consumer materializes.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from services.client.view import StreamView
 from services.core.transactions import TransactionalProducer
@@ -18,44 +19,41 @@ from services.egress.latest import LatestEgress, identity_for
 from services.egress.position import last_written_id
 from services.egress.records import PlainRecords
 from services.egress.stable import StableEgress
-from services.spec.egress import egress_topic
+from services.spec.egress import egress_topic, transactional_id
 from services.spec.model import EgressDef, Spec
 
 
-def transactional_id(spec: Spec, stream: str, egress: EgressDef, partition: int) -> str:
-    """The id every writer of one egress partition shares, so that a new one fences the old."""
-    return f"hastream.{spec.name}.egress.{stream}.{egress.mode}.p{partition}"
-
-
 class EgressPump:
-    """The egress ``egress`` of ``stream``: call ``step`` in a loop, ``close`` at the end."""
+    """The egress ``egress`` of ``stream`` (of ``partitions`` only: an egress partition's primary; None:
+    every partition): call ``step`` in a loop, ``close`` at the end."""
 
-    def __init__(self, spec: Spec, stream: str, egress: EgressDef, bootstrap: str) -> None:
+    def __init__(
+        self, spec: Spec, stream: str, egress: EgressDef, bootstrap: str, partitions: Sequence[int] | None = None
+    ) -> None:
         sd = spec.streams[stream]
         self.topic = egress_topic(spec, stream, egress)
         records = PlainRecords(sd.schema, sd.key, egress.format)
         commit_s = egress.commit_ms / 1000
-        self.producers = [
-            TransactionalProducer(bootstrap, transactional_id(spec, stream, egress, p)) for p in range(sd.partitions)
-        ]
-        for producer in self.producers:
+        owned = list(range(sd.partitions) if partitions is None else partitions)
+        self.producers = {p: TransactionalProducer(bootstrap, transactional_id(spec, stream, egress, p)) for p in owned}
+        for producer in self.producers.values():
             producer.init()
         stable = egress.mode == "stable"
-        self.view = StreamView(spec, stream, bootstrap, stable_only=stable, keep_stable=False)
-        self.stable: list[StableEgress] = []
-        self.latest: list[LatestEgress] = []
+        self.view = StreamView(spec, stream, bootstrap, stable_only=stable, keep_stable=False, partitions=owned)
+        self.stable: dict[int, StableEgress] = {}
+        self.latest: dict[int, LatestEgress] = {}
         if stable:
-            for p, producer in enumerate(self.producers):
+            for p, producer in self.producers.items():
                 after = last_written_id(bootstrap, self.topic, p)
-                self.stable.append(StableEgress(producer, records, self.topic, p, commit_s, after))
+                self.stable[p] = StableEgress(producer, records, self.topic, p, commit_s, after)
                 if after is not None:
                     self.view.resume_after(p, after)
         else:
             identity = identity_for(spec, stream)
-            self.latest = [
-                LatestEgress(producer, records, identity, self.topic, p, commit_s)
-                for p, producer in enumerate(self.producers)
-            ]
+            self.latest = {
+                p: LatestEgress(producer, records, identity, self.topic, p, commit_s)
+                for p, producer in self.producers.items()
+            }
 
     def step(self, timeout: float = 0.05) -> int:
         """Read what arrived, write it, commit what is due; returns how many events were read."""
@@ -67,20 +65,20 @@ class EgressPump:
                     self.stable[ev.partition].take(ev.id, ev.stime, ev.record, now)
             else:
                 self.latest[ev.partition].event(ev, now)
-        for p, latest in enumerate(self.latest):
+        for p, latest in self.latest.items():
             latest.passed(self.view.views[p].boundary, now)
-        for w in self.stable:
+        for w in self.stable.values():
             w.tick(now)
-        for latest in self.latest:
+        for latest in self.latest.values():
             latest.tick(now)
         return len(events)
 
     def close(self) -> None:
         """Commit what is open, then let go of the producers and the view."""
-        for w in self.stable:
+        for w in self.stable.values():
             w.flush()
-        for latest in self.latest:
+        for latest in self.latest.values():
             latest.flush()
-        for producer in self.producers:
+        for producer in self.producers.values():
             producer.close()
         self.view.close()

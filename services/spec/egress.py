@@ -23,7 +23,7 @@ from services.spec.problems import Problems
 
 MODES = ("stable", "latest")
 FORMATS = ("json", "avro")
-_KEYS = {"mode", "format", "topic", "commit_ms", "replicas"}
+_KEYS = {"mode", "format", "topic", "commit_ms", "replicas", "heartbeat_ms"}
 
 
 def parse(ck: Problems, raw: Any, path: tuple, d_repl: int) -> tuple[EgressDef, ...]:
@@ -56,12 +56,36 @@ def _parse_one(ck: Problems, obj: dict, at: tuple, d_repl: int) -> EgressDef | N
         return None
     topic = ck.topic(obj, at)
     commit_ms = ck.pos_int(obj, "commit_ms", at, d.commit_ms)
-    return EgressDef(str(mode), str(fmt), topic, commit_ms, ck.pos_int(obj, "replicas", at, d.replicas))
+    replicas, heartbeat_ms = (
+        ck.pos_int(obj, "replicas", at, d.replicas),
+        ck.pos_int(obj, "heartbeat_ms", at, d.heartbeat_ms),
+    )
+    return EgressDef(str(mode), str(fmt), topic, commit_ms, replicas, heartbeat_ms)
+
+
+def egress_node(stream: str, mode: str) -> str:
+    """The name an egress goes by where nodes go by theirs (heartbeats, role orders, processes)."""
+    return f"egress_{stream}_{mode}"
+
+
+def egress_units(spec: Spec) -> dict[str, tuple[str, EgressDef]]:
+    """Every egress by its name (``egress_node``): the stream it follows and its definition."""
+    return {egress_node(s, e.mode): (s, e) for s, sd in spec.streams.items() for e in sd.egress}
 
 
 def egress_topic(spec: Spec, stream: str, egress: EgressDef) -> str:
     """The topic an egress of ``stream`` writes."""
     return egress.topic or f"{spec.name}.{stream}.{egress.mode}"
+
+
+def transactional_prefix(spec: Spec, stream: str, egress: EgressDef) -> str:
+    """What the transactional ids of every partition of an egress start with (its writers' ACLs)."""
+    return f"hastream.{spec.name}.egress.{stream}.{egress.mode}.p"
+
+
+def transactional_id(spec: Spec, stream: str, egress: EgressDef, partition: int) -> str:
+    """The id every writer of one egress partition shares, so that a new one fences the old."""
+    return f"{transactional_prefix(spec, stream, egress)}{partition}"
 
 
 def check(ck: Problems, spec: Spec) -> None:
@@ -73,6 +97,8 @@ def check(ck: Problems, spec: Spec) -> None:
         if sd.egress:
             _check_written(ck, spec, name, path)
         for e in sd.egress:
+            if egress_node(name, e.mode) in spec.nodes:
+                ck.err(path, f"'{egress_node(name, e.mode)}' is this egress's name: rename the node")
             t = egress_topic(spec, name, e)
             if t in taken:
                 ck.err(path, f"topic '{t}' is already {taken[t]}: give this egress a 'topic:' of its own")

@@ -51,6 +51,12 @@ class EgressDef:
     topic: str | None = None  # None: ``<spec>.<stream>.<mode>``
     commit_ms: int = 100  # how often the egress commits its transaction: what it wrote becomes readable
     replicas: int = 1
+    heartbeat_ms: int = 100  # its replicas' keep-alive interval: the coordinator fails one silent for 3 of them
+
+    @property
+    def detection_ms(self) -> int:
+        """How long the coordinator waits without a keep-alive before it fails an egress replica."""
+        return 3 * self.heartbeat_ms
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 
-from infra.kafka.cluster import MAIN_CLASS, STORAGE_TOOL_CLASS, _free_ports, _java, ensure_kafka_jars
+from infra.kafka.cluster import MAIN_CLASS, STORAGE_TOOL_CLASS, _free_ports, ensure_kafka_jars, java_binary
 from services.core.admin import admin_client
 from services.core.login import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login
 from services.core.paths import REPO_ROOT
@@ -53,7 +53,7 @@ def image_run() -> None:
     """Stands in for the image's /etc/kafka/docker/run: render the environment and start the broker."""
     props = Path(os.environ["TMPDIR"]) / "server.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in image_properties(os.environ).items()))
-    java = _java()
+    java = java_binary()
     os.execv(java, [java, "-Xmx384m", "-cp", f"{ensure_kafka_jars()}/*", MAIN_CLASS, str(props)])
 
 
@@ -63,7 +63,7 @@ def _stand_ins(tmp: Path) -> dict[str, str]:
     bin_dir.mkdir(parents=True)
     storage = bin_dir / "kafka-storage.sh"
     storage.write_text(
-        f'#!/usr/bin/env bash\nexec "{_java()}" -cp "{ensure_kafka_jars()}/*" {STORAGE_TOOL_CLASS} "$@"\n'
+        f'#!/usr/bin/env bash\nexec "{java_binary()}" -cp "{ensure_kafka_jars()}/*" {STORAGE_TOOL_CLASS} "$@"\n'
     )
     run = tmp / "run"
     run.write_text(

@@ -86,7 +86,7 @@ def _pump_until(pump: EgressPump, done: Any, timeout: float = 30) -> None:
         pump.step()
     state = [
         (w.next_id, v.last_stable, v.gap, v.duplicates, v.fenced)
-        for w, v in zip(pump.stable, pump.view.views, strict=False)
+        for w, v in zip(pump.stable.values(), pump.view.views, strict=False)
     ]
     assert done(), f"the egress did not get there in time: (next id, last stable, gap, duplicates, fenced) {state}"
 
@@ -102,25 +102,25 @@ def test_a_plain_consumer_reads_each_stable_tuple_once_across_a_writer_stopped_m
     _write_log(kafka.bootstrap, spec.topic("b"), half)
 
     old = EgressPump(spec, "b", stable, kafka.bootstrap)
-    _pump_until(old, lambda: all(w.next_id == len(parts[p]) // 2 for p, w in enumerate(old.stable)))
-    _pump_until(old, lambda: not any(w.writer.open for w in old.stable))  # committed within commit_ms
+    _pump_until(old, lambda: all(w.next_id == len(parts[p]) // 2 for p, w in old.stable.items()))
+    _pump_until(old, lambda: not any(w.writer.open for w in old.stable.values()))  # committed within commit_ms
     rest = [(p, STABLE, i, r) for p in (0, 1) for i, r in enumerate(parts[p]) if i >= len(parts[p]) // 2]
-    for w in old.stable:
+    for w in old.stable.values():
         w.batches.commit_s = 3600.0  # from here on it sends and never commits
     _write_log(kafka.bootstrap, spec.topic("b"), [m for m in rest if m[0] == 0])
     _pump_until(old, lambda: old.stable[0].next_id == len(parts[0]))
     assert old.stable[0].writer.open
-    for producer in old.producers:
+    for producer in old.producers.values():
         producer.poll(0.5)  # what it sent is on the broker, in a transaction it never commits: it stops here
 
     new = EgressPump(spec, "b", stable, kafka.bootstrap)  # takes every partition over
     # It goes on after what was committed, never after what the stopped writer left open.
-    assert [w.next_id for w in new.stable] == [len(parts[p]) // 2 for p in (0, 1)]
+    assert [w.next_id for w in new.stable.values()] == [len(parts[p]) // 2 for p in (0, 1)]
     _write_log(kafka.bootstrap, spec.topic("b"), [m for m in rest if m[0] == 1])
-    _pump_until(new, lambda: all(w.next_id == len(parts[p]) for p, w in enumerate(new.stable)))
+    _pump_until(new, lambda: all(w.next_id == len(parts[p]) for p, w in new.stable.items()))
     new.close()
     with pytest.raises(FencedError):
-        for w in old.stable:
+        for w in old.stable.values():
             w.writer.commit()
 
     got = _read(kafka.bootstrap, new.topic)

@@ -19,6 +19,7 @@ from services.control.states import NodeState, Role
 from services.coordinator.takeover import Election, Order, Takeovers
 from services.node.fence import EpochClaimer
 from services.spec import Spec
+from services.spec.egress import egress_units
 
 if TYPE_CHECKING:
     from services.coordinator.app import Coordinator
@@ -30,16 +31,25 @@ CLAIMERS = 4  # epoch claims under way at once
 
 
 def takeovers_of(spec: Spec) -> Takeovers:
-    """The role table of the spec's HA-scheme nodes; new primaries' epochs are claimed on the heartbeat topic."""
+    """The role table of the spec's HA-scheme nodes and its egresses (each a primary per partition, its
+    successor elected as an HA node's is); new primaries' epochs are claimed on the heartbeat topic."""
     nodes = {n: (nd.replicas, nd.ha.detection_ms / 1000) for n, nd in spec.nodes.items() if nd.ha.scheme.kind.takeovers}
+    nodes.update({n: (e.replicas, e.detection_ms / 1000) for n, (_, e) in egress_units(spec).items()})
     return Takeovers(nodes, claims=True)
 
 
+def heartbeat_ms(spec: Spec, node: str) -> int:
+    """The keep-alive interval of an HA node or an egress."""
+    unit = egress_units(spec).get(node)
+    return unit[1].heartbeat_ms if unit is not None else spec.nodes[node].ha.heartbeat_ms
+
+
 def wire(app: faust.App, coordinator: Coordinator) -> None:
-    """Timer ``takeovers``, four times per heartbeat interval of the fastest HA node, if the spec has any."""
+    """Timer ``takeovers``, four times per heartbeat interval of the fastest HA node or egress, if the spec
+    has any."""
     if not coordinator.takeovers.nodes:
         return
-    every = min(coordinator.spec.nodes[n].ha.heartbeat_ms for n in coordinator.takeovers.nodes)
+    every = min(heartbeat_ms(coordinator.spec, n) for n in coordinator.takeovers.nodes)
     claims = _Claims(EpochClaimer(coordinator.bootstrap, coordinator.spec.heartbeat_topic))
 
     @app.timer(interval=every / 4000, name="takeovers")

@@ -20,7 +20,7 @@ class FakeClient:
         self.calls: list[str] = []
 
     def __getattr__(self, name: str) -> object:
-        def call(*args: object) -> None:
+        def call(*args: object, **kwargs: object) -> None:
             self.calls.append(name)
             queued = self.errors.get(name, [])
             if queued:
@@ -80,3 +80,41 @@ def test_closing_aborts_an_open_transaction() -> None:
     p.begin()
     p.close()
     assert client.calls == ["begin_transaction", "abort_transaction"]
+
+
+class FatalOnSend(FakeClient):
+    """A fenced client as librdkafka has it: its produce fails with ``_FATAL``, and the fatal error itself
+    (the fencing, or another) reaches the error callback at the next poll."""
+
+    def __init__(self, cause: KafkaError) -> None:
+        super().__init__(produce=[KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True)])
+        self.cause = cause
+        self.producer: TransactionalProducer | None = None
+
+    def poll(self, timeout: float) -> int:
+        self.calls.append("poll")
+        assert self.producer is not None
+        self.producer._batch._on_error(self.cause)
+        return 0
+
+
+def _fatal_on_send(cause: KafkaError) -> tuple[TransactionalProducer, FatalOnSend]:
+    client = FatalOnSend(cause)
+    p = _producer(client)
+    client.producer = p
+    p.begin()
+    return p, client
+
+
+def test_a_send_that_fails_for_a_fencing_says_the_writer_was_taken_over() -> None:
+    """A zombie woken after its successor's init: its first send fails as the client's fatal error."""
+    p, client = _fatal_on_send(KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True))
+    with pytest.raises(FencedError, match="taken over by a newer writer .*fenced by newer instance"):
+        p.send("t", b"v")
+    assert client.calls == ["begin_transaction", "produce", "poll"]
+
+
+def test_a_send_that_fails_for_another_fatal_error_is_raised_as_it_is() -> None:
+    p, _ = _fatal_on_send(KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "denied", fatal=True))
+    with pytest.raises(KafkaException, match="Fatal error"):
+        p.send("t", b"v")

@@ -65,7 +65,7 @@ def test_bad_settings_each_say_what_to_write() -> None:
         "s.yaml:6:52: streams.c.egress.mode: 'mode' must be stable or latest, got 'newest'"
     ]
     assert problems(_with("c", "{commit: 5}")) == [
-        "s.yaml:6:54: streams.c.egress.commit: unknown key 'commit' (allowed: commit_ms, format, mode, replicas, topic)"
+        "s.yaml:6:54: streams.c.egress.commit: unknown key 'commit' (allowed: commit_ms, format, heartbeat_ms, mode, replicas, topic)"
     ]
     assert problems(_with("c", "[{mode: stable}, {}]")) == [
         "s.yaml:6:62: streams.c.egress.1.mode: a second 'stable' egress: one egress per mode"

@@ -1,0 +1,121 @@
+"""One replica of one egress partition, under the coordinator: the primary writes, the others stand by.
+
+An egress is replicated as an HA node is (``services.coordinator.takeover``): each replica
+heartbeats under the egress's name (``services.spec.egress.egress_node``), starts as a
+candidate, and the coordinator makes one primary per partition and elects another when it
+falls silent. The primary runs the partition's pump (``services.egress.pump``): its
+transactional producer's ``init`` fences whoever wrote the partition before (a killed primary,
+or a paused one that wakes up: its next commit fails) and aborts what it left open, and the
+pump goes on after the partition's committed tail. A secondary holds nothing: a takeover costs
+a transactional init and a read of the topic's tail.
+
+A primary told it is secondary was replaced while it stood still: it stops (``FencedError``)
+and its restart rejoins as a secondary, as an HA node's does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from services.control.channel import ControlReader
+from services.control.heartbeat import HeartbeatSender
+from services.control.messages import ControlMessage, RoleOrder
+from services.control.states import NodeState, Role
+from services.core.errors import FencedError
+from services.egress.pump import EgressPump
+from services.ha.scheme import TAKEOVER_S
+from services.spec.egress import egress_node
+from services.spec.model import EgressDef, Spec
+
+log = logging.getLogger(__name__)
+
+IDLE_S = 0.05  # a replica with nothing to write looks at its orders this often
+
+
+class EgressService:
+    """Replica ``replica`` of partition ``partition`` of the ``egress`` of ``stream``: ``run`` until told to stop."""
+
+    def __init__(self, spec: Spec, stream: str, egress: EgressDef, partition: int, replica: int, bootstrap: str):
+        self.spec, self.stream, self.egress = spec, stream, egress
+        self.partition, self.replica, self.bootstrap = partition, replica, bootstrap
+        self.name = egress_node(stream, egress.mode)
+        self.role, self.epoch = Role.CANDIDATE, 0
+        self.pump: EgressPump | None = None
+        self.written = 0  # stable tuples this replica wrote as primary
+        beat_s = egress.heartbeat_ms / 1000
+        self.heartbeat = HeartbeatSender(
+            bootstrap, spec.heartbeat_topic, self.name, partition, replica, beat_s, stall_s=egress.detection_ms / 1000
+        )
+        self.control = ControlReader(bootstrap, spec.control_topic, f"{self.name}.r{replica}.p{partition}.control")
+
+    def run(self, running: Callable[[], bool]) -> None:
+        """Follow the coordinator's orders and write as primary while ``running()``; raises ``FencedError``
+        once another replica took the partition over."""
+        self._announce(Role.CANDIDATE, 0)
+        self.heartbeat.start()
+        clean = False
+        try:
+            while running():
+                self.heartbeat.tick()
+                for msg in self.control.poll():
+                    self.on_control(msg)
+                if self.pump is not None:
+                    self.pump.step()
+                    self._report()
+                else:
+                    time.sleep(IDLE_S)
+            clean = True
+        finally:
+            self._close(clean)
+
+    def on_control(self, msg: ControlMessage) -> None:
+        if not isinstance(msg, RoleOrder) or not msg.is_for(self.name, self.partition, self.replica):
+            return
+        if msg.epoch < self.epoch:
+            return  # an order of an earlier epoch, read late
+        if msg.role == Role.PRIMARY and self.role is not Role.PRIMARY:
+            self._promote(msg.epoch)
+        elif msg.role == Role.SECONDARY:
+            if self.role is Role.PRIMARY:
+                raise FencedError(
+                    f"{self.name} p{self.partition} r{self.replica} was failed over to another replica "
+                    f"(epoch {msg.epoch}): it stops writing and restarts as a secondary"
+                )
+            self._announce(Role.SECONDARY, msg.epoch)
+
+    def _promote(self, epoch: int) -> None:
+        """Take the partition over: fence the old writer, go on after the committed tail."""
+        started = time.monotonic()
+        self._announce(Role.PRIMARY, epoch, NodeState.RECOVERING)
+        with self.heartbeat.working(TAKEOVER_S):
+            self.pump = EgressPump(self.spec, self.stream, self.egress, self.bootstrap, [self.partition])
+        self.heartbeat.set_state(NodeState.STABLE)
+        log.info(
+            "primary at epoch %d, writing %s in %.0f ms", epoch, self.pump.topic, (time.monotonic() - started) * 1e3
+        )
+
+    def _announce(self, role: Role, epoch: int, state: NodeState = NodeState.STABLE) -> None:
+        self.role, self.epoch = role, epoch
+        hb = self.heartbeat
+        hb.role, hb.epoch, hb.state = role.value, epoch, state
+        hb.beat()
+
+    def _report(self) -> None:
+        assert self.pump is not None
+        w = self.pump.stable.get(self.partition)
+        self.written = w.written if w is not None else 0
+        self.heartbeat.report(self.written, -1, 0)
+
+    def _close(self, clean: bool) -> None:
+        """A clean stop commits what is open; a fenced or failed one leaves it to the broker to abort."""
+        try:
+            if self.pump is not None:
+                if clean:
+                    self.pump.close()
+                else:
+                    self.pump.view.close()
+        finally:
+            self.heartbeat.stop()
+            self.control.close()
