@@ -15,10 +15,13 @@ from services.core.paths import REPO_ROOT
 from services.spec import Spec, load_spec
 
 if TYPE_CHECKING:
+    from confluent_kafka import Consumer
+
     from services.client.reader import StreamReader
     from services.deploy.deployment import Deployment
 
 DEMO_SPEC = REPO_ROOT / "examples" / "demo.yaml"
+EGRESS_TOPIC = "demo.hot_stats.stable"  # hot_stats' egress (``egress: true`` in the spec)
 FIRST_RESULT_S = 60.0  # how long the demo waits for its first result before it may end
 
 
@@ -85,24 +88,51 @@ def run_demo(seconds: float, rate: float) -> None:
     produced = [0]
     done = threading.Event()
     readers = {s: StreamReader(spec, s, dep.bootstrap) for s in ("hot_stats", "alerts")}
+    egress = _plain_reader(spec, dep.bootstrap)
     stats: dict[str, dict] = {}
     counts = {s: 0 for s in readers}
     feed = threading.Thread(target=_feed, args=(spec, dep.bootstrap, seconds, rate, produced, done), daemon=True)
     feed.start()
+    plain = 0
     try:
         _watch(readers, stats, counts, produced, done)
+        plain = _count_until_quiet(egress)
     except KeyboardInterrupt:
         pass
     finally:
         for r in readers.values():
             r.close()
+        egress.close()
         down(dep, stop_kafka=True)
     if not out.is_terminal:
         out.print()  # a live display ends without a newline when output is not a terminal
     out.print(
         f"[green]done[/]: {produced[0]} readings in; {counts['hot_stats']} window results and "
-        f"{counts['alerts']} alerts out. Try 'hastream up examples/demo.yaml' and 'hastream tail examples/demo.yaml hot_stats'."
+        f"{counts['alerts']} alerts out; {plain} window results on {EGRESS_TOPIC} for any read_committed consumer. "
+        "Try 'hastream up examples/demo.yaml' and 'hastream tail examples/demo.yaml hot_stats'."
     )
+
+
+def _plain_reader(spec: Spec, bootstrap: str) -> Consumer:
+    """A plain Kafka consumer of the egress topic of hot_stats, as any application would read it."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    from services.core.kafka import plain_consumer
+    from services.core.transactions import READ_COMMITTED
+
+    c = plain_consumer(bootstrap, "demo", unique=True, **READ_COMMITTED)
+    c.assign([TopicPartition(EGRESS_TOPIC, p, OFFSET_BEGINNING) for p in range(spec.streams["hot_stats"].partitions)])
+    return c
+
+
+def _count_until_quiet(c: Consumer, quiet_s: float = 2.0) -> int:
+    """The records ``c`` reads until none has come for ``quiet_s`` (the egress commits every 100 ms)."""
+    n, last = 0, time.monotonic()
+    while time.monotonic() - last < quiet_s:
+        got = [m for m in c.consume(500, 0.2) if m.error() is None]
+        if got:
+            n, last = n + len(got), time.monotonic()
+    return n
 
 
 def _feed(spec: Spec, bootstrap: str, seconds: float, rate: float, produced: list[int], done: threading.Event) -> None:

@@ -175,7 +175,8 @@ def test_a_deployment_with_sasl_and_acls_computes_what_the_reference_does(
     sasl: SaslHome, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HASTREAM_HOME", str(sasl.home))
-    spec, path = unique_spec(CHAIN, tmp_path)
+    stats = "stats_{u}: {schema: window_stat, key: key}"
+    spec, path = unique_spec(CHAIN.replace(stats, stats[:-1] + ", egress: true}"), tmp_path)
     u = spec.name.split("-")[1]
     env = sasl.env()
     records = list(readings(2000, sensors=10, seed=3, step_ms=10))
@@ -183,7 +184,7 @@ def test_a_deployment_with_sasl_and_acls_computes_what_the_reference_does(
 
     r = hastream("up", str(path), "--sasl", env=env)  # on the home's embedded SASL broker
     assert r.returncode == 0, r.stderr
-    assert "7 processes" in r.stdout and "logs in as its own user" in r.stdout
+    assert "9 processes" in r.stdout and "logs in as its own user" in r.stdout  # 2 of them the egress
     dep = Deployment.load(spec.name)
     creds = dep.dir / access.CREDENTIALS_FILE
     assert dep.sasl and creds.stat().st_mode & 0o777 == 0o600
@@ -199,8 +200,11 @@ def test_a_deployment_with_sasl_and_acls_computes_what_the_reference_does(
         tailed = hastream("tail", str(path), f"stats_{u}", "--json", "--idle", "8", env=env)
         assert tailed.returncode == 0, tailed.stderr
         got = [json.loads(line) for line in tailed.stdout.splitlines() if line.startswith("{")]
+        plain = hastream("tail", str(path), f"stats_{u}", "--egress", "stable", "--json", "--idle", "5", env=env)
+        assert plain.returncode == 0, plain.stderr
+        egressed = [json.loads(line) for line in plain.stdout.splitlines() if line.startswith("{")]
         status = hastream("status", spec.name, env=env)
-        assert status.returncode == 0 and status.stdout.count(" yes ") == 7, status.stdout
+        assert status.returncode == 0 and status.stdout.count(" yes ") == 9, status.stdout
     finally:
         down = hastream("down", spec.name, env=env)
     assert down.returncode == 0, down.stderr
@@ -213,6 +217,8 @@ def test_a_deployment_with_sasl_and_acls_computes_what_the_reference_does(
     for p in range(2):
         mine = [t["value"] for t in got if t["partition"] == p]
         assert mine == want[p], f"partition {p} differs from the reference"
+        read = [t["value"] for t in egressed if t["partition"] == p]
+        assert read == want[p], f"partition {p} of the egress topic differs from the reference"
         assert all(t["type"] == "STABLE" for t in got)
     # Every service did its work with only its own ACLs: the broker denied none of them anything.
     broker_log = sasl.cluster.log_file(0).read_text(errors="replace")

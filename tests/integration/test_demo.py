@@ -14,11 +14,17 @@ pytestmark = pytest.mark.integration
 
 
 def _demo(env: dict[str, str]) -> tuple[int, int, int]:
-    """Run the demo as the README does; (readings in, window results out, alerts out)."""
+    """Run the demo as the README does; (readings in, window results out, alerts out). A plain
+    read_committed consumer of hot_stats' egress topic reads as many window results as hastream's reader."""
     r = hastream("demo", "--seconds", "4", "--rate", "200", env=env, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    m = re.search(r"done: (\d+) readings in; (\d+) window results and (\d+) alerts out", r.stdout)
+    m = re.search(
+        r"done: (\d+) readings in; (\d+) window results and (\d+) alerts out; (\d+) window results on "
+        r"demo.hot_stats.stable",
+        r.stdout,
+    )
     assert m, r.stdout[-2000:]
+    assert m.group(4) == m.group(2), "the egress topic holds each stable window result once"
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
 
 

@@ -58,13 +58,13 @@ def launcher() -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def node_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Compose services that run a launcher process (``hastream node run ...``, ``hastream coordinator ...``),
-    each labelled with its launcher role."""
+    """Compose services that run a launcher process (``hastream node run ...``, ``hastream coordinator ...``,
+    ``hastream egress ...``), each labelled with its launcher role."""
     return {
         name: svc
         for name, svc in compose["services"].items()
         if isinstance(svc.get("command"), list)
-        and (svc["command"][:2] == ["node", "run"] or svc["command"][:1] == ["coordinator"])
+        and (svc["command"][:2] == ["node", "run"] or svc["command"][:1] in (["coordinator"], ["egress"]))
     }
 
 

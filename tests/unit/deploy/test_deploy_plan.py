@@ -13,9 +13,8 @@ REPO = Path(__file__).resolve().parents[3]
 def test_python_nodes_run_one_process_per_replica_partition_plus_the_coordinator() -> None:
     spec = load_spec(REPO / "examples" / "demo.yaml")
     cmds = dict(service_commands(spec, REPO / "examples" / "demo.yaml"))
-    assert sorted(cmds) == sorted(
-        ["coordinator"] + [f"{n}.r0.p{p}" for n in ("ingress_readings", "ingest", "stats", "alerts") for p in (0, 1)]
-    )
+    nodes = ("ingress_readings", "ingest", "stats", "alerts", "egress_hot_stats_stable")
+    assert sorted(cmds) == sorted(["coordinator"] + [f"{n}.r0.p{p}" for n in nodes for p in (0, 1)])
     argv = cmds["stats.r0.p1"]
     assert argv[1:] == [
         "-m",

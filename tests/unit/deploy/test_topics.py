@@ -1,5 +1,6 @@
 """A deployment's topic settings come from the scheme descriptors of its nodes, and are the ones
-hastream always gave: restart images, the logs HA schemes recover from, and the acks topic."""
+hastream always gave: restart images, the logs HA schemes recover from, and the acks topic; and each
+egress's topic (a latest one compacted)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,13 @@ def expected(spec: Spec, replication: int, config: dict[str, str]) -> list[Topic
             for s in (*spec.node_inputs(n), *spec.node_outputs(n)):
                 own.update({t: KEPT for t in spec.stream_topics(s)})
     own[spec.acks_topic] = ACKS
-    return [TopicSpec(t, p, replication, {**config, **own.get(t, {})}) for t, p in spec.all_topics()]
+    logs = [TopicSpec(t, p, replication, {**config, **own.get(t, {})}) for t, p in spec.all_topics()]
+    plain = {"stable": {}, "latest": {"cleanup.policy": "compact"}}  # an egress's topic, after the logs
+    return logs + [
+        TopicSpec(e.topic or f"{spec.name}.{s}.{e.mode}", sd.partitions, replication, {**config, **plain[e.mode]})
+        for s, sd in spec.streams.items()
+        for e in sd.egress
+    ]
 
 
 def _with_schemes(spec: Spec, schemes: list[Scheme]) -> Spec:
