@@ -27,12 +27,13 @@ from typing import Any, Callable
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from bench.harness import Recorder, ReplicaOutput, ServiceProcesses
+from bench.harness import Recorder, ReplicaOutput, ServiceProcesses, wait_primary
 from bench.workload import PacedSources, readings_workload
 from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.tuples import TupleType
 from services.deploy.topics import provision
+from services.spec.egress import egress_units
 from tests.integration.helpers import unique_spec
 
 CHAIN = """\
@@ -103,6 +104,7 @@ class Shape:
     max_kept: int = 100_000  # dpc.max_kept of the spec
     spark: bool = False  # n3 on Spark, followed by n4
     side: bool = False  # n3 unions a source s4 with n2's output before its window
+    egress: tuple[str, ...] = ()  # the sink's egresses by mode, 2 replicas each (``tests/egress_chain.py``)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -123,8 +125,9 @@ class Shape:
 
     def same_output(self, other: Shape) -> bool:
         """Whether runs of both shapes must give the same output: the memory bound, the delay and the
-        failure detection never change it."""
-        return replace(other, max_kept=self.max_kept, alpha=self.alpha, failure_timeout=self.failure_timeout) == self
+        failure detection never change it, nor does an egress."""
+        same = replace(other, max_kept=self.max_kept, alpha=self.alpha, failure_timeout=self.failure_timeout)
+        return replace(same, egress=self.egress) == self
 
 
 DEFAULT = Shape()
@@ -151,6 +154,10 @@ def chain_text(shape: Shape, reconciliation: str) -> str:
         for anchor, added in SIDE_PARTS:
             i = text.index(anchor) + len(anchor)
             text = text[:i] + added + text[i:]
+    if shape.egress:
+        stats = "  stats_{u}: {schema: window_stat, key: key}\n"
+        egress = ", ".join(f"{{mode: {m}, replicas: 2}}" for m in shape.egress)
+        text = text.replace(stats, stats[:-2] + f", egress: [{egress}]}}\n")
     if shape.spark:
         text = text.replace("  n3: {operators: [per_sensor]}\n", SPARK_NODES)
         for anchor, added in SPARK_PARTS:
@@ -199,9 +206,11 @@ def run_chain(
     expect: Run | None,
     reconciliation: str = "checkpoint",
     shape: Shape | None = None,
+    settle: Callable[[Run], None] | None = None,
 ) -> Run:
     """Run the chain through ``schedule`` (seconds after the workload starts); with ``expect``,
-    the run has its shape and lasts until every replica has as much stable output as it."""
+    the run has its shape and lasts until every replica has as much stable output as it, and then
+    ``settle`` (a check that needs the services still running: an egress's topic)."""
     shape = shape or (expect.shape if expect is not None else DEFAULT)
     if expect is not None:
         assert shape.same_output(expect.shape), f"compared with a failure-free run of another shape: {expect.shape}"
@@ -227,6 +236,9 @@ def run_chain(
             if mon.state(n, p, r) is not NodeState.STABLE
         ]
         assert not late, f"not STABLE 60 s after they started (logs in {tmp_path / 'logs'}): {late}"
+        for name in egress_units(spec):  # and each egress partition has its primary
+            for p in parts:
+                wait_primary(mon, name, None, 60, 2, p)
         recorder = Recorder(
             spec, kafka.bootstrap, [s for s in spec.streams if spec.stream_topics(s) and s not in names]
         )
@@ -243,6 +255,8 @@ def run_chain(
                 lambda: all(len(run.final(b, r, p)) >= n for (b, p), n in want.items() for r in range(2)),
                 90 + 2 * shape.seconds,
             )
+            if settle is not None:
+                settle(run)
         else:
             last = -1
             while True:  # failure-free: wait until the output stops growing

@@ -117,8 +117,7 @@ def _plain_reader(spec: Spec, bootstrap: str) -> Consumer:
     """A plain Kafka consumer of the egress topic of hot_stats, as any application would read it."""
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    from services.core.kafka import plain_consumer
-    from services.core.transactions import READ_COMMITTED
+    from services.core.kafka import READ_COMMITTED, plain_consumer
 
     c = plain_consumer(bootstrap, "demo", unique=True, **READ_COMMITTED)
     c.assign([TopicPartition(EGRESS_TOPIC, p, OFFSET_BEGINNING) for p in range(spec.streams["hot_stats"].partitions)])

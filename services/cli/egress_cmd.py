@@ -19,8 +19,7 @@ from rich.markup import escape
 from services.cli.common import BootstrapOpt, SpecArg, bootstrap_for, fail, out, service_logging, spec_or_exit
 from services.core.codec import codec_for
 from services.core.errors import HastreamError
-from services.core.kafka import plain_consumer
-from services.core.transactions import READ_COMMITTED
+from services.core.kafka import READ_COMMITTED, plain_consumer
 from services.egress.latest import KIND_HEADER
 from services.egress.records import record_id
 from services.spec import Spec

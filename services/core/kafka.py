@@ -45,6 +45,10 @@ FAILOVER_CONF: dict[str, object] = {
     "socket.timeout.ms": 10000,
 }
 CONSUMER_FAILOVER_CONF: dict[str, object] = {**FAILOVER_CONF, "fetch.error.backoff.ms": 100}
+# Every hastream reader takes a transaction's records only once it commits, and never an aborted one's
+# (an egress writes so, ``services.core.transactions``). It is librdkafka's default; said here so that
+# no reader differs, and so that a change of that default changes nothing.
+READ_COMMITTED: dict[str, object] = {"isolation.level": "read_committed"}
 
 
 class BatchConsumer:
@@ -72,6 +76,7 @@ class BatchConsumer:
             "enable.partition.eof": False,
             "allow.auto.create.topics": False,
             **CONSUMER_FAILOVER_CONF,
+            **READ_COMMITTED,
         }
         conf.update(overrides)
         self._c = Consumer(observed(conf))
@@ -275,6 +280,7 @@ def plain_consumer(bootstrap: str, role: str, unique: bool = False, **overrides:
         "enable.auto.commit": False,
         "enable.partition.eof": False,
         **CONSUMER_FAILOVER_CONF,
+        **READ_COMMITTED,
     }
     conf.update(overrides)
     return Consumer(observed(conf))

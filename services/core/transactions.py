@@ -14,22 +14,19 @@ Streams' EOS v2 does:
   broker's transient error is retried.
 
 Consumers see a transaction's records only after its commit (``isolation.level =
-read_committed``, hastream's readers set it where a topic is written so: ``READ_COMMITTED``).
+read_committed``: ``READ_COMMITTED``, which every hastream reader sets, ``services.core.kafka``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from services.core.errors import FencedError, HastreamError
-from services.core.kafka import BatchProducer
+from services.core.kafka import BatchProducer, RawProducer
 from services.core.retry import retry_transient
 from services.core.tuples import RawHeaders
-
-# A consumer's setting for a topic written transactionally: aborted and open transactions unseen.
-READ_COMMITTED: dict[str, object] = {"isolation.level": "read_committed"}
 
 # How long the broker lets a transaction stay open before it aborts it itself: a writer that
 # died mid-transaction (and whose successor has not called ``init()``) holds up read_committed
@@ -73,6 +70,11 @@ class TransactionalProducer:
         self._call("begin_transaction")
         self.open = True
 
+    def ensure_begun(self) -> None:
+        """Begin a transaction unless one is open: the writer of atomic batches sends into the open one."""
+        if not self.open:
+            self.begin()
+
     def send(
         self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = -1, headers: RawHeaders = None
     ) -> None:
@@ -99,6 +101,19 @@ class TransactionalProducer:
 
     def poll(self, timeout: float = 0) -> None:
         self._batch.poll(timeout)
+
+    # -- as a ``DataProducer`` (``services.node.outputs``): each flush commits one atomic batch --------
+    def flush(self, timeout: float = 30) -> None:
+        """Commit what was sent since the last flush: all of it becomes readable at once."""
+        if self.open:
+            self.commit(timeout)
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        self._batch.on_delivery(err, msg)
+
+    @property
+    def raw(self) -> RawProducer:
+        return self._batch.raw
 
     def close(self, timeout: float = 5) -> None:
         """Abort an open transaction (its records are never read) and let go of the client."""

@@ -9,53 +9,30 @@ whichever replica of the stream's node it reads next (stable ids are the same on
 
 from __future__ import annotations
 
-import time
+from confluent_kafka import TopicPartition
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-from services.core.kafka import plain_consumer
 from services.core.retry import retry_transient
-from services.core.transactions import READ_COMMITTED
 from services.egress.records import record_id
+from services.log.tail import range_consumer, read_range
 
 CHUNK = 1000  # offsets read per step back from the end: a transaction's records, then its marker
-READ_S = 10.0  # how long reading one chunk may take before it counts as a transient error
 
 
 @retry_transient
 def last_written_id(bootstrap: str, topic: str, partition: int) -> int | None:
-    """The id of the newest committed record in ``topic[partition]`` (None: it has none)."""
-    c = plain_consumer(bootstrap, "egress", unique=True, **READ_COMMITTED, **{"fetch.wait.max.ms": 10})
+    """The id of the newest committed record in ``topic[partition]`` (None: it has none). Aborted
+    records and transaction markers are never delivered (``read_range`` passes them)."""
+    c = range_consumer(bootstrap, "egress")
     try:
         low, end = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         while end > low:
             start = max(low, end - CHUNK)
-            ids = _ids(c, TopicPartition(topic, partition, start), end)
+            ids = [
+                rid for m in read_range(c, topic, partition, start, end) if (rid := record_id(m.headers())) is not None
+            ]
             if ids:
                 return ids[-1]
             end = start
         return None
     finally:
         c.close()
-
-
-def _ids(c: Consumer, tp: TopicPartition, end: int) -> list[int]:
-    """The ids of the committed records from ``tp.offset`` up to ``end`` (aborted ones and transaction
-    markers are never delivered: the position passes them)."""
-    c.assign([tp])
-    got: list[int] = []
-    deadline = time.monotonic() + READ_S
-    while True:
-        for m in c.consume(500, 0.1):
-            off = m.offset()
-            if m.error() is None and off is not None and off < end:
-                rid = record_id(m.headers())
-                if rid is not None:
-                    got.append(rid)
-        pos = c.position([TopicPartition(tp.topic, tp.partition)])[0].offset
-        if pos >= end:
-            return got
-        if time.monotonic() > deadline:
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, f"could not read {tp.topic}[{tp.partition}] up to {end} (at {pos})")
-            )

@@ -41,6 +41,7 @@ V = TypeVar("V")
 
 _RANGE_READ: dict[str, Any] = {"fetch.wait.max.ms": 10}
 _MAX_CHUNK = 100_000  # messages per chunk of a backward scan, at most
+READ_S = 5.0  # how long a range read may go without getting further before it counts as a transient error
 
 
 @contextmanager
@@ -60,20 +61,28 @@ def range_consumer(bootstrap: str, role: str) -> Consumer:
     return plain_consumer(bootstrap, role, **_RANGE_READ)
 
 
-def _read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -> Iterator[Message]:
+def read_range(c: Consumer, topic: str, partition: int, start: int, end: int) -> Iterator[Message]:
     """Every message of one partition from offset ``start`` up to ``end`` (excluded), in order;
-    raises a retriable timeout if the broker stops delivering them."""
+    raises a retriable timeout if the broker stops delivering them for ``READ_S``. A log written in
+    transactions has offsets no reader is given (transaction markers, aborted records): the
+    consumer's position passes them, and the read ends once it reaches ``end``."""
     c.assign([TopicPartition(topic, partition, start)])
-    pos = start
+    pos, moved = start, time.monotonic()
     while pos < end:
-        msgs = c.consume(min(500, end - pos), 5)
-        if not msgs:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}"))
+        msgs = c.consume(min(500, end - pos), 0.1)
+        at = pos
         for m in msgs:
             off = m.offset()
             if m.error() is None and off is not None and off < end:
                 pos = off + 1
                 yield m
+        if not msgs:
+            passed = c.position([TopicPartition(topic, partition)])[0].offset
+            pos = max(pos, passed if passed is not None else pos)
+        if pos > at:
+            moved = time.monotonic()
+        elif time.monotonic() - moved > READ_S:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"could not read {topic}[{partition}] at {pos}"))
 
 
 def _meta(m: Message) -> Meta:
@@ -99,7 +108,7 @@ def backward(
         size = chunk
         while end > low:
             start = max(low, end - size)
-            yield [(m.offset() or 0, view(m)) for m in _read_range(c, topic, partition, start, end)]
+            yield [(m.offset() or 0, view(m)) for m in read_range(c, topic, partition, start, end)]
             end, size = start, min(size * 4, _MAX_CHUNK)
 
 
@@ -196,7 +205,7 @@ def undo_after(
         pos = start
         while True:
             end = min(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1], start + limit)
-            for m in _read_range(c, topic, partition, pos, end):
+            for m in read_range(c, topic, partition, pos, end):
                 t, tid, epoch = peek(m.headers())
                 if t is UNDO and tid is not None and tid <= last_stable:
                     return m.offset() or 0, epoch
@@ -313,7 +322,7 @@ def stable_log(bootstrap: str, topic: str, partition: int) -> list[Stored]:
 def stable_records(c: Consumer, topic: str, partition: int, start: int, end: int, epoch: int) -> Iterator[Stored]:
     """The stable tuples of ``topic[partition]`` from ``start`` up to ``end``, admitted by the epochs."""
     gate = EpochGate(epoch)
-    for m in _read_range(c, topic, partition, start, end):
+    for m in read_range(c, topic, partition, start, end):
         try:
             meta = parse_headers(m.headers())
         except HeaderError:
@@ -351,11 +360,11 @@ def messages_after(bootstrap: str, topic: str, partition: int, start: int, timeo
     """Every message of one partition from offset ``start`` to its end now, in order."""
     with _range_consumer(bootstrap, "peek") as c:
         _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-        return list(_read_range(c, topic, partition, start, high))
+        return list(read_range(c, topic, partition, start, high))
 
 
 @retry_transient
 def messages_between(bootstrap: str, topic: str, partition: int, start: int, end: int) -> list[Message]:
     """Every message of one partition from offset ``start`` up to ``end`` (excluded), in order."""
     with _range_consumer(bootstrap, "peek") as c:
-        return list(_read_range(c, topic, partition, start, end))
+        return list(read_range(c, topic, partition, start, end))

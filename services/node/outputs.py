@@ -12,6 +12,11 @@ results, then the frontier past it: the usual end of a batch) is written as one 
 boundary riding on the tuple (a field of its ``ht`` header), so a stream with data carries
 no boundary records of its own. ``begin`` sets the incarnation's epoch
 (``services.node.fence``); ``guard`` runs before each flush and write.
+
+Opened with a ``TransactionalProducer`` (``services.core.transactions``), the outputs are written in
+atomic batches: what is sent between two flushes, results and control tuples alike, is one
+transaction, readable all at once by a ``read_committed`` reader (every hastream reader) or not at
+all. A flush commits it; ``write`` then commits the previous batch before it sends the next.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from confluent_kafka import Message
 from services.core.codec import ENCODE_ERRORS, codec_for, schema_header
 from services.core.kafka import DataProducer
 from services.core.partitioner import key_encoder
+from services.core.transactions import TransactionalProducer
 from services.core.tuples import (
     BOUNDARY,
     EPOCH,
@@ -125,6 +131,8 @@ class Outputs:
         assert self.producer is not None
         if self.guard is not None:
             self.guard()
+        if any(self.queues.values()):
+            self._begun()
         part, send = self.partition, self.producer.send
         produce = self.producer.raw.produce  # failures reach the producer's delivery callback
         sent = 0
@@ -154,15 +162,22 @@ class Outputs:
         self.produced += sent
         return sent
 
+    def _begun(self) -> None:
+        """Atomic batches: the batch's transaction is open before anything is sent into it."""
+        if isinstance(self.producer, TransactionalProducer):
+            self.producer.ensure_begun()
+
     def deadletter(self, topic: str, msg: Message, reason: str, by: str) -> None:
         """Copy a rejected input message (key, value, headers) to the dead-letter topic, with why and whence."""
         assert self.producer is not None
+        self._begun()
         headers = deadletter_headers(msg.headers(), reason, msg.topic() or "", msg.partition(), msg.offset(), by)
         self.producer.send(topic, msg.value(), msg.key(), headers=headers)
 
     def deadletter_tuple(self, topic: str, stream: str, item: Item, reason: str, by: str) -> None:
         """A tuple an operator rejected (it has no Avro form, maybe): its record as JSON, with why and where."""
         assert self.producer is not None
+        self._begun()
         rec, stime = item
         value = json.dumps(rec, default=repr, sort_keys=True).encode()
         headers = deadletter_headers(make_headers(STABLE, -1, stime), reason, stream, self.partition, None, by)

@@ -1,6 +1,8 @@
 """A replicated egress under the coordinator, on a real broker, through kill -9 and SIGSTOP of its
-primary and of the replicas of the node it follows: a plain read_committed consumer, in Python and
-the Kafka distribution's Java console consumer, reads the failure-free stable output, in order, once."""
+primary and kill -9 of a replica (the primary, under an HA scheme) of the node it follows, for DPC and
+every HA scheme, precise and rollback: a plain read_committed consumer, in Python and the Kafka
+distribution's Java console consumer, reads the failure-free stable output, in order, once, even where
+the node's log repeats."""
 
 from __future__ import annotations
 
@@ -13,8 +15,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from infra.kafka.tools import console_consume
-from services.core.kafka import plain_consumer
-from services.core.transactions import READ_COMMITTED
+from services.core.kafka import READ_COMMITTED, plain_consumer
 from services.deploy import processes
 from services.egress.records import record_id
 from services.spec.egress import egress_node
@@ -38,10 +39,13 @@ SCHEMES = {
     "dpc": "ha: dpc",
     "active_standby": "ha: {scheme: active_standby, recovery: rollback, interval_ms: 200}",
     "passive_standby": "ha: {scheme: passive_standby, recovery: precise, interval_ms: 50}",
+    "upstream_backup": "ha: {scheme: upstream_backup, recovery: rollback, interval_ms: 200}",
+    "upstream_backup_precise": "ha: {scheme: upstream_backup, recovery: precise, interval_ms: 50}",
 }
 RATE, COUNT = 200, 2400  # 12 s of input
 
 
+@pytest.mark.slow  # the default suite has the DPC chain's (tests/faults/test_egress_schedules.py)
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_a_plain_consumer_reads_the_failure_free_output_once_through_egress_and_node_failures(
     kafka: Any, tmp_path: Path, scheme: str

@@ -21,9 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from services.client.workload import readings
 from services.core.codec import codec_for
 from services.core.errors import FencedError
-from services.core.kafka import BatchProducer, plain_consumer
+from services.core.kafka import READ_COMMITTED, BatchProducer, plain_consumer
 from services.core.partitioner import key_bytes, partition_for
-from services.core.transactions import READ_COMMITTED
 from services.core.tuples import BOUNDARY, STABLE, TENTATIVE, UNDO, TupleType, make_headers
 from services.egress.latest import KIND_HEADER
 from services.egress.position import last_written_id

@@ -13,10 +13,15 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from services.core.admin import TopicSpec, ensure_topics
 from services.core.errors import FencedError
-from services.core.kafka import plain_consumer
-from services.core.transactions import READ_COMMITTED, TransactionalProducer
+from services.core.kafka import READ_COMMITTED, plain_consumer
+from services.core.transactions import TransactionalProducer
+from services.core.tuples import BOUNDARY, STABLE
 from services.egress.position import last_written_id
 from services.egress.records import PlainRecords
+from services.log.tail import stable_log
+from services.node.outputs import Outputs
+from services.spec import parse_spec
+from services.spec.plan import plan_node
 
 pytestmark = pytest.mark.integration
 
@@ -117,3 +122,41 @@ def test_a_new_egress_primary_finds_the_newest_committed_id_past_aborted_and_ope
     old.poll(0.5)
     TransactionalProducer(kafka.bootstrap, tid).init()
     assert last_written_id(kafka.bootstrap, topic, 0) == 9
+
+
+def test_a_nodes_outputs_in_atomic_batches_are_read_by_hastreams_readers_only_once_committed(
+    kafka: Any, topic_name: Callable[..., str]
+) -> None:
+    """The transactional write path of ``services.node.outputs``: a batch written (``write``) and not yet
+    committed is unseen by hastream's own readers, which read committed records only; the next flush
+    makes the whole batch readable at once, its boundary riding on its last result."""
+    name = topic_name()
+    spec = parse_spec(SPEC.replace("name: at", f"name: {name}"))
+    (plan,) = plan_node(spec, "n").outputs
+    ensure_topics(kafka.bootstrap, [TopicSpec(plan.topics[0])])
+    out = Outputs((plan,), 0, 0)
+    writer = TransactionalProducer(kafka.bootstrap, f"{name}.n.p0")
+    writer.init()
+    out.open(writer)
+    rec = {"sensor": "s1", "ts": 5, "value": 1.5, "seq": 1}
+    (payload, _), *_ = out.encode("b", [(rec, 5)], lambda *a: None)
+    out.queue("b").extend([(STABLE, 0, 5, payload), (STABLE, 1, 6, payload), (BOUNDARY, -1, 7, None)])
+    assert out.write() == 2
+    writer.poll(0.5)
+    assert stable_log(kafka.bootstrap, plan.topics[0], 0) == [], "an open batch was read"
+    out.flush()
+    read = stable_log(kafka.bootstrap, plan.topics[0], 0)
+    assert [(tid, stime) for tid, stime, _ in read] == [(0, 5), (1, 6)]
+    writer.close()
+
+
+SPEC = """\
+name: at
+streams:
+  a: {schema: reading, key: sensor}
+  b: {schema: reading, key: sensor}
+operators:
+  keep: {type: filter, input: a, output: b, where: "True"}
+nodes:
+  n: {operators: [keep]}
+"""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from services.core import admin
+from services.core import admin, kafka
 from services.core.kafka import BatchProducer
 from services.core.retry import _retriable
 
@@ -91,3 +91,18 @@ def test_admin_calls_retry_transient_errors(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(admin, "admin_client", lambda bootstrap: flaky)
     admin.delete_topics("127.0.0.1:1", ["gone"])
     assert flaky.calls == 2
+
+
+def test_every_hastream_reader_reads_only_committed_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both kinds of hastream consumer say ``read_committed`` themselves: an egress's open or aborted
+    transactions are never read, whatever librdkafka's default is."""
+    confs: list[dict] = []
+
+    class Recording:
+        def __init__(self, conf: dict) -> None:
+            confs.append(conf)
+
+    monkeypatch.setattr(kafka, "Consumer", Recording)
+    kafka.plain_consumer("127.0.0.1:1", "view")
+    kafka.BatchConsumer("127.0.0.1:1", "hastream.node")
+    assert [c["isolation.level"] for c in confs] == ["read_committed", "read_committed"]
