@@ -67,6 +67,7 @@ def main(raw: str) -> None:
         state_dir=job["state_dir"],
         use_changelog_topics=False,
         loglevel="WARNING",
+        processing_guarantee="exactly-once" if job.get("eos") else "at-least-once",
     )
     topic_in = app.topic(
         job["in_topic"],

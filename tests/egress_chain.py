@@ -27,7 +27,6 @@ from services.spec.egress import egress_node
 from tests.dpc_chain import DEFAULT, Run, Schedule, random_schedule
 
 EGRESS = replace(DEFAULT, egress=("stable",))  # the chain with a stable egress (2 replicas) on its sink
-LATEST = replace(DEFAULT, egress=("latest",))  # ... with a latest egress
 
 
 def egress_name(spec: Any, mode: str = "stable") -> str:

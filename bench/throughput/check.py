@@ -4,18 +4,17 @@ UNDO or REC_DONE tuple, dense STABLE ids), and every processor's results equal t
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
 from bench.workload import WINDOW_SIZE_MS
 from services.core.codec import codec_for
 from services.core.errors import HeaderError
-from services.core.kafka import plain_consumer
 from services.core.tuples import read_headers
+from services.log.tail import range_consumer, read_range
 
 NOT_RESULTS = ("TENTATIVE", "UNDO", "REC_DONE")
 DATA = "DATA"  # a peer's (or the Avro loop's) output record: no ht header
@@ -32,34 +31,25 @@ class OutMsg:
 
 
 def read_topic(bootstrap: str, topic: str) -> list[OutMsg]:
-    """Every message of partition 0 of ``topic``, in log order, with its broker append time and type."""
-    c = plain_consumer(bootstrap, "bench.read", unique=True)
+    """Every message of partition 0 of ``topic``, in log order, with its broker append time and type
+    (a peer writing in transactions, Quix's exactly-once: its committed records; ``read_range`` passes
+    the markers)."""
+    c = range_consumer(bootstrap, "bench.read")
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out: list[OutMsg] = []
-        if high <= low:
-            return out
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 120
-        last = -1
-        while last < high - 1 and time.monotonic() < deadline:
-            for m in c.consume(5000, 0.5):
-                if m.error() is not None:
-                    continue
-                ttype, ts = m.timestamp()
-                if ttype != TIMESTAMP_LOG_APPEND_TIME:
-                    raise RuntimeError(f"{topic} has timestamp type {ttype}, expected LogAppendTime")
-                try:
-                    if m.headers() is None:  # a peer's result: a plain record
-                        out.append(OutMsg(ts, DATA, -1, -1, m.value()))
-                    else:
-                        t, tid, stime, _ = read_headers(m.headers())
-                        out.append(OutMsg(ts, t.value, tid, stime, m.value()))
-                except HeaderError:
-                    out.append(OutMsg(ts, "?", -1, -1, m.value()))
-                last = m.offset() or 0
-        if last < high - 1:
-            raise RuntimeError(f"read {topic} only up to offset {last} of {high - 1}")
+        for m in read_range(c, topic, 0, low, high):
+            ttype, ts = m.timestamp()
+            if ttype != TIMESTAMP_LOG_APPEND_TIME:
+                raise RuntimeError(f"{topic} has timestamp type {ttype}, expected LogAppendTime")
+            try:
+                if m.headers() is None:  # a peer's result: a plain record
+                    out.append(OutMsg(ts, DATA, -1, -1, m.value()))
+                else:
+                    t, tid, stime, _ = read_headers(m.headers())
+                    out.append(OutMsg(ts, t.value, tid, stime, m.value()))
+            except HeaderError:
+                out.append(OutMsg(ts, "?", -1, -1, m.value()))
         return out
     finally:
         c.close()

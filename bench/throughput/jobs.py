@@ -19,6 +19,7 @@ TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 PROCESSORS = ("bare", "avro", "filter+map", "window", "quix filter+map", "quix window")
 LATENCY_PROCESSORS = PROCESSORS
 PEERS = ("quix filter+map", "quix window")  # run in their own virtualenv (``peers_python``)
+EOS_PEER = "quix filter+map eos"  # Quix's filter+map with processing_guarantee="exactly-once" (bench/egress.py)
 PEERS_VENV = "peers"  # under HASTREAM_HOME: `make peers` installs Quix Streams there
 FINAL_BOUNDARY = END_OF_TIME  # the sources' last BOUNDARY: nothing more will come, every bucket is complete
 
@@ -40,6 +41,7 @@ class Job:
     passthrough: bool = False  # replace SUnion with a union that does not serialize (PassThroughUnion)
     serialize: bool = False  # serialize the one input by buckets, as the paper's SUnion does every input
     window: bool = False  # a peer's job: the window rather than filter+map
+    eos: bool = False  # a peer's job: exactly-once (Kafka transactions) rather than at-least-once
     state_dir: str = ""  # a peer's local state
 
 
@@ -69,9 +71,9 @@ def make_job(
     SUnion's serialization out."""
     if processor in ("bare", "avro"):
         return Job(processor, bootstrap, source, f"{tag}_out", f"bench.{tag}", stop_after, idle_s), None
-    if processor in PEERS:
+    if processor in PEERS or processor == EOS_PEER:
         job = Job("quix", bootstrap, source, f"{tag}_out", f"bench.{tag}", stop_after, idle_s)
-        job.window = is_window(processor)
+        job.window, job.eos = is_window(processor), processor == EOS_PEER
         return job, None
     make = filter_map_spec if processor == "filter+map" else throughput_window_spec
     text = make(tag, source, bucket_ms)

@@ -12,7 +12,7 @@ import statistics
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from confluent_kafka import Producer
 
@@ -59,6 +59,20 @@ def _warm_up(bootstrap: str, topic: str) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "logger": quiet})
     p.produce(topic, b"warm-up")
     p.flush(60)
+
+
+def live_source(writer: SourceWriter, total: int, rate: float, progress: Callable[[int], None]) -> int:
+    """``total`` readings at ``rate`` as a live source writes them: event time = generation time (the
+    wall clock), a boundary every dpc.boundary_interval (the promise a live source keeps), the final
+    one at 2**62; returns how many were sent."""
+    return pump(
+        writer,
+        reading_records(total, rng_seed=11, wall_clock=True),
+        rate,
+        progress=progress,
+        wait_release=False,
+        final_boundary=FINAL_BOUNDARY,
+    )
 
 
 class Bench:
@@ -169,16 +183,7 @@ class Bench:
         w = Worker(job, self.log_dir)
         w.wait_ready()
         time.sleep(0.5)  # let the consumer's first fetch start before the clock does
-        # A live source: event time = generation time (the wall clock), a boundary every
-        # dpc.boundary_interval (the promise a live source keeps), the final one at 2**62.
-        sent = pump(
-            writer,
-            reading_records(total, rng_seed=11, wall_clock=True),
-            rate,
-            progress=lambda i: progress.update(task, completed=i),
-            wait_release=False,
-            final_boundary=FINAL_BOUNDARY,
-        )
+        sent = live_source(writer, total, rate, lambda i: progress.update(task, completed=i))
         del writer
         gc.collect()
         res = w.wait(timeout=60, on_tick=lambda: progress.update(task, completed=sent))

@@ -11,6 +11,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,24 +172,12 @@ class Measured:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The whole benchmark: a broker (``--bootstrap``'s or our own), the phases, the tables, and the
     results file and plot."""
-    tmp = Path(tempfile.mkdtemp(prefix="hastream-bench-"))
-    cluster = None
-    try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-        else:
-            from infra.kafka.cluster import KafkaCluster
-
-            with console.status("starting a 1-broker Kafka cluster"):
-                t0 = time.monotonic()
-                cluster = KafkaCluster(brokers=1, data_dir=tmp / "kafka").start()
-                bootstrap = cluster.bootstrap
-            console.print(f"broker up at {bootstrap} in {time.monotonic() - t0:.1f}s")
+    with bench_broker(args.bootstrap, "hastream-bench-") as (bootstrap, tmp):
         bench = Bench(args, bootstrap, tmp)
         processors = [p for p in PROCESSORS if p not in PEERS or peers_python() is not None]
         if len(processors) < len(PROCESSORS):
             console.print("[yellow]Quix Streams is not installed: its rows are skipped (`make peers` installs it)[/]")
-        measured = _measure(args, bench, processors, cleanup=cluster is None)
+        measured = _measure(args, bench, processors, cleanup=bool(args.bootstrap))
         results = _results(processors, measured)
         goals = check_goals(results)
         out.print(_table(results, goals))
@@ -200,6 +190,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         plot(doc, PLOT)
         out.print(f"figures written to {RESULTS.relative_to(REPO_ROOT)}, plot to {PLOT.relative_to(REPO_ROOT)}")
         return doc
+
+
+@contextmanager
+def bench_broker(bootstrap: str | None, prefix: str) -> Iterator[tuple[str, Path]]:
+    """(the broker's bootstrap, a scratch folder) for one benchmark run: ``bootstrap``'s broker, or a
+    1-broker cluster of our own in the folder, stopped at the end; the folder is deleted then."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    cluster = None
+    try:
+        if bootstrap is None:
+            from infra.kafka.cluster import KafkaCluster
+
+            with console.status("starting a 1-broker Kafka cluster"):
+                t0 = time.monotonic()
+                cluster = KafkaCluster(brokers=1, data_dir=tmp / "kafka").start()
+                bootstrap = cluster.bootstrap
+            console.print(f"broker up at {bootstrap} in {time.monotonic() - t0:.1f}s")
+        yield bootstrap, tmp
     finally:
         if cluster is not None:
             cluster.stop()

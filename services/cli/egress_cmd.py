@@ -8,6 +8,7 @@ again, or a second one, takes every partition over and goes on where the last co
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 from typing import Annotated, Any, Callable
@@ -74,6 +75,7 @@ def _pump(spec: Spec, stream: str, chosen: EgressDef, bootstrap: str, running: C
     from services.egress.pump import EgressPump
 
     pump = EgressPump(spec, stream, chosen, bootstrap)
+    logging.getLogger("hastream.egress").info("writing %s from stream %s", pump.topic, stream)
     last = time.monotonic()
     try:
         while running() and not (idle and time.monotonic() - last > idle):

@@ -35,7 +35,7 @@ from services.cli.source_cmd import source_app
 from services.cli.streams_cmd import produce, schema, tail
 from services.core.errors import HastreamError
 from services.spec.classes import describe
-from services.spec.egress import egress_topics
+from services.spec.egress import egress_topic, egress_topics, egress_units
 
 if TYPE_CHECKING:
     from services.deploy.deployment import Deployment, Process
@@ -85,6 +85,12 @@ def validate(
     )
     for n in s.nodes:
         out.print(f"  {escape(describe(s, n))}")
+    for n, (stream, e) in egress_units(s).items():
+        where = egress_topic(s, stream, e)
+        out.print(
+            f"  {n}: the {e.mode} egress of {stream} to {where} ({e.format}, a commit every {e.commit_ms} ms, "
+            f"{e.replicas} replica{'s' if e.replicas > 1 else ''}, one primary per partition)"
+        )
 
 
 @app.command()

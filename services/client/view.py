@@ -30,7 +30,7 @@ from services.control.replicas import choose_replica
 from services.control.states import NodeState
 from services.core.codec import codec_for
 from services.core.errors import HeaderError
-from services.core.kafka import know_topics, plain_consumer
+from services.core.kafka import FAST_FETCH, consume_ready, know_topics, plain_consumer
 from services.core.tuples import (
     REC_DONE,
     UNDO,
@@ -97,13 +97,15 @@ class StreamView:
         self.readers = {p: ReplicaReader(list(topics), p, self.node) for p in owned}
         for r in self.readers.values():  # the monitor has had its start-up wait
             r.replica = self.views[r.partition].replica = self._choose(r.partition, None)
-        self.consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
+        self.consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50, **FAST_FETCH})
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         self.consumer.assign([TopicPartition(r.topic, r.partition, start) for r in self.readers.values()])
         # Rule 4's second replica is read apart: in one queue its new tuples would wait behind corrections.
         self.fresh_consumer = self.consumer
         if len(topics) > 1:
-            self.fresh_consumer = plain_consumer(bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50})
+            self.fresh_consumer = plain_consumer(
+                bootstrap, "view", unique=True, **{"fetch.wait.max.ms": 50, **FAST_FETCH}
+            )
         others = set(topics) - {r.topic for r in self.readers.values()}
         know_topics(self.consumer, others)
         if self.fresh_consumer is not self.consumer:
@@ -202,7 +204,7 @@ class StreamView:
         msgs: list[Message] = []
         if self.fresh_consumer is not self.consumer and any(r.fresh is not None for r in readers.values()):
             msgs = self.fresh_consumer.consume(max_messages, 0)  # new tuples first, not behind corrections
-        msgs += self.consumer.consume(max_messages, 0 if msgs else timeout)
+        msgs += consume_ready(self.consumer, max_messages, 0 if msgs else timeout)
         for m in msgs:
             if m.error() is not None:
                 continue

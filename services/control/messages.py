@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar, Literal, TypeAlias
 
-from services.control.states import NodeState
+from services.control.states import NodeState, Role
 from services.core.codec import codec_for
+from services.core.errors import FencedError
 
 COORDINATOR = "coordinator"  # the ``node`` of the coordinator's own heartbeat
 _HEARTBEAT = codec_for("heartbeat")
@@ -118,6 +119,27 @@ class Trim(_Addressed):
 
 ControlMessage: TypeAlias = Request | Grant | Done | RoleOrder | Trim
 _BY_KIND: dict[ControlKind, type[ControlMessage]] = {c.kind: c for c in (Request, Grant, Done, RoleOrder, Trim)}
+
+
+def ordered_role(
+    msg: ControlMessage, node: str, partition: int, replica: int, role: Role, epoch: int
+) -> tuple[Role, int] | None:
+    """The role ``msg`` orders this replica (now ``role`` at ``epoch``) to take, and its epoch: PRIMARY
+    for a promotion, SECONDARY; None for another replica's order, an earlier epoch's read late, or a
+    primary told again. A primary told it is secondary was failed over while it stood still:
+    ``FencedError``, it stops writing."""
+    if not isinstance(msg, RoleOrder) or not msg.is_for(node, partition, replica) or msg.epoch < epoch:
+        return None
+    if msg.role == Role.PRIMARY:
+        return (Role.PRIMARY, msg.epoch) if role is not Role.PRIMARY else None
+    if msg.role != Role.SECONDARY:
+        return None
+    if role is Role.PRIMARY:
+        raise FencedError(
+            f"{node} p{partition} r{replica} was failed over to another replica (epoch {msg.epoch}): "
+            "it stops writing and restarts as a secondary"
+        )
+    return Role.SECONDARY, msg.epoch
 
 
 def _fields(msg: _Addressed) -> dict[str, Any]:

@@ -45,6 +45,9 @@ FAILOVER_CONF: dict[str, object] = {
     "socket.timeout.ms": 10000,
 }
 CONSUMER_FAILOVER_CONF: dict[str, object] = {**FAILOVER_CONF, "fetch.error.backoff.ms": 100}
+# A reader that keeps up with its input: librdkafka's default (1 s) idles the fetcher whenever its queue
+# is full, which a fast consumer drains in well under a second.
+FAST_FETCH: dict[str, object] = {"queued.min.messages": 20000, "fetch.queue.backoff.ms": 10}
 # Every hastream reader takes a transaction's records only once it commits, and never an aborted one's
 # (an egress writes so, ``services.core.transactions``). It is librdkafka's default; said here so that
 # no reader differs, and so that a change of that default changes nothing.
@@ -69,10 +72,7 @@ class BatchConsumer:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error" if trims_fail else "earliest",
             "fetch.wait.max.ms": 20,
-            "queued.min.messages": 20000,
-            # librdkafka's default (1 s) idles the fetcher whenever its queue is full, which a
-            # fast consumer drains in well under a second.
-            "fetch.queue.backoff.ms": 10,
+            **FAST_FETCH,
             "enable.partition.eof": False,
             "allow.auto.create.topics": False,
             **CONSUMER_FAILOVER_CONF,
@@ -114,12 +114,7 @@ class BatchConsumer:
         Returns what is already fetched at once; waits up to ``timeout`` only when nothing
         is, so a light load is not delayed by the full timeout per batch.
         """
-        msgs = self._c.consume(max_messages, 0)
-        if not msgs:
-            first = self._c.poll(timeout)
-            if first is None:
-                return []
-            msgs = [first] + self._c.consume(max_messages - 1, 0)
+        msgs = consume_ready(self._c, max_messages, timeout)
         bad = [m for m in msgs if m.error() is not None]
         if bad:
             for m in bad:
@@ -265,6 +260,17 @@ GROUP_PREFIX = "hastream."
 def group_id(role: str) -> str:
     """The consumer group of ``role`` (a node service's name, or a reader's role)."""
     return GROUP_PREFIX + role
+
+
+def consume_ready(c: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Up to ``max_messages`` messages: what is already fetched, at once; only when nothing is, the first
+    to come within ``timeout`` and what came with it. (``consume(n, timeout)`` waits for ``n`` messages
+    or the whole timeout: under a light load each message would wait up to the timeout.)"""
+    msgs = c.consume(max_messages, 0)
+    if msgs or timeout <= 0:
+        return msgs
+    first = c.poll(timeout)
+    return [] if first is None else [first, *c.consume(max_messages - 1, 0)]
 
 
 def plain_consumer(bootstrap: str, role: str, unique: bool = False, **overrides: Any) -> Consumer:

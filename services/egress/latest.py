@@ -78,7 +78,7 @@ class LatestEgress:
         gone = [k for k, stime in self.void.items() if stime < boundary]
         for k in gone:
             del self.void[k]
-            self.batches.begin(now)
+            self.batches.begin()
             withdrawn: PlainHeaders = [(KIND_HEADER, b"withdrawn")]
             self.writer.send(self.topic, None, k, self.partition, withdrawn)
         self.tombstones += len(gone)
@@ -91,7 +91,7 @@ class LatestEgress:
 
     def _send(self, key: bytes, ev: ViewEvent, kind: bytes, now: float | None) -> None:
         assert ev.record is not None
-        self.batches.begin(now)
+        self.batches.begin()
         _, value, headers = self.records.record(ev.id, ev.stime, ev.record)
         headers.append((KIND_HEADER, kind))
         self.writer.send(self.topic, value, key, self.partition, headers)

@@ -22,8 +22,19 @@ STIME_HEADER = "hastream.stime"
 PlainHeaders = list[tuple[str, str | bytes | None]]
 
 
-def _json(rec: dict[str, Any]) -> bytes:
-    return json.dumps(rec, separators=(",", ":")).encode()
+def _json_encoder() -> Callable[[dict[str, Any]], bytes]:
+    """``json.dumps(rec, separators=(",", ":")).encode()``, the same bytes, with the encoder made once:
+    ``dumps`` builds a ``JSONEncoder`` and its C encoder for every record, a third of an egress's
+    time per tuple."""
+    enc = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return lambda rec: enc.encode(rec).encode()
+    c = make(None, enc.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+    return lambda rec: "".join(c(rec, 0)).encode()
+
+
+_json = _json_encoder()
 
 
 class PlainRecords:

@@ -21,9 +21,8 @@ from typing import Callable
 
 from services.control.channel import ControlReader
 from services.control.heartbeat import HeartbeatSender
-from services.control.messages import ControlMessage, RoleOrder
+from services.control.messages import ControlMessage, ordered_role
 from services.control.states import NodeState, Role
-from services.core.errors import FencedError
 from services.egress.pump import EgressPump
 from services.ha.scheme import TAKEOVER_S
 from services.spec.egress import egress_node
@@ -71,19 +70,14 @@ class EgressService:
             self._close(clean)
 
     def on_control(self, msg: ControlMessage) -> None:
-        if not isinstance(msg, RoleOrder) or not msg.is_for(self.name, self.partition, self.replica):
+        order = ordered_role(msg, self.name, self.partition, self.replica, self.role, self.epoch)
+        if order is None:
             return
-        if msg.epoch < self.epoch:
-            return  # an order of an earlier epoch, read late
-        if msg.role == Role.PRIMARY and self.role is not Role.PRIMARY:
-            self._promote(msg.epoch)
-        elif msg.role == Role.SECONDARY:
-            if self.role is Role.PRIMARY:
-                raise FencedError(
-                    f"{self.name} p{self.partition} r{self.replica} was failed over to another replica "
-                    f"(epoch {msg.epoch}): it stops writing and restarts as a secondary"
-                )
-            self._announce(Role.SECONDARY, msg.epoch)
+        role, epoch = order
+        if role is Role.PRIMARY:
+            self._promote(epoch)
+        else:
+            self._announce(Role.SECONDARY, epoch)
 
     def _promote(self, epoch: int) -> None:
         """Take the partition over: fence the old writer, go on after the committed tail."""

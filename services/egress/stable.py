@@ -11,7 +11,6 @@ one already written (a replica switch or a restart reads some ids again) and is 
 
 from __future__ import annotations
 
-import time
 from typing import Any, Protocol
 
 from services.core.errors import InputGapError
@@ -34,22 +33,24 @@ class TransactionalWriter(Protocol):
 
 
 class Batches:
-    """A writer's transactions, each committed once it is ``commit_s`` old: a read_committed consumer sees
-    a batch at once, and what a writer sends waits ``commit_s`` at most before it can be read."""
+    """A writer's transactions, committed at most every ``commit_s`` (from the last commit's start): a
+    read_committed consumer sees a batch at once, and under a steady stream a record waits half of
+    ``commit_s`` for its commit on average, ``commit_s`` at most. A record after a quiet spell is
+    committed at once."""
 
     def __init__(self, writer: TransactionalWriter, commit_s: float) -> None:
         self.writer, self.commit_s = writer, commit_s
-        self.opened = 0.0  # when the open transaction began
+        self.committed = float("-inf")  # when the last commit began
 
-    def begin(self, now: float | None = None) -> None:
+    def begin(self) -> None:
         """Open a transaction unless one is open."""
         if not self.writer.open:
             self.writer.begin()
-            self.opened = time.monotonic() if now is None else now
 
     def tick(self, now: float) -> bool:
-        """Commit the open transaction once it is ``commit_s`` old; whether it did."""
-        if self.writer.open and now - self.opened >= self.commit_s:
+        """Commit the open transaction if the last commit began ``commit_s`` ago or more; whether it did."""
+        if self.writer.open and now - self.committed >= self.commit_s:
+            self.committed = now
             self.writer.commit()
             return True
         return False
@@ -87,7 +88,7 @@ class StableEgress:
                 f"{self.topic}[{self.partition}]: stable id {tid} came after {self.next_id - 1}: "
                 f"ids {self.next_id}..{tid - 1} are missing from what the stream delivered"
             )
-        self.batches.begin(now)
+        self.batches.begin()
         key, value, headers = self.records.record(tid, stime, rec)
         self.writer.send(self.topic, value, key, self.partition, headers)
         self.next_id += 1

@@ -46,9 +46,8 @@ from __future__ import annotations
 import logging
 import time
 
-from services.control.messages import ControlMessage, RoleOrder
+from services.control.messages import ControlMessage, ordered_role
 from services.control.states import NodeState, Role
-from services.core.errors import FencedError
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import SUnion
 from services.log.tail import output_tail
@@ -110,20 +109,15 @@ class HaScheme:
 
     def on_control(self, msg: ControlMessage, now: float) -> None:
         node = self.node
-        if not isinstance(msg, RoleOrder) or not msg.is_for(node.plan.node, node.partition, node.replica):
+        order = ordered_role(msg, node.plan.node, node.partition, node.replica, self.role, self.epoch)
+        if order is None:
             return
-        if msg.epoch < self.epoch:
-            return  # an order of an earlier epoch, read late
-        if msg.role == Role.PRIMARY and self.role is not Role.PRIMARY:
-            self._promote(msg.epoch)
-        elif msg.role == Role.SECONDARY:
-            if self.role is Role.PRIMARY:
-                raise FencedError(
-                    f"{node.plan.node} p{node.partition} r{node.replica} was failed over to another replica "
-                    f"(epoch {msg.epoch}): it stops writing and restarts as a secondary"
-                )
-            self.role, self.epoch = Role.SECONDARY, msg.epoch
-            node.set_role(Role.SECONDARY.value, msg.epoch)
+        role, epoch = order
+        if role is Role.PRIMARY:
+            self._promote(epoch)
+        else:
+            self.role, self.epoch = Role.SECONDARY, epoch
+            node.set_role(Role.SECONDARY.value, epoch)
             self.promoted_at = time.monotonic()
             with node.working(TAKEOVER_S):
                 self._read_from(self.on_secondary())

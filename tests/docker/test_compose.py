@@ -3,8 +3,9 @@ docker-compose.yml (and of its SASL option), with only the broker's image replac
 stand-in. Records go in from the host through the HOST listener, as any Kafka producer writes
 them; one node's process is killed with kill -9 midway and Docker's restart policy brings it
 back; the stream is ended, and each output's stable tuples must equal the reference evaluation
-of what was written, tuple for tuple, with dense ids. Then every service stops cleanly on
-SIGTERM and `docker compose down` leaves nothing of the project behind."""
+of what was written, tuple for tuple, with dense ids, and so must what a plain read_committed
+consumer reads of hot_stats' egress topic. Then every service stops cleanly on SIGTERM and
+`docker compose down` leaves nothing of the project behind."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, Producer, TopicPartition
 
 from infra.docker.standins import StandIns
 from services.client.workload import readings
 from services.coordinator.client import fetch_status, status_url
 from services.core.admin import admin_client
-from services.core.kafka import plain_consumer
+from services.core.kafka import READ_COMMITTED, plain_consumer
 from services.core.login import PASSWORD_ENV, USERNAME_ENV, Login
 from services.core.paths import REPO_ROOT
 from services.deploy import access
+from services.egress.records import record_id
 from services.operators.reference import evaluate
 from services.spec import load_spec
 from tests.compose import SASL
@@ -37,7 +39,8 @@ DEMO = REPO_ROOT / "examples" / "demo.yaml"
 HOST = "localhost:29092"  # the broker's HOST listener, published by compose
 OUTPUTS = {"hot_stats": "window_stat", "alerts": "reading"}
 NODES = ("ingress_readings", "ingest", "alerts", "stats")
-REPLICAS = 8  # node replica partitions of the demo: 4 nodes x 2 partitions
+REPLICAS = 10  # replica partitions of the demo: 4 nodes and hot_stats' egress, x 2 partitions
+EGRESS = "demo.hot_stats.stable"  # hot_stats' stable results, for any read_committed consumer
 STATUS = status_url(6066)  # the coordinator's status page, published on the host's loopback
 WRITTEN = 1200
 
@@ -119,24 +122,52 @@ def _run_the_demo(
     assert ended.returncode == 0, ended.stderr
     with access.acting_as(reader):
         got = {s: read_until_end(HOST, f"demo.{s}.r0", 2, schema, timeout=120) for s, schema in OUTPUTS.items()}
+        got["egress"] = _read_egress(sum(map(len, got["hot_stats"])))
     return got, written
 
 
+def _read_egress(expect: int, timeout: float = 60) -> list[dict[int, dict]]:
+    """What a plain read_committed consumer reads of the egress topic, per partition, by its id header,
+    until ``expect`` records and two quiet seconds more."""
+    c = plain_consumer(HOST, "egress-check", unique=True, **READ_COMMITTED)
+    c.assign([TopicPartition(EGRESS, p, OFFSET_BEGINNING) for p in range(2)])
+    got: list[dict[int, dict]] = [{}, {}]
+    seen, quiet = 0, time.monotonic() + timeout
+
+    def done() -> bool:
+        nonlocal seen, quiet
+        for m in c.consume(500, 0.2):
+            if m.error() is None:
+                got[m.partition() or 0][record_id(m.headers()) or 0] = json.loads(m.value() or b"")
+                seen, quiet = seen + 1, time.monotonic() + 2
+        return seen >= expect and time.monotonic() > quiet
+
+    try:
+        wait_for(done, timeout + 5, f"{expect} records on {EGRESS}", interval=0)
+    finally:
+        c.close()
+    assert seen == expect, f"{EGRESS}: {seen} records read, {expect} stable results (a duplicate?)"
+    return got
+
+
 def _wait_ready(timeout: float = 120) -> None:
-    """Until the coordinator's status page has every node replica stable, as a user would check."""
+    """Until the coordinator's status page has every node and egress replica stable, as a user would check."""
 
     def all_stable() -> bool:
         states = [r["state"] for r in fetch_status(STATUS)["replicas"]]
         return len(states) == REPLICAS and set(states) == {"STABLE"}
 
-    wait_for(all_stable, timeout, f"all {REPLICAS} node replicas STABLE at {STATUS}", interval=0.5, tolerate=(OSError,))
+    wait_for(all_stable, timeout, f"all {REPLICAS} replicas STABLE at {STATUS}", interval=0.5, tolerate=(OSError,))
 
 
 def _produce(conf: dict[str, str], n: int, written: list[list[dict]]) -> None:
     """What a user's own producer does: JSON values keyed by sensor, the default partitioner, no
-    headers, the record's timestamp its ``ts`` (the ingress takes the record timestamp); about
-    200 records a second."""
-    p = Producer({"bootstrap.servers": HOST, "linger.ms": 5, **conf})
+    headers, the record's timestamp its ``ts`` (the ingress takes the record timestamp), in order;
+    about 200 records a second."""
+    # Idempotent, as a producer that must not reorder is: a retry after a leader's hiccup (the broker
+    # stalls on this loaded machine: "new leader-1 not found in cache") would otherwise put an older
+    # record behind newer ones, more than the ingress's lateness behind, and it would be dead-lettered.
+    p = Producer({"bootstrap.servers": HOST, "linger.ms": 5, "enable.idempotence": True, **conf})
     # Connected (and logged in) before the first record is stamped: a record that waits in the
     # producer's queue past the ingress's lateness (1 s) reaches it late, and is dead-lettered.
     p.list_topics("demo.readings.raw", timeout=30)
@@ -176,11 +207,12 @@ def _wait_for_output(reader: Login | None, topic: str, timeout: float = 60) -> N
 def _assert_reference(got: dict[str, list[dict[int, dict]]], written: list[list[dict]]) -> None:
     want = evaluate(load_spec(DEMO), {"readings.raw": written}, ended=True)
     assert sum(map(len, want["hot_stats"])) > 0
-    for stream in OUTPUTS:
+    for stream in (*OUTPUTS, "egress"):
         for p in range(2):
             parts = got[stream][p]
             assert sorted(parts) == list(range(len(parts))), f"{stream} p{p}: ids not dense"
-            assert [parts[i] for i in sorted(parts)] == want[stream][p], f"{stream} p{p} differs from the reference"
+            wanted = want["hot_stats" if stream == "egress" else stream][p]
+            assert [parts[i] for i in sorted(parts)] == wanted, f"{stream} p{p} differs from the reference"
 
 
 def _assert_clean_shutdown(project: Project) -> None:
@@ -192,5 +224,7 @@ def _assert_clean_shutdown(project: Project) -> None:
     assert len(codes) == REPLICAS + 2 and [s for s, code in codes.items() if code != 0] == [], codes
     for service in (s for s in codes if s.startswith(NODES)):
         assert "stopped: consumed" in project("logs", service).stdout, service
+    for service in (s for s in codes if s.startswith("egress_")):
+        assert "stable tuples written" in project("logs", service).stdout, service
     project("down", "-v")
     assert project.remains() == []

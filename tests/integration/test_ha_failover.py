@@ -112,7 +112,16 @@ def test_active_standby_takes_over_from_its_queue_precisely(kafka, tmp_path: Pat
     _two_failovers(kafka, tmp_path, ACTIVE, precise=True)
 
 
-@pytest.mark.parametrize("scheme", ["passive_standby", "upstream_backup", "active_standby"])
+# Active standby's in the default suite; the other two in the slow one, as tests/faults/test_ha_schedules.py
+# draws rollback runs of every scheme.
+ROLLBACK_SCHEMES = [
+    pytest.param("passive_standby", marks=pytest.mark.slow),
+    pytest.param("upstream_backup", marks=pytest.mark.slow),
+    "active_standby",
+]
+
+
+@pytest.mark.parametrize("scheme", ROLLBACK_SCHEMES)
 def test_rollback_recovery_repeats_a_bounded_run_per_failure(kafka, tmp_path: Path, scheme: str) -> None:
     run = _two_failovers(kafka, tmp_path, ROLLBACK_MAP.replace("SCHEME", scheme), rollback=True)
     want, got, runs = run.want, run.got, run.repeated

@@ -62,8 +62,9 @@ def test_a_deployment_owns_its_topics_and_the_coordinators_but_never_a_shared_on
 
 def test_a_deployment_creates_and_owns_its_egress_topics_and_validate_lists_them(tmp_path: Path) -> None:
     """``up`` creates each egress topic with the stream's partitions, the ``latest`` one compacted (it
-    keeps the newest version of each result for good); ``rm --topics`` deletes them, even one the spec
-    names, since only the deployment writes it; ``validate --topics`` lists them."""
+        keeps the newest version of each result for good); ``rm --topics`` deletes them, even one the spec
+        names, since only the deployment writes it; ``validate --topics`` lists them, ``validate`` says what
+    each egress does."""
     from typer.testing import CliRunner
 
     from services.cli.main import app
@@ -82,3 +83,5 @@ def test_a_deployment_creates_and_owns_its_egress_topics_and_validate_lists_them
     listed = CliRunner().invoke(app, ["validate", str(path), "--topics"])
     assert listed.exit_code == 0, listed.output
     assert {"stats chain.stats.stable", "stats plant.stats"} <= set(listed.output.splitlines())
+    said = CliRunner().invoke(app, ["validate", str(path)], env={"COLUMNS": "250"})
+    assert "egress_stats_latest: the latest egress of stats to plant.stats (json, a commit every 100 ms" in said.output

@@ -37,3 +37,16 @@ def test_an_unkeyed_stream_writes_unkeyed_records() -> None:
 def test_a_record_an_egress_did_not_write_has_no_id() -> None:
     assert record_id(None) is None and record_id([("other", b"1")]) is None
     assert record_id([(ID_HEADER, b"x")]) is None
+
+
+def test_json_values_are_the_bytes_json_dumps_gives() -> None:
+    """The egress's JSON encoder, made once, writes what ``json.dumps`` with compact separators writes:
+    escapes, non-ASCII, floats (NaN, -0.0, large), None, lists and big integers alike."""
+    import json
+
+    from services.client.workload import readings
+    from services.egress.records import _json
+
+    odd = {"a": 'é"\\ \n', "b": None, "c": 1e300, "d": float("nan"), "e": -0.0, "f": [1, 2.5], "g": True, "h": 10**20}
+    for rec in [*readings(500, sensors=6, seed=1), odd]:
+        assert _json(rec) == json.dumps(rec, separators=(",", ":")).encode()

@@ -46,16 +46,18 @@ def _egress(after: int | None = None) -> tuple[FakeWriter, StableEgress]:
     return w, StableEgress(w, PlainRecords("reading", "sensor", "json"), "s.out.stable", 2, 0.1, after)
 
 
-def test_ids_read_again_are_written_once_and_batches_commit_every_interval() -> None:
+def test_ids_read_again_are_written_once_and_batches_commit_at_most_every_interval() -> None:
     w, e = _egress()
-    for i, now in [(0, 0.0), (1, 0.05), (1, 0.06), (0, 0.07), (2, 0.08)]:  # a switch reads 0 and 1 again
+    e.take(0, 0, _rec(0), 0.0)
+    assert e.tick(0.0), "nothing committed for an interval: at once"
+    for i, now in [(1, 0.05), (1, 0.06), (0, 0.07), (2, 0.08)]:  # a switch reads 0 and 1 again
         e.take(i, i, _rec(i), now)
-        e.tick(now)
-    assert w.committed == [] and w.pending == [0, 1, 2]
+        assert not e.tick(now), "an interval from the last commit's start, not from the batch's first record"
+    assert w.committed == [[0]] and w.pending == [1, 2]
     assert e.tick(0.1)
-    e.take(3, 3, _rec(3), 0.2)
-    assert not e.tick(0.25) and e.tick(0.31)
-    assert w.committed == [[0, 1, 2], [3]]
+    e.take(3, 3, _rec(3), 0.15)
+    assert not e.tick(0.19) and e.tick(0.2)
+    assert w.committed == [[0], [1, 2], [3]]
     assert not e.tick(1.0), "nothing open: nothing to commit"
 
 
