@@ -81,6 +81,7 @@ OUTPUTS = ("merged", "scaled", "stats")  # the node outputs whose replicas are c
 RATE = 100  # tuples per second per source; event time advances 10 ms per tuple
 SECONDS = 10
 X = 3.0
+STARTUP_S = 60.0  # for every replica to come up STABLE (twice that with two Spark nodes' JVMs on 2 cores)
 SLACK = 1.5  # scheduling on a 2-core machine shared with the broker and six services
 BASE = 1_700_000_000_000
 
@@ -223,7 +224,8 @@ def run_chain(
     names = [s for s in spec.sources()]
     parts = range(shape.partitions)
     try:
-        deadline = time.monotonic() + 60
+        wait_s = STARTUP_S * (2 if shape.spark else 1)  # two Spark JVMs start slowly
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and not all(
             mon.state(n, p, r) is NodeState.STABLE for n in spec.nodes for p in parts for r in range(2)
         ):
@@ -235,7 +237,7 @@ def run_chain(
             for r in range(2)
             if mon.state(n, p, r) is not NodeState.STABLE
         ]
-        assert not late, f"not STABLE 60 s after they started (logs in {tmp_path / 'logs'}): {late}"
+        assert not late, f"not STABLE {wait_s:.0f} s after they started (logs in {tmp_path / 'logs'}): {late}"
         for name in egress_units(spec):  # and each egress partition has its primary
             for p in parts:
                 wait_primary(mon, name, None, 60, 2, p)

@@ -267,7 +267,7 @@ def consume_ready(c: Consumer, max_messages: int, timeout: float) -> list[Messag
     to come within ``timeout`` and what came with it. (``consume(n, timeout)`` waits for ``n`` messages
     or the whole timeout: under a light load each message would wait up to the timeout.)"""
     msgs = c.consume(max_messages, 0)
-    if msgs or timeout <= 0:
+    if msgs:
         return msgs
     first = c.poll(timeout)
     return [] if first is None else [first, *c.consume(max_messages - 1, 0)]

@@ -183,8 +183,9 @@ def test_the_egress_process_killed_and_started_again_writes_each_stable_tuple_on
         for i in range(len(log) // 2, len(log), 10):  # 10 tuples every 20 ms, as a node writes them
             _write_log(kafka.bootstrap, spec.topic("b"), log[i : i + 10])
             time.sleep(0.02)
-            if i == len(log) * 3 // 4:
+            if i >= len(log) * 3 // 4 and first.poll() is None:  # once, with a quarter still to come
                 os.kill(first.pid, signal.SIGKILL)
+                first.wait(10)
     finally:
         first.kill()
         first.wait(10)
