@@ -82,6 +82,7 @@ class EgressService:
     def _promote(self, epoch: int) -> None:
         """Take the partition over: fence the old writer, go on after the committed tail."""
         started = time.monotonic()
+        log.info("taking over at epoch %d", epoch)
         self._announce(Role.PRIMARY, epoch, NodeState.RECOVERING)
         with self.heartbeat.working(TAKEOVER_S):
             self.pump = EgressPump(self.spec, self.stream, self.egress, self.bootstrap, [self.partition])
