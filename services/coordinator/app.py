@@ -53,7 +53,7 @@ from services.core.logs import setup_logging
 from services.dpc.consistency import LEASE_MS, Coordination
 from services.log.retention import ACKS as ACKS_TOPIC_CONFIG
 from services.spec import Spec
-from services.spec.egress import egress_units
+from services.spec.egress import replicated
 
 
 class AnotherCoordinator(HastreamError, RuntimeError):
@@ -114,9 +114,9 @@ def state_tables(app: faust.App) -> tuple[Any, Any]:
 
 def expected_replicas(spec: Spec) -> list[tuple[str, int, int]]:
     """(node, partition, replica) of every node and egress process the spec deploys."""
-    nodes = [(n, nd.replicas, spec.node_partitions(n)) for n, nd in spec.nodes.items()]
-    nodes += [(n, e.replicas, spec.streams[s].partitions) for n, (s, e) in egress_units(spec).items()]
-    return [(n, p, r) for n, replicas, partitions in nodes for r in range(replicas) for p in range(partitions)]
+    return [
+        (n, p, r) for n, replicas, partitions in replicated(spec) for r in range(replicas) for p in range(partitions)
+    ]
 
 
 class Coordinator:

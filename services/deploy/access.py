@@ -57,7 +57,7 @@ from services.core.kafka import GROUP_PREFIX, group_id
 from services.core.login import PASSWORD_ENV, PROTOCOL_ENV, USERNAME_ENV, Login, env_login
 from services.core.paths import write_private
 from services.spec import Spec
-from services.spec.egress import egress_topic, egress_units, transactional_prefix
+from services.spec.egress import egress_topic, egress_units, replicated, transactional_prefix
 from services.spec.plan import plan_node
 
 ADMIN = "admin"  # the key of the broker's super user among a deployment's logins
@@ -112,9 +112,7 @@ def login_key(spec: Spec, role: str) -> str:
     """The login key of a process of ``hastream up`` by its role (``coordinator``, ``<node>.r<k>[.p<i>]``)."""
     if role == COORDINATOR:
         return COORDINATOR
-    units = [(n, nd.replicas, spec.node_partitions(n)) for n, nd in spec.nodes.items()]
-    units += [(n, e.replicas, spec.streams[s].partitions) for n, (s, e) in egress_units(spec).items()]
-    for node, replicas, partitions in units:
+    for node, replicas, partitions in replicated(spec):
         for r in range(replicas):
             key = node_key(node, r)
             if role == key or any(role == f"{key}.p{p}" for p in range(partitions)):

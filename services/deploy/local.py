@@ -26,7 +26,7 @@ from services.deploy.broker import admin_login, check_login, embedded_broker, re
 from services.deploy.deployment import Deployment, Process
 from services.deploy.topics import owned_topics, provision
 from services.spec import Spec
-from services.spec.egress import egress_units
+from services.spec.egress import egress_units, replicated
 
 
 def service_env(bootstrap: str) -> dict[str, str]:
@@ -52,15 +52,13 @@ def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]
     then the egresses (``services.egress.service``)."""
     cli = [sys.executable, "-m", "services.cli.main"]
     out = [("coordinator", [*cli, "coordinator", str(spec_path)])]
-    units = [
-        (n, spec.nodes[n].replicas, spec.node_partitions(n), ["node", "run", str(spec_path), n])
-        for n in spec.topo_nodes()
-    ]
-    for name, (stream, e) in egress_units(spec).items():
-        units.append(
-            (name, e.replicas, spec.streams[stream].partitions, ["egress", str(spec_path), stream, "--mode", e.mode])
-        )
-    for name, replicas, partitions, argv in units:
+    egresses = egress_units(spec)
+    for name, replicas, partitions in replicated(spec):
+        if name in egresses:
+            stream, e = egresses[name]
+            argv = ["egress", str(spec_path), stream, "--mode", e.mode]
+        else:
+            argv = ["node", "run", str(spec_path), name]
         for r in range(replicas):
             for p in range(partitions):
                 out.append((f"{name}.r{r}.p{p}", [*cli, *argv, "--partition", str(p), "--replica", str(r)]))

@@ -73,6 +73,13 @@ def egress_units(spec: Spec) -> dict[str, tuple[str, EgressDef]]:
     return {egress_node(s, e.mode): (s, e) for s, sd in spec.streams.items() for e in sd.egress}
 
 
+def replicated(spec: Spec) -> list[tuple[str, int, int]]:
+    """(name, replicas, partitions) of everything that runs as replica partition processes: the nodes,
+    upstream first, then the egresses."""
+    units = [(n, spec.nodes[n].replicas, spec.node_partitions(n)) for n in spec.topo_nodes()]
+    return units + [(n, e.replicas, spec.streams[s].partitions) for n, (s, e) in egress_units(spec).items()]
+
+
 def egress_topic(spec: Spec, stream: str, egress: EgressDef) -> str:
     """The topic an egress of ``stream`` writes."""
     return egress.topic or f"{spec.name}.{stream}.{egress.mode}"

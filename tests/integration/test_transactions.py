@@ -22,6 +22,7 @@ from services.log.tail import stable_log
 from services.node.outputs import Outputs
 from services.spec import parse_spec
 from services.spec.plan import plan_node
+from tests.unit.node.test_atomic_outputs import TEXT
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +132,7 @@ def test_a_nodes_outputs_in_atomic_batches_are_read_by_hastreams_readers_only_on
     committed is unseen by hastream's own readers, which read committed records only; the next flush
     makes the whole batch readable at once, its boundary riding on its last result."""
     name = topic_name()
-    spec = parse_spec(SPEC.replace("name: at", f"name: {name}"))
+    spec = parse_spec(TEXT.replace("name: at", f"name: {name}"))
     (plan,) = plan_node(spec, "n").outputs
     ensure_topics(kafka.bootstrap, [TopicSpec(plan.topics[0])])
     out = Outputs((plan,), 0, 0)
@@ -148,15 +149,3 @@ def test_a_nodes_outputs_in_atomic_batches_are_read_by_hastreams_readers_only_on
     read = stable_log(kafka.bootstrap, plan.topics[0], 0)
     assert [(tid, stime) for tid, stime, _ in read] == [(0, 5), (1, 6)]
     writer.close()
-
-
-SPEC = """\
-name: at
-streams:
-  a: {schema: reading, key: sensor}
-  b: {schema: reading, key: sensor}
-operators:
-  keep: {type: filter, input: a, output: b, where: "True"}
-nodes:
-  n: {operators: [keep]}
-"""

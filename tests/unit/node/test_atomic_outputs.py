@@ -10,7 +10,7 @@ from services.spec import parse_spec
 from services.spec.plan import plan_node
 from tests.unit.core.test_transactions import FakeClient, _producer
 
-SPEC = parse_spec("""\
+TEXT = """\
 name: at
 streams:
   a: {schema: reading, key: sensor}
@@ -19,7 +19,8 @@ operators:
   keep: {type: filter, input: a, output: b, where: "True"}
 nodes:
   n: {operators: [keep]}
-""")
+"""
+SPEC = parse_spec(TEXT)
 REC = {"sensor": "s1", "ts": 5, "value": 1.5, "seq": 1}
 
 
