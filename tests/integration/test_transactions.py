@@ -22,6 +22,7 @@ from services.log.tail import stable_log
 from services.node.outputs import Outputs
 from services.spec import parse_spec
 from services.spec.plan import plan_node
+from tests.integration.helpers import wait_for
 from tests.unit.node.test_atomic_outputs import TEXT
 
 pytestmark = pytest.mark.integration
@@ -146,6 +147,8 @@ def test_a_nodes_outputs_in_atomic_batches_are_read_by_hastreams_readers_only_on
     writer.poll(0.5)
     assert stable_log(kafka.bootstrap, plan.topics[0], 0) == [], "an open batch was read"
     out.flush()
-    read = stable_log(kafka.bootstrap, plan.topics[0], 0)
+    # The commit returns once the transaction is decided; its markers, which move the end a read_committed
+    # reader sees, are written just after: the batch is readable within moments, and then whole.
+    read = wait_for(lambda: stable_log(kafka.bootstrap, plan.topics[0], 0), 10, "the committed batch")
     assert [(tid, stime) for tid, stime, _ in read] == [(0, 5), (1, 6)]
     writer.close()
