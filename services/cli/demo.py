@@ -96,7 +96,7 @@ def run_demo(seconds: float, rate: float) -> None:
     plain = 0
     try:
         _watch(readers, stats, counts, produced, done)
-        plain = _count_until_quiet(egress)
+        plain = _count_egress(egress, counts["hot_stats"])
     except KeyboardInterrupt:
         pass
     finally:
@@ -124,10 +124,13 @@ def _plain_reader(spec: Spec, bootstrap: str) -> Consumer:
     return c
 
 
-def _count_until_quiet(c: Consumer, quiet_s: float = 2.0) -> int:
-    """The records ``c`` reads until none has come for ``quiet_s`` (the egress commits every 100 ms)."""
+def _count_egress(c: Consumer, expected: int, wait_s: float = FIRST_RESULT_S) -> int:
+    """The records ``c`` reads of the egress topic: until none came for 0.5 s once it has the
+    ``expected`` window results hastream's reader read (more would be duplicates), for 3 s before
+    that, or for ``wait_s`` before the first (on a loaded machine the egress's replicas may become
+    primary only after the demo's last result)."""
     n, last = 0, time.monotonic()
-    while time.monotonic() - last < quiet_s:
+    while time.monotonic() - last < (wait_s if n == 0 < expected else 0.5 if n >= expected else 3.0):
         got = [m for m in c.consume(500, 0.2) if m.error() is None]
         if got:
             n, last = n + len(got), time.monotonic()

@@ -26,8 +26,11 @@ def admin_client(bootstrap: str) -> AdminClient:
 
 @retry_transient
 def broker_count(bootstrap: str) -> int:
-    """Number of live brokers (retried while the cluster starts)."""
+    """Number of live brokers (retried while the cluster starts: a broker answers metadata with no
+    broker listed until it has registered, and a count of 0 is no replication factor)."""
     md = admin_client(bootstrap).list_topics(timeout=5)
+    if not md.brokers:
+        raise KafkaException(KafkaError(KafkaError.BROKER_NOT_AVAILABLE, "no broker registered yet"))
     return len(md.brokers)
 
 

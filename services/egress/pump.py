@@ -82,3 +82,10 @@ class EgressPump:
         for producer in self.producers.values():
             producer.close()
         self.view.close()
+
+    def abandon(self) -> None:
+        """Let go without committing: what is open is aborted (by this producer, or by the successor
+        that fenced it), so none of it is ever read."""
+        for producer in self.producers.values():
+            producer.close()
+        self.view.close()

@@ -9,8 +9,10 @@ or a paused one that wakes up: its next commit fails) and aborts what it left op
 pump goes on after the partition's committed tail. A secondary holds nothing: a takeover costs
 a transactional init and a read of the topic's tail.
 
-A primary told it is secondary was replaced while it stood still: it stops (``FencedError``)
-and its restart rejoins as a secondary, as an HA node's does.
+A primary replaced while it stood still (told it is secondary, or its commit fenced) steps down
+in place: it drops its pump, its open transaction aborted, and stands by as a secondary. It has
+no state to rebuild, so it does not need a restart (an HA node does) to be ready for the next
+takeover.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import Callable
 
 from services.control.channel import ControlReader
 from services.control.heartbeat import HeartbeatSender
-from services.control.messages import ControlMessage, ordered_role
+from services.control.messages import ControlMessage, RoleOrder, ordered_role
 from services.control.states import NodeState, Role
+from services.core.errors import FencedError
 from services.egress.pump import EgressPump
 from services.ha.scheme import TAKEOVER_S
 from services.spec.egress import egress_node
@@ -50,8 +53,7 @@ class EgressService:
         self.control = ControlReader(bootstrap, spec.control_topic, f"{self.name}.r{replica}.p{partition}.control")
 
     def run(self, running: Callable[[], bool]) -> None:
-        """Follow the coordinator's orders and write as primary while ``running()``; raises ``FencedError``
-        once another replica took the partition over."""
+        """Follow the coordinator's orders and write as primary while ``running()``."""
         self._announce(Role.CANDIDATE, 0)
         self.heartbeat.start()
         clean = False
@@ -61,8 +63,7 @@ class EgressService:
                 for msg in self.control.poll():
                     self.on_control(msg)
                 if self.pump is not None:
-                    self.pump.step()
-                    self._report()
+                    self._step()
                 else:
                     time.sleep(IDLE_S)
             clean = True
@@ -70,7 +71,12 @@ class EgressService:
             self._close(clean)
 
     def on_control(self, msg: ControlMessage) -> None:
-        order = ordered_role(msg, self.name, self.partition, self.replica, self.role, self.epoch)
+        try:
+            order = ordered_role(msg, self.name, self.partition, self.replica, self.role, self.epoch)
+        except FencedError:
+            assert isinstance(msg, RoleOrder)
+            self._step_down(Role.SECONDARY, msg.epoch, f"failed over to another replica at epoch {msg.epoch}")
+            return
         if order is None:
             return
         role, epoch = order
@@ -91,6 +97,23 @@ class EgressService:
             "primary at epoch %d, writing %s in %.0f ms", epoch, self.pump.topic, (time.monotonic() - started) * 1e3
         )
 
+    def _step(self) -> None:
+        assert self.pump is not None
+        try:
+            self.pump.step()
+        except FencedError as e:  # a newer primary's init fenced this one before its order came:
+            self._step_down(Role.SECONDARY, self.epoch, str(e))  # the coordinator sends the new epoch
+            return
+        self._report()
+
+    def _step_down(self, role: Role, epoch: int, why: str) -> None:
+        """Stop writing (what is open is aborted, never read) and stand by as ``role`` at ``epoch``."""
+        log.warning("stepping down from primary: %s", why)
+        if self.pump is not None:
+            self.pump.abandon()
+            self.pump = None
+        self._announce(role, epoch)
+
     def _announce(self, role: Role, epoch: int, state: NodeState = NodeState.STABLE) -> None:
         self.role, self.epoch = role, epoch
         hb = self.heartbeat
@@ -104,13 +127,13 @@ class EgressService:
         self.heartbeat.report(self.written, -1, 0)
 
     def _close(self, clean: bool) -> None:
-        """A clean stop commits what is open; a fenced or failed one leaves it to the broker to abort."""
+        """A clean stop commits what is open; a failed one aborts it, or leaves it to the successor."""
         try:
             if self.pump is not None:
                 if clean:
                     self.pump.close()
                 else:
-                    self.pump.view.close()
+                    self.pump.abandon()
         finally:
             self.heartbeat.stop()
             self.control.close()

@@ -106,3 +106,24 @@ def test_every_hastream_reader_reads_only_committed_records(monkeypatch: pytest.
     kafka.plain_consumer("127.0.0.1:1", "view")
     kafka.BatchConsumer("127.0.0.1:1", "hastream.node")
     assert [c["isolation.level"] for c in confs] == ["read_committed", "read_committed"]
+
+
+class StartingCluster:
+    """A cluster whose first metadata answer lists no broker yet, as a just-started broker answers
+    before it has registered; the next lists one."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def list_topics(self, timeout: float) -> object:
+        self.calls += 1
+        return type("Md", (), {"topics": {}, "brokers": {} if self.calls == 1 else {0: None}})()
+
+
+def test_a_cluster_that_lists_no_broker_yet_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replication factor is taken from the broker count: a count of 0 (the broker not registered
+    yet) would make every topic creation fail with 'Replication factor must be larger than 0'."""
+    cluster = StartingCluster()
+    monkeypatch.setattr(admin, "admin_client", lambda bootstrap: cluster)
+    assert admin.broker_count("127.0.0.1:1") == 1
+    assert cluster.calls == 2

@@ -1,7 +1,7 @@
 """An egress is a replicated service of the deployment, as a node is: the launcher runs a process per
 replica partition, the coordinator keeps a primary per partition, each replica has a login with what
 it reads and writes, a log it follows is never trimmed under it, and a replica writes only while it is
-primary (told secondary, a primary stops)."""
+primary (told secondary, or fenced by a newer primary, a primary steps down and stands by)."""
 
 from __future__ import annotations
 
@@ -99,9 +99,20 @@ def test_each_egress_replica_has_a_login_that_reads_its_stream_and_writes_its_to
 
 
 class FakePump:
+    """The pump's calls the service makes; ``step`` fails as a fenced commit does once ``fenced`` is set."""
+
     def __init__(self, spec: Any, stream: str, egress: Any, bootstrap: str, partitions: list[int]) -> None:
         self.partitions, self.topic = partitions, "t"
         self.stable: dict[int, Any] = {}
+        self.fenced = self.abandoned = False
+
+    def step(self) -> int:
+        if self.fenced:
+            raise FencedError("transactional id t was taken over by a newer writer")
+        return 0
+
+    def abandon(self) -> None:
+        self.abandoned = True
 
 
 def _service(monkeypatch: pytest.MonkeyPatch) -> EgressService:
@@ -110,7 +121,7 @@ def _service(monkeypatch: pytest.MonkeyPatch) -> EgressService:
     return EgressService(SPEC, stream, e, 1, 0, "127.0.0.1:1")
 
 
-def test_a_replica_writes_its_partition_once_it_is_primary_and_a_replaced_primary_stops(
+def test_a_replica_writes_its_partition_once_it_is_primary_and_a_replaced_primary_steps_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     svc = _service(monkeypatch)
@@ -125,7 +136,31 @@ def test_a_replica_writes_its_partition_once_it_is_primary_and_a_replaced_primar
         assert (svc.heartbeat.role, svc.heartbeat.epoch) == ("primary", 5)
         svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.SECONDARY.value, epoch=4))  # read late: ignored
         assert svc.role is Role.PRIMARY
-        with pytest.raises(FencedError, match="failed over to another replica"):
-            svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.SECONDARY.value, epoch=6))
+        pump = svc.pump
+        svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.SECONDARY.value, epoch=6))
+        assert pump.abandoned and svc.pump is None, "a replaced primary writes nothing more"
+        assert (svc.role, svc.epoch, svc.heartbeat.role) == (Role.SECONDARY, 6, "secondary")
+        svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.PRIMARY.value, epoch=8))  # and may take over again
+        assert isinstance(svc.pump, FakePump) and svc.role is Role.PRIMARY
+    finally:
+        svc.control.close()
+
+
+def test_a_primary_whose_commit_is_fenced_before_its_order_comes_stands_by(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newer primary's transactional init fences this one's producer; the coordinator's order to step
+    down may come after this one's next commit: that commit's ``FencedError`` makes it stand by as a
+    secondary of the epoch it knows (the coordinator, which failed it, then gives it the newest),
+    instead of ending the process."""
+    svc = _service(monkeypatch)
+    try:
+        svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.PRIMARY.value, epoch=5))
+        pump = svc.pump
+        assert isinstance(pump, FakePump)
+        pump.fenced = True
+        svc._step()
+        assert pump.abandoned and svc.pump is None
+        assert (svc.role, svc.epoch, svc.heartbeat.role) == (Role.SECONDARY, 5, "secondary")
+        svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.SECONDARY.value, epoch=7))
+        assert svc.role is Role.SECONDARY
     finally:
         svc.control.close()  # its heartbeats were never started: nothing else to stop
