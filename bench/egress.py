@@ -38,6 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from rich.table import Table
 
 from bench.borealis.common import machine
+from bench.harness import cpu_s
 from bench.stats import pct
 from bench.throughput.check import read_topic
 from bench.throughput.jobs import EOS_PEER, make_job, peers_python, topics_of
@@ -119,6 +120,10 @@ class WithEgress:
                 raise RuntimeError(f"the egress did not start: {self.log}")
             time.sleep(0.05)
 
+    def cpu_s(self) -> float:
+        """The egress process's CPU seconds so far."""
+        return cpu_s(self.proc.pid)
+
     def stop(self) -> None:
         if self.proc is not None:
             processes.stop([self.proc], timeout=20)
@@ -132,16 +137,18 @@ def throughput_with_egress(bench: Bench, source: str, messages: int, i: int, pro
     task = progress.add_task(f"{WITH} run {i + 1}", total=n)
     try:
         run.start()
+        cpu0 = run.cpu_s()  # its start-up (imports, clients, the transactional init) is not the tuples'
         w = Worker(run.job, bench.log_dir)
         res = w.wait(timeout=60 + n / 1000, on_tick=lambda: progress.update(task, completed=len(visible.got)))
         if not visible.wait(n, 120):
             raise RuntimeError(f"{WITH}: a consumer read {len(visible.got)} of {n} results")
         progress.update(task, completed=n)
+        egress_cpu = run.cpu_s() - cpu0
     finally:
         run.stop()
         visible.close()
     secs = visible.got[n - 1][0] - res["first_at"]
-    return {"tuples_per_s": n / secs, "seconds": secs, "cpu_s": res["cpu_s"]}
+    return {"tuples_per_s": n / secs, "seconds": secs, "cpu_s": res["cpu_s"], "egress_cpu_s": egress_cpu}
 
 
 def latency_with_egress(bench: Bench, progress: Any) -> dict[str, Any]:
@@ -249,7 +256,13 @@ def _document(args: argparse.Namespace, runs: dict[str, list], latency: dict[str
     results: dict[str, Any] = {}
     for p, rs in runs.items():
         tps = [r["tuples_per_s"] for r in rs]
-        results[p] = {"tuples_per_s": statistics.median(tps), "runs_tuples_per_s": [round(t) for t in tps]}
+        results[p] = {
+            "tuples_per_s": statistics.median(tps),
+            "runs_tuples_per_s": [round(t) for t in tps],
+            "cpu_us_per_tuple": statistics.median(r["cpu_s"] for r in rs) * 1e6 / args.tuples,
+        }
+        if p == WITH:
+            results[p]["egress_cpu_us_per_tuple"] = statistics.median(r["egress_cpu_s"] for r in rs) * 1e6 / args.tuples
     doc: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine({"broker": "external (--bootstrap)" if args.bootstrap else "embedded 1-broker KRaft"}),
@@ -289,6 +302,8 @@ def _table(doc: dict[str, Any]) -> Table:
         f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms; added to the node's output p50 "
         f"{lat['added_p50_ms']:.1f} ms, p99 {lat['added_p99_ms']:.1f} ms ({lat['samples']:,} results)"
     ]
+    node, eg = doc["results"][NODE]["cpu_us_per_tuple"], doc["results"][WITH]["egress_cpu_us_per_tuple"]
+    lines.append(f"CPU per tuple: the node {node:.1f} µs, the egress process {eg:.1f} µs ({eg / node:.2f}× the node's)")
     if "quix_eos_x" in doc:
         lines.append(f"Quix exactly-once × at-least-once: {doc['quix_eos_x']:.2f}")
     lines += [

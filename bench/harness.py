@@ -10,6 +10,7 @@ tuples were sent, and how late new results were.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -27,6 +28,12 @@ from services.core.tuples import TupleType, read_headers
 from services.deploy import processes
 from services.deploy.local import service_commands, service_env
 from services.spec import Spec
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class ServiceProcesses:

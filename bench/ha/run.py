@@ -33,7 +33,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from bench.harness import Recorder, ServiceProcesses, wait_primary
+from bench.harness import Recorder, ServiceProcesses, cpu_s, wait_primary
 from bench.workload import PacedSources, readings_workload
 from services.client.view import StreamView
 from services.control.messages import Trim, decode_control
@@ -151,9 +151,9 @@ def _run(c: Config, bootstrap: str, tmp: Path) -> dict[str, Any]:
         sources = PacedSources(spec, bootstrap, workload, per).start()
         began = time.monotonic()
         time.sleep(2.0)  # steady state
-        t0, cpu0, marks0 = time.time(), {r: _cpu_s(p.pid) for r, p in procs.items()}, _marks(bootstrap, spec, names)
+        t0, cpu0, marks0 = time.time(), {r: cpu_s(p.pid) for r, p in procs.items()}, _marks(bootstrap, spec, names)
         time.sleep(max(0.0, began + c.kill_at - time.monotonic()))
-        cpu1, t1, marks1 = {r: _cpu_s(p.pid) for r, p in procs.items()}, time.time(), _marks(bootstrap, spec, names)
+        cpu1, t1, marks1 = {r: cpu_s(p.pid) for r, p in procs.items()}, time.time(), _marks(bootstrap, spec, names)
         services.kill(f"n.r{primary}.p0")
         killed, killed_mono = time.time(), time.monotonic()
         wait_primary(mon, "n", primary, 30)
@@ -271,12 +271,6 @@ def _wait_log(path: Path, needle: str, timeout: float, after: float = 0.0) -> tu
             return hit[0], int(num.group(1)) if num else 0
         time.sleep(0.05)
     raise TimeoutError(f"no '{needle}' in {path.name} after {timeout:.0f} s")
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _records(bootstrap: str, topic: str) -> list[Any]:
