@@ -13,6 +13,8 @@ plain read_committed consumer of the egress topic sees, through a real broker.
   topic received it, minus the broker's append time of the input tuple it came from (end to end), and
   minus the append time of the node's own output of it (what the egress adds: reading the node's log,
   then up to one commit interval before the transaction that holds it becomes readable).
+* A commit alone: a transactional producer on the same broker, 100 records and a commit every commit
+  interval, with no egress around it; how long its commits take.
 * Quix Streams, if ``make peers`` installed it: its filter+map with ``processing_guarantee``
   at-least-once and exactly-once, in the same run (Quix's docs expect exactly-once to be up to 10%
   slower, its output visible at each commit).
@@ -41,14 +43,16 @@ from bench.borealis.common import machine
 from bench.harness import cpu_s
 from bench.stats import pct
 from bench.throughput.check import read_topic
-from bench.throughput.jobs import EOS_PEER, make_job, peers_python, topics_of
+from bench.throughput.jobs import EOS_PEER, TOPIC_CONFIG, make_job, peers_python, topics_of
 from bench.throughput.phases import WARMUP_S, Bench, live_source
 from bench.throughput.run import bench_broker, console, out, progress_bars
 from bench.throughput.worker import Worker
 from services.client.source import SourceWriter
+from services.core.admin import TopicSpec
 from services.core.codec import codec_for
 from services.core.kafka import READ_COMMITTED, plain_consumer
 from services.core.paths import REPO_ROOT
+from services.core.transactions import TransactionalProducer
 from services.deploy import processes
 from services.spec import parse_spec
 from services.spec.egress import egress_topic
@@ -59,13 +63,14 @@ COMMIT_MS = 100  # the egress's default commit interval
 MIN_X_NODE = 0.85
 NODE, WITH = "filter+map", "filter+map + egress"
 EOS_BASE = "quix filter+map"  # at-least-once, beside EOS_PEER
+COMMITS = 150  # transactions of a producer alone, timed
 
 
 class Visible:
     """A plain read_committed consumer of a topic, from its start, noting when each record arrived."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.got: list[tuple[float, bytes]] = []  # (wall-clock arrival, value)
+        self.got: list[tuple[float, bytes, int]] = []  # (wall-clock arrival, value, the broker's append ms)
         self._c = plain_consumer(bootstrap, "bench-egress", unique=True, **READ_COMMITTED)
         self._c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self._stop = threading.Event()
@@ -76,7 +81,7 @@ class Visible:
         while not self._stop.is_set():
             msgs = self._c.consume(1000, 0.05)
             now = time.time()
-            self.got.extend((now, m.value() or b"") for m in msgs if m.error() is None)
+            self.got.extend((now, m.value() or b"", m.timestamp()[1]) for m in msgs if m.error() is None)
 
     def wait(self, n: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -175,8 +180,34 @@ def latency_with_egress(bench: Bench, progress: Any) -> dict[str, Any]:
     return _latencies(bench, source, run.job.out_topic, visible.got)
 
 
-def _latencies(bench: Bench, source: str, node_topic: str, got: list[tuple[float, bytes]]) -> dict[str, Any]:
-    """End-to-end and added latency per result, matched by the reading's ``seq``; the first second out."""
+def commit_alone(bench: Bench, progress: Any) -> dict[str, float]:
+    """A transactional producer alone on the same broker: 100 records, then a commit, every commit
+    interval. How long a commit takes with no egress around it: the least a record waits past the
+    commit it goes in."""
+    topic = f"{bench.tag}_commit"
+    bench.provision([TopicSpec(topic, 1, 1, dict(TOPIC_CONFIG))])
+    producer = TransactionalProducer(bench.bootstrap, f"hastream.bench.{topic}")
+    producer.init()
+    took: list[float] = []
+    task = progress.add_task("commits alone", total=COMMITS)
+    for i in range(COMMITS):
+        producer.begin()
+        for _ in range(100):
+            producer.send(topic, b"x" * 60, b"k", 0)
+        time.sleep(COMMIT_MS / 1000)
+        t0 = time.perf_counter()
+        producer.commit()
+        took.append((time.perf_counter() - t0) * 1e3)
+        progress.update(task, completed=i + 1)
+    producer.close()
+    took.sort()
+    return {"p50_ms": pct(took, 50), "p90_ms": pct(took, 90), "p99_ms": pct(took, 99)}
+
+
+def _latencies(bench: Bench, source: str, node_topic: str, got: list[tuple[float, bytes, int]]) -> dict[str, Any]:
+    """End-to-end and added latency per result, matched by the reading's ``seq``; the first second out. The
+    added latency in two parts: until the egress's record is appended (reading the node's log, the produce),
+    and from then until a consumer has it (the wait for the commit, the commit, the consumer's fetch)."""
     reading = codec_for("reading")
     ins = {
         reading.decode(m.value)["seq"]: m.append_ms for m in read_topic(bench.bootstrap, source) if m.type == "STABLE"
@@ -187,19 +218,28 @@ def _latencies(bench: Bench, source: str, node_topic: str, got: list[tuple[float
         if m.type == "STABLE"
     }
     start = min(ins.values()) + WARMUP_S * 1000
-    e2e, added = [], []
-    for at, value in got:
+    e2e: list[float] = []
+    added: list[float] = []
+    appended: list[float] = []
+    committed: list[float] = []
+    for at, value, append_ms in got:
         seq = json.loads(value)["seq"]
         if seq in ins and ins[seq] >= start and seq in node:
             e2e.append(at * 1000 - ins[seq])
             added.append(at * 1000 - node[seq])
-    e2e.sort()
-    added.sort()
+            appended.append(append_ms - node[seq])
+            committed.append(at * 1000 - append_ms)
+    for xs in (e2e, added, appended, committed):
+        xs.sort()
     return {
         "p50_ms": pct(e2e, 50),
         "p99_ms": pct(e2e, 99),
         "added_p50_ms": pct(added, 50),
         "added_p99_ms": pct(added, 99),
+        "appended_p50_ms": pct(appended, 50),
+        "appended_p99_ms": pct(appended, 99),
+        "committed_p50_ms": pct(committed, 50),
+        "committed_p99_ms": pct(committed, 99),
         "samples": len(e2e),
         "read": len(got),
         "input": len(ins),
@@ -246,6 +286,7 @@ def _measure(args: argparse.Namespace, bench: Bench, peers: list[str]) -> tuple[
                 for p in peers:
                     runs[p].append(bench.throughput_run(p, source, messages, i, progress))
             latency = latency_with_egress(bench, progress)
+            latency["commit_alone"] = commit_alone(bench, progress)
     finally:
         if args.bootstrap:  # a broker of our own is stopped instead
             bench.cleanup()
@@ -300,7 +341,12 @@ def _table(doc: dict[str, Any]) -> Table:
     lines = [
         f"at {doc['config']['rate']:,.0f}/s, as a read_committed consumer of the egress topic reads: end to end "
         f"p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms; added to the node's output p50 "
-        f"{lat['added_p50_ms']:.1f} ms, p99 {lat['added_p99_ms']:.1f} ms ({lat['samples']:,} results)"
+        f"{lat['added_p50_ms']:.1f} ms, p99 {lat['added_p99_ms']:.1f} ms ({lat['samples']:,} results): until the "
+        f"egress's record is appended p50 {lat['appended_p50_ms']:.1f} ms, p99 {lat['appended_p99_ms']:.1f} ms, then "
+        f"until a consumer has it (commit wait, commit, fetch) p50 {lat['committed_p50_ms']:.1f} ms, "
+        f"p99 {lat['committed_p99_ms']:.1f} ms",
+        "a commit of a transactional producer alone on this broker: "
+        + ", ".join(f"{q} {lat['commit_alone'][q + '_ms']:.1f} ms" for q in ("p50", "p90", "p99")),
     ]
     node, eg = doc["results"][NODE]["cpu_us_per_tuple"], doc["results"][WITH]["egress_cpu_us_per_tuple"]
     lines.append(f"CPU per tuple: the node {node:.1f} µs, the egress process {eg:.1f} µs ({eg / node:.2f}× the node's)")
