@@ -130,10 +130,12 @@ def _count_egress(c: Consumer, expected: int, wait_s: float = FIRST_RESULT_S) ->
     that, or for ``wait_s`` before the first (on a loaded machine the egress's replicas may become
     primary only after the demo's last result)."""
     n, last = 0, time.monotonic()
-    while time.monotonic() - last < (wait_s if n == 0 < expected else 0.5 if n >= expected else 3.0):
+    quiet_s = wait_s if expected else 0.5
+    while time.monotonic() - last < quiet_s:
         got = [m for m in c.consume(500, 0.2) if m.error() is None]
         if got:
             n, last = n + len(got), time.monotonic()
+            quiet_s = 0.5 if n >= expected else 3.0
     return n
 
 

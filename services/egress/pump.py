@@ -79,9 +79,7 @@ class EgressPump:
             w.flush()
         for latest in self.latest.values():
             latest.flush()
-        for producer in self.producers.values():
-            producer.close()
-        self.view.close()
+        self.abandon()  # nothing is open any more
 
     def abandon(self) -> None:
         """Let go without committing: what is open is aborted (by this producer, or by the successor

@@ -75,7 +75,7 @@ class EgressService:
             order = ordered_role(msg, self.name, self.partition, self.replica, self.role, self.epoch)
         except FencedError:
             assert isinstance(msg, RoleOrder)
-            self._step_down(Role.SECONDARY, msg.epoch, f"failed over to another replica at epoch {msg.epoch}")
+            self._step_down(msg.epoch, f"failed over to another replica at epoch {msg.epoch}")
             return
         if order is None:
             return
@@ -102,17 +102,17 @@ class EgressService:
         try:
             self.pump.step()
         except FencedError as e:  # a newer primary's init fenced this one before its order came:
-            self._step_down(Role.SECONDARY, self.epoch, str(e))  # the coordinator sends the new epoch
+            self._step_down(self.epoch, str(e))  # the coordinator sends the new epoch
             return
         self._report()
 
-    def _step_down(self, role: Role, epoch: int, why: str) -> None:
-        """Stop writing (what is open is aborted, never read) and stand by as ``role`` at ``epoch``."""
+    def _step_down(self, epoch: int, why: str) -> None:
+        """Stop writing (what is open is aborted, never read) and stand by as a secondary at ``epoch``."""
         log.warning("stepping down from primary: %s", why)
         if self.pump is not None:
             self.pump.abandon()
             self.pump = None
-        self._announce(role, epoch)
+        self._announce(Role.SECONDARY, epoch)
 
     def _announce(self, role: Role, epoch: int, state: NodeState = NodeState.STABLE) -> None:
         self.role, self.epoch = role, epoch
