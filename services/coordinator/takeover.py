@@ -16,10 +16,14 @@ detecting, so that one party decides and a paused primary cannot go on believing
   once every replica has been heard or a detection time has passed;
 - silence is evidence only while the coordinator's view is current: a heartbeat counts from when
   it was sent, and when the newest heartbeat it has read (its own included) was sent more than a
-  detection time ago, its own reading stalls or lags (a loaded machine, a slow broker, a
-  coordinator just restarted), not every replica at once: no replica is failed and no one is
-  elected for it, and once its view is current again, not before a detection time has passed
-  (the heartbeats read late may still hold every replica's newest).
+  detection time ago, or its own heartbeat comes back later than that, its own reading stalls or
+  lags (a loaded machine, a slow broker, a coordinator just restarted), not every replica at once:
+  no replica is failed and no one is elected for it, and once its view is current again, not
+  before a detection time has passed (the heartbeats read late may still hold every replica's
+  newest);
+- another replica's heartbeat read late shows that this replica is slow (its process starved, its
+  producer behind), not that the coordinator lags: it holds up no one else's takeover, and gives
+  that replica a detection time from its reading before its silence counts.
 
 Each decision is an ``Order`` the coordinator sends on the control topic. A replica reports
 its role and epoch in its heartbeats; one that disagrees with the table gets its order again.
@@ -77,6 +81,7 @@ class _Pair:
     pids: dict[int, int] = field(default_factory=dict)  # each replica's process, as its heartbeats say
     given: dict[int, int] = field(default_factory=dict)  # the process each replica's last order went to
     behind: set[int] = field(default_factory=set)  # replicas whose heartbeats say they are still catching up
+    late: dict[int, float] = field(default_factory=dict)  # when a heartbeat of each replica was last read late
     primary_was: int | None = None  # the replica last given the primary's role
     failed_at: float | None = None  # a takeover under way: when its old primary was last heard
     took: float | None = None  # the last takeover: from then until the new primary had caught up
@@ -105,10 +110,11 @@ class Takeovers:
         self.current_since = float("inf")  # the last heartbeat read a detection time or more after it was sent
         self.lag_s = min((d for _, d in nodes.values()), default=float("inf"))  # the view lags past this
 
-    def intake(self, sent_at: float, now: float | None = None) -> None:
-        """A heartbeat of anyone (the coordinator's own too) sent at ``sent_at`` was read at ``now``."""
+    def intake(self, sent_at: float, now: float | None = None, own: bool = True) -> None:
+        """A heartbeat sent at ``sent_at`` was read at ``now``: ``own``, the coordinator's (read late,
+        its view lags), else anyone's (read late, its sender is slow)."""
         now = sent_at if now is None else now
-        if self.current_since == float("inf") or now - sent_at > self.lag_s:
+        if self.current_since == float("inf") or (own and now - sent_at > self.lag_s):
             self.current_since = now  # read late: the view lags (or this is the first heartbeat)
         self.read_at = max(self.read_at, sent_at)
 
@@ -164,9 +170,11 @@ class Takeovers:
             return []
         replicas, detection_s = self.nodes[node]
         sent = now if sent_at is None else sent_at
-        self.intake(sent, now)
+        self.intake(sent, now, own=False)
         p = self._pairs.setdefault((node, partition), _Pair(replicas, detection_s, now))
         p.seen[replica] = max(p.seen.get(replica, sent), sent)
+        if now - sent > detection_s:
+            p.late[replica] = now
         if pid is not None:
             p.pids[replica] = pid
         (p.behind.add if catching_up else p.behind.discard)(replica)
@@ -208,7 +216,7 @@ class Takeovers:
             live = p.live(at)
             settled = self._settled(p, now)  # else the silence may be the coordinator's own
             for r, role in sorted(p.roles.items()):
-                if role is not Role.FAILED and r not in live and settled:
+                if role is not Role.FAILED and r not in live and settled and now - p.late.get(r, -1e9) >= p.detection_s:
                     p.roles[r] = Role.FAILED
             if p.electing is not None and now - p.electing.at > CLAIM_S:
                 p.electing = None  # its claim hangs (a broker down): elect again

@@ -138,9 +138,24 @@ class TransactionalProducer:
         if err is None:
             return
         if err.txn_requires_abort():
+            self._abort_after(name, err, e)
+        self._raise_if_fenced(err, e)
+
+    def _abort_after(self, name: str, err: KafkaError, e: KafkaException) -> None:
+        """Abort the transaction ``name`` failed in; an abort that finds the writer fenced (a newer one took
+        the id over meanwhile) is a ``FencedError``."""
+        try:
             self._batch.raw.abort_transaction(30)
+        except KafkaException as abort_failed:
+            cause = _error(abort_failed)
+            if cause is not None:
+                self._raise_if_fenced(cause, abort_failed)
+            raise
+        finally:
             self.open = False
-            raise TransactionAborted(f"{self.transactional_id}: {name} failed and was aborted: {err.str()}") from e
+        raise TransactionAborted(f"{self.transactional_id}: {name} failed and was aborted: {err.str()}") from e
+
+    def _raise_if_fenced(self, err: KafkaError, e: KafkaException) -> None:
         if err.code() == KafkaError._FATAL and self._batch.fatal is None:
             self._batch.poll(0)
         cause = self._batch.fatal if err.code() == KafkaError._FATAL and self._batch.fatal is not None else err

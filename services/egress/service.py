@@ -12,7 +12,9 @@ a transactional init and a read of the topic's tail.
 A primary replaced while it stood still (told it is secondary, or its commit fenced) steps down
 in place: it drops its pump, its open transaction aborted, and stands by as a secondary. It has
 no state to rebuild, so it does not need a restart (an HA node does) to be ready for the next
-takeover.
+takeover. A primary whose transaction was aborted (a partition moved under it, the broker's
+transaction timeout) lets its pump go the same way and starts another, which goes on after the
+committed tail as a takeover does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from services.control.heartbeat import HeartbeatSender
 from services.control.messages import ControlMessage, RoleOrder, ordered_role
 from services.control.states import NodeState, Role
 from services.core.errors import FencedError
+from services.core.transactions import TransactionAborted
 from services.egress.pump import EgressPump
 from services.ha.scheme import TAKEOVER_S
 from services.spec.egress import egress_node
@@ -104,15 +107,24 @@ class EgressService:
         except FencedError as e:  # a newer primary's init fenced this one before its order came:
             self._step_down(self.epoch, str(e))  # the coordinator sends the new epoch
             return
+        except TransactionAborted as e:  # its records are never read: go on after the committed tail
+            log.warning("%s: starting again after what was committed", e)
+            self._drop_pump()
+            self._promote(self.epoch)
+            return
         self._report()
 
     def _step_down(self, epoch: int, why: str) -> None:
         """Stop writing (what is open is aborted, never read) and stand by as a secondary at ``epoch``."""
         log.warning("stepping down from primary: %s", why)
+        self._drop_pump()
+        self._announce(Role.SECONDARY, epoch)
+
+    def _drop_pump(self) -> None:
+        """Let the pump go: what it has open is aborted, never read."""
         if self.pump is not None:
             self.pump.abandon()
             self.pump = None
-        self._announce(Role.SECONDARY, epoch)
 
     def _announce(self, role: Role, epoch: int, state: NodeState = NodeState.STABLE) -> None:
         self.role, self.epoch = role, epoch

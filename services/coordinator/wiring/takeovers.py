@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import faust
 from confluent_kafka import KafkaException
 
-from services.control.messages import Heartbeat, RoleOrder, encode_control, now_ms
+from services.control.messages import COORDINATOR, Heartbeat, RoleOrder, encode_control, now_ms
 from services.control.states import NodeState, Role
 from services.coordinator.takeover import Election, Order, Takeovers
 from services.node.fence import EpochClaimer
@@ -106,8 +106,8 @@ async def heard_claim(coordinator: Coordinator, beat: Heartbeat) -> None:
 def _intake(coordinator: Coordinator, beat: Heartbeat) -> tuple[float, float]:
     """The coordinator's view is as current as ``beat`` (silence means something): (now, when it was sent)."""
     now = time.monotonic()
-    sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake lags
-    coordinator.takeovers.intake(sent_at, now)
+    sent_at = now - max(0.0, (now_ms() - beat.sent_ms) / 1000)  # read late if the intake or its sender lags
+    coordinator.takeovers.intake(sent_at, now, own=beat.node == COORDINATOR)
     return now, sent_at
 
 

@@ -78,18 +78,52 @@ def test_a_claim_slower_than_the_detection_time_still_appoints() -> None:
     assert t.claimed(e, 9, 1.2)[0] == Order("n", 0, 1, Role.PRIMARY, 9)
 
 
-def test_heartbeats_read_late_fail_no_one_and_elect_no_one() -> None:
-    """A coordinator that reads heartbeats sent longer than a detection time ago (just restarted, or
-    loaded) cannot tell a silent replica from its own lag."""
+def test_its_own_heartbeats_read_late_fail_no_one_and_elect_no_one() -> None:
+    """A coordinator that reads its own heartbeat a detection time after it sent it (just restarted, or
+    loaded) reads everyone's late: it cannot tell a silent replica from its own lag."""
     t = Takeovers({"n": (2, D)})
     t.heard("n", 0, 0, 0.0, reported=(Role.PRIMARY, 5))
     t.heard("n", 0, 1, 0.0, reported=(Role.SECONDARY, 5))
-    t.heard("n", 0, 1, 1.0, reported=(Role.SECONDARY, 5), sent_at=0.5)  # read 0.5 s late; 0 not read yet
+    t.intake(0.5, 1.0)  # its own, read 0.5 s late; 0 not read yet
+    t.heard("n", 0, 1, 1.0, reported=(Role.SECONDARY, 5), sent_at=0.5)
     assert t.check(1.0) == [] and t.role("n", 0, 0) is Role.PRIMARY
+    t.intake(1.05, 1.1)
     t.heard("n", 0, 1, 1.1, reported=(Role.SECONDARY, 5), sent_at=1.05)  # caught up, and 0 is silent ...
     assert t.check(1.1) == []  # ... but what else was read late may be in the batch yet: a detection time more
     t.heard("n", 0, 1, 1.3, reported=(Role.SECONDARY, 5))
     assert t.check(1.3) == [Order("n", 0, 1, Role.PRIMARY, 6)]
+
+
+def test_another_replica_read_late_holds_up_no_takeover() -> None:
+    """Only the coordinator's own heartbeats read late show that its view lags; another replica's (its
+    process starved, its producer behind) show that this one is slow. Taken as the coordinator's lag, a
+    loaded machine's late heartbeats held up an egress's takeover for 4 s after its primary was killed."""
+    t = Takeovers({"n": (2, D), "m": (2, D)})
+    for node in ("n", "m"):
+        for r in (0, 1):
+            t.heard(node, 0, r, 0.0)
+    t.check(0.0)
+    for now in (0.1, 0.2, 0.3):
+        t.intake(now)  # its own, on time
+        t.heard("n", 0, 1, now)  # n's primary, replica 0, was killed at 0.0
+        t.heard("m", 0, 1, now)
+        t.heard("m", 0, 0, now, sent_at=now - 0.6)  # m's primary is read late, again and again
+    assert t.check(0.3) == [Order("n", 0, 1, Role.PRIMARY, 2)]
+    assert t.role("m", 0, 0) is Role.PRIMARY
+
+
+def test_a_replica_read_late_has_a_detection_time_before_its_silence_counts() -> None:
+    """Its heartbeats may be on their way still: it is failed only if it stays silent a detection time
+    after the late one was read."""
+    t = Takeovers({"n": (2, D)})
+    for r in (0, 1):
+        t.heard("n", 0, r, 0.0)
+    t.check(0.0)
+    t.heard("n", 0, 0, 0.4, sent_at=0.1)  # the primary's heartbeat, read 0.3 s late
+    t.heard("n", 0, 1, 0.5)
+    assert t.check(0.5) == [] and t.role("n", 0, 0) is Role.PRIMARY
+    t.heard("n", 0, 1, 0.65)
+    assert t.check(0.65) == [Order("n", 0, 1, Role.PRIMARY, 2)]
 
 
 def test_a_failed_or_hung_claim_is_made_again_and_a_late_answer_is_dropped() -> None:

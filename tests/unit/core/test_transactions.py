@@ -55,6 +55,20 @@ def test_an_error_that_needs_an_abort_aborts_and_says_so() -> None:
     assert not p.open
 
 
+def test_an_error_that_needs_an_abort_whose_abort_finds_the_writer_fenced_stops_it() -> None:
+    """A commit that fails while a newer writer takes the id over: librdkafka asks for an abort, and the
+    abort fails as fenced. That is a fencing (the egress steps down), not an unknown error (it exited)."""
+    err = KafkaError(KafkaError._STATE, "Failed to end transaction: Unknown", txn_requires_abort=True)
+    fenced = KafkaError(KafkaError._FENCED, "This instance has been fenced by a newer instance", fatal=True)
+    client = FakeClient(commit_transaction=[err], abort_transaction=[fenced])
+    p = _producer(client)
+    p.begin()
+    with pytest.raises(FencedError, match="taken over by a newer writer"):
+        p.commit()
+    assert client.calls == ["begin_transaction", "commit_transaction", "abort_transaction"]
+    assert not p.open
+
+
 @pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH])
 def test_a_fenced_writer_stops(code: int) -> None:
     client = FakeClient(commit_transaction=[KafkaError(code, "fenced", fatal=True)])

@@ -16,6 +16,7 @@ from services.coordinator.app import expected_replicas
 from services.coordinator.trims import trimmable
 from services.coordinator.wiring.takeovers import heartbeat_ms, takeovers_of
 from services.core.errors import FencedError
+from services.core.transactions import TransactionAborted
 from services.deploy.access import DESCRIBE, READ, TRANSACTIONAL_ID, WRITE, Acl, egress_acls, login_key, usernames
 from services.deploy.local import service_commands
 from services.egress import service as service_module
@@ -99,16 +100,19 @@ def test_each_egress_replica_has_a_login_that_reads_its_stream_and_writes_its_to
 
 
 class FakePump:
-    """The pump's calls the service makes; ``step`` fails as a fenced commit does once ``fenced`` is set."""
+    """The pump's calls the service makes; ``step`` fails as a fenced commit does once ``fenced`` is set,
+    as an aborted one once ``aborted`` is."""
 
     def __init__(self, spec: Any, stream: str, egress: Any, bootstrap: str, partitions: list[int]) -> None:
         self.partitions, self.topic = partitions, "t"
         self.stable: dict[int, Any] = {}
-        self.fenced = self.abandoned = False
+        self.fenced = self.aborted = self.abandoned = False
 
     def step(self) -> int:
         if self.fenced:
             raise FencedError("transactional id t was taken over by a newer writer")
+        if self.aborted:
+            raise TransactionAborted("t: commit_transaction failed and was aborted: partition moved")
         return 0
 
     def abandon(self) -> None:
@@ -164,3 +168,21 @@ def test_a_primary_whose_commit_is_fenced_before_its_order_comes_stands_by(monke
         assert svc.role is Role.SECONDARY
     finally:
         svc.control.close()  # its heartbeats were never started: nothing else to stop
+
+
+def test_a_primary_whose_transaction_was_aborted_goes_on_after_the_committed_tail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An aborted transaction's records are never read: the primary lets its pump go and starts one
+    again, which goes on after what was committed, as a takeover does, instead of ending the process."""
+    svc = _service(monkeypatch)
+    try:
+        svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.PRIMARY.value, epoch=5))
+        pump = svc.pump
+        assert isinstance(pump, FakePump)
+        pump.aborted = True
+        svc._step()
+        assert pump.abandoned and isinstance(svc.pump, FakePump) and svc.pump is not pump
+        assert (svc.role, svc.epoch, svc.heartbeat.role) == (Role.PRIMARY, 5, "primary")
+    finally:
+        svc.control.close()
