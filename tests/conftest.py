@@ -63,6 +63,25 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         cluster.stop()
 
 
+# Failure detection for 3 brokers that share 2 cores with a replicated chain (its services, the
+# coordinator, the test): with ``FAILOVER_PROPS`` (heartbeats every 100 ms, a 1 s session) the
+# controller's event queue fell behind ("controller event queue overloaded. Timed out heartbeat
+# from broker N"), live brokers were fenced and nodes stood still for half a minute. docs/dpc.md
+# ("The delay budget across a broker failure") gives the F and X these settings need.
+CROWDED = {"broker.heartbeat.interval.ms": 250, "broker.session.timeout.ms": 2500}
+
+
+@pytest.fixture(scope="module")
+def crowded3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A fresh 3-broker cluster as ``kafka3``, its failure detection sized for a chain on the same 2 cores."""
+    cluster = KafkaCluster(brokers=3, data_dir=tmp_path_factory.mktemp("crowded3"), failover=CROWDED)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(scope="module")
 def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """A fresh 3-broker cluster (3-voter quorum, RF 3, min ISR 2) that tests may kill brokers in.

@@ -132,6 +132,9 @@ class Shape:
 
 
 DEFAULT = Shape()
+# An X that covers a broker failure on the ``crowded3`` cluster: X x (1 - alpha) >= failure_timeout + F
+# with F = 4.6 s at worst (docs/dpc.md, "The delay budget across a broker failure").
+BROKER_BUDGET = Shape(delay=8000)
 TWO_PARTITIONS = Shape(partitions=2, sensors=8)
 # A Spark node adds its flush interval and a Spark job (~0.3 s idle, up to ~1.2 s on this 2-core host
 # running two Spark replicas, eight other services and the broker) to every result, and a job holds

@@ -69,7 +69,10 @@ DEFAULT_HEAP = "512m"
 # fences a broker whose heartbeats stop for the session timeout, which drops it from every ISR
 # and elects new leaders; when the dead broker was the active controller, the other voters
 # first notice (fetch timeout) and elect a new one (election timeout, randomized up to twice
-# it). docker-compose.yml sets the same values.
+# it). A single broker keeps Kafka's own (heartbeats every 2 s, a 9 s session): it has no other
+# to fail over to, and with a 1 s session a loaded machine's controller timed out its only
+# broker's heartbeats ("controller event queue overloaded") and clients saw
+# NOT_LEADER_FOR_PARTITION. docker-compose.yml runs a single broker, so it sets none of these.
 FAILOVER_PROPS: dict[str, int] = {
     "broker.heartbeat.interval.ms": 100,
     "broker.session.timeout.ms": 1000,
@@ -265,7 +268,8 @@ class KafkaCluster:
             raise ValueError("a cluster needs at least one broker")
         self.brokers = brokers
         self.sasl = sasl
-        self.failover = {**FAILOVER_PROPS, **(failover or {})}  # ``FAILOVER_PROPS`` with these changed
+        # ``FAILOVER_PROPS`` with these changed; a single broker, only these
+        self.failover = {**(FAILOVER_PROPS if brokers > 1 else {}), **(failover or {})}
         self.data_dir = (Path(data_dir) if data_dir is not None else hastream_home() / "kafka").expanduser().absolute()
         self.host = host
         self.cluster_id: str | None = None

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from infra.kafka.cluster import KafkaCluster
-from tests.dpc_chain import DEFAULT, SLACK, Run, Schedule, Shape, check_schedule, run_chain
+from tests.dpc_chain import BROKER_BUDGET, DEFAULT, SLACK, Run, Schedule, check_schedule, run_chain
 from tests.egress_chain import (
     EGRESS,
     EgressFault,
@@ -28,7 +28,6 @@ from tests.integration.helpers import wait_for
 pytestmark = pytest.mark.integration
 
 BOTH = replace(DEFAULT, egress=("stable", "latest"))
-BUDGET = Shape(delay=7500)  # an X that covers a broker failure (tests/faults/test_broker_failure.py says why)
 
 
 def _run(kafka: Any, tmp_path: Path, failure_free: Run, schedule: Schedule) -> None:
@@ -88,23 +87,23 @@ def test_egress_fault_schedule(kafka: Any, tmp_path: Path, failure_free: Run, se
 
 
 @pytest.fixture(scope="module")
-def failure_free3(kafka3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return run_chain(kafka3, tmp_path_factory.mktemp("ff3"), [], None, shape=BUDGET)
+def failure_free3(crowded3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return run_chain(crowded3, tmp_path_factory.mktemp("ff3"), [], None, shape=BROKER_BUDGET)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_broker_killed_under_the_egress(kafka3: KafkaCluster, tmp_path: Path, failure_free3: Run) -> None:
+def test_a_broker_killed_under_the_egress(crowded3: KafkaCluster, tmp_path: Path, failure_free3: Run) -> None:
     """Three brokers; s2 down 2..6 s and, at 3 s, the broker leading most of the chain's partitions killed
     (the egress's transaction coordinator may be on it), back at 9 s: the egress topic still reads as the
     failure-free output (the X of ``tests/faults/test_broker_failure.py``, which covers a broker failure)."""
-    schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(kafka3, 3.0, 6.0)
-    settle = lambda run: check_egress(run, failure_free3, kafka3.bootstrap, timeout=120)  # noqa: E731
+    schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(crowded3, 3.0, 6.0)
+    settle = lambda run: check_egress(run, failure_free3, crowded3.bootstrap, timeout=120)  # noqa: E731
     try:
         run = run_chain(
-            kafka3, tmp_path, schedule, failure_free3, shape=replace(BUDGET, egress=("stable",)), settle=settle
+            crowded3, tmp_path, schedule, failure_free3, shape=replace(BROKER_BUDGET, egress=("stable",)), settle=settle
         )
     finally:
         schedule.wait_brokers()
-    assert all(kafka3.alive()), "the killed broker came back"
+    assert all(crowded3.alive()), "the killed broker came back"
     check_schedule(run, failure_free3, schedule)

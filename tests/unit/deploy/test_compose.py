@@ -185,20 +185,31 @@ def test_broker_replication_matches_the_local_single_broker(compose: dict[str, A
         assert env.get(var) == props[k] == "1", f"{var}: compose {env.get(var)!r}, local launcher {props[k]!r}"
 
 
-def test_broker_fails_over_as_fast_as_the_local_cluster(compose: dict[str, Any]) -> None:
-    """The settings that fit a broker fail-over inside X (docs/dpc.md) are the launcher's."""
+def _properties(cluster: KafkaCluster, tmp_path: Path) -> dict[str, str]:
+    node = _Node(0, 9092, 9093, tmp_path / "broker-0")
+    cluster._nodes = [node]
+    return dict(ln.split("=", 1) for ln in cluster._server_properties(node).splitlines() if "=" in ln)
+
+
+def test_several_brokers_fail_over_fast_and_a_single_one_keeps_kafkas_own_session(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """Fail-over settings fit a broker fail-over inside X (docs/dpc.md); a single broker has none to fail
+    over to, and a 1 s session on a loaded machine timed out its own heartbeats: the launcher's single
+    broker and compose's leave Kafka's defaults."""
+    several = _properties(KafkaCluster(brokers=3, data_dir=tmp_path), tmp_path)
+    assert {k: several[k] for k in FAILOVER_PROPS} == {k: str(v) for k, v in FAILOVER_PROPS.items()}
+    single = _properties(KafkaCluster(brokers=1, data_dir=tmp_path), tmp_path)
+    assert not set(FAILOVER_PROPS) & set(single)
     env = environment(compose["services"]["kafka"])
-    for k, v in FAILOVER_PROPS.items():
-        var = "KAFKA_" + k.upper().replace(".", "_")
-        assert str(env.get(var)) == str(v), f"{var}: compose {env.get(var)!r}, local launcher {v!r}"
+    assert not {"KAFKA_" + k.upper().replace(".", "_") for k in FAILOVER_PROPS} & set(env)
 
 
 def test_a_cluster_sized_for_a_loaded_machine_changes_only_the_failover_settings_it_names(tmp_path: Path) -> None:
     """``failover=`` overrides those ``FAILOVER_PROPS`` it names in every broker's properties and keeps the rest."""
-    cluster = KafkaCluster(brokers=3, data_dir=tmp_path, failover={"broker.session.timeout.ms": 4000})
-    node = _Node(0, 9092, 9093, tmp_path / "broker-0")
-    cluster._nodes = [node]
-    props = dict(ln.split("=", 1) for ln in cluster._server_properties(node).splitlines() if "=" in ln)
+    props = _properties(
+        KafkaCluster(brokers=3, data_dir=tmp_path, failover={"broker.session.timeout.ms": 4000}), tmp_path
+    )
     assert props["broker.session.timeout.ms"] == "4000"
     others = {k: str(v) for k, v in FAILOVER_PROPS.items() if k != "broker.session.timeout.ms"}
     assert {k: props[k] for k in others} == others
