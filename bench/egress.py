@@ -29,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import statistics
 import sys
 import threading
@@ -177,7 +178,20 @@ def latency_with_egress(bench: Bench, progress: Any) -> dict[str, Any]:
     finally:
         run.stop()
         visible.close()
-    return _latencies(bench, source, run.job.out_topic, visible.got)
+    return {**_latencies(bench, source, run.job.out_topic, visible.got), "egress_commits": egress_commits(run.log)}
+
+
+# The line a stopping egress pump logs (``services.egress.pump.commit_summary``).
+COMMITS_LINE = re.compile(r"(\d+) transactions committed; the newest \d+ took p50 ([\d.]+) ms, p99 ([\d.]+) ms")
+
+
+def egress_commits(log_file: Path) -> dict[str, float]:
+    """How long the egress's own commits took under the run's load, as it said when it stopped."""
+    found = COMMITS_LINE.findall(log_file.read_text(errors="replace"))
+    if not found:
+        raise RuntimeError(f"the egress did not say how long its commits took: {log_file}")
+    n, p50, p99 = found[-1]
+    return {"commits": int(n), "p50_ms": float(p50), "p99_ms": float(p99)}
 
 
 def commit_alone(bench: Bench, progress: Any) -> dict[str, float]:
@@ -347,6 +361,8 @@ def _table(doc: dict[str, Any]) -> Table:
         f"p99 {lat['committed_p99_ms']:.1f} ms",
         "a commit of a transactional producer alone on this broker: "
         + ", ".join(f"{q} {lat['commit_alone'][q + '_ms']:.1f} ms" for q in ("p50", "p90", "p99")),
+        f"the egress's own commits in the latency run: p50 {lat['egress_commits']['p50_ms']:.1f} ms, "
+        f"p99 {lat['egress_commits']['p99_ms']:.1f} ms ({lat['egress_commits']['commits']:,} commits)",
     ]
     node, eg = doc["results"][NODE]["cpu_us_per_tuple"], doc["results"][WITH]["egress_cpu_us_per_tuple"]
     lines.append(f"CPU per tuple: the node {node:.1f} µs, the egress process {eg:.1f} µs ({eg / node:.2f}× the node's)")

@@ -11,11 +11,15 @@ one already written (a replica switch or a restart reads some ids again) and is 
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any, Protocol
 
 from services.core.errors import InputGapError
 from services.core.tuples import RawHeaders
 from services.egress.records import PlainRecords
+
+COMMITS_KEPT = 4096  # how many of the newest commits' durations a writer keeps for its summary
 
 
 class TransactionalWriter(Protocol):
@@ -41,6 +45,8 @@ class Batches:
     def __init__(self, writer: TransactionalWriter, commit_s: float) -> None:
         self.writer, self.commit_s = writer, commit_s
         self.committed = float("-inf")  # when the last commit began
+        self.commits = 0
+        self.took_ms: deque[float] = deque(maxlen=COMMITS_KEPT)  # how long each of the newest commits took
 
     def begin(self) -> None:
         """Open a transaction unless one is open."""
@@ -51,14 +57,21 @@ class Batches:
         """Commit the open transaction if the last commit began ``commit_s`` ago or more; whether it did."""
         if self.writer.open and now - self.committed >= self.commit_s:
             self.committed = now
-            self.writer.commit()
+            self._commit()
             return True
         return False
 
     def flush(self) -> None:
         """Commit what is open now (on a clean stop)."""
         if self.writer.open:
-            self.writer.commit()
+            self._commit()
+
+    def _commit(self) -> None:
+        """Commit, timed: a record waits for the commit it goes in, so its duration is part of the latency."""
+        started = time.perf_counter()
+        self.writer.commit()
+        self.took_ms.append((time.perf_counter() - started) * 1e3)
+        self.commits += 1
 
 
 class StableEgress:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 
 from services.core.errors import InputGapError
+from services.egress.pump import commit_summary
 from services.egress.records import PlainRecords, record_id
 from services.egress.stable import StableEgress
 
@@ -73,3 +77,33 @@ def test_a_gap_in_the_stable_ids_is_a_clear_error_not_lost_output() -> None:
     _, e = _egress(after=4)
     with pytest.raises(InputGapError, match=r"s.out.stable\[2\]: stable id 7 came after 4: ids 5..6 are missing"):
         e.take(7, 7, _rec(7))
+
+
+class SlowWriter(FakeWriter):
+    """A writer whose commits take ``ms`` each, as a loaded broker's do."""
+
+    def __init__(self, ms: float) -> None:
+        super().__init__()
+        self.ms = ms
+
+    def commit(self, timeout: float = 30) -> None:
+        time.sleep(self.ms / 1000)
+        super().commit(timeout)
+
+
+def test_each_commit_is_timed_and_a_stopping_pump_tells_how_long_they_took() -> None:
+    """A record waits for the commit it goes in: the summary says how long commits took, once, at the end."""
+    w = SlowWriter(20)
+    e = StableEgress(w, PlainRecords("reading", "sensor", "json"), "s.out.stable", 2, 0.1, None)
+    for i in range(3):
+        e.take(i, i, _rec(i))
+        e.flush()
+    assert e.batches.commits == 3 and len(e.batches.took_ms) == 3
+    assert all(t >= 20 for t in e.batches.took_ms)
+    line = commit_summary([e.batches])
+    m = re.fullmatch(r"3 transactions committed; the newest 3 took p50 ([\d.]+) ms, p99 ([\d.]+) ms", line)
+    assert m is not None, line
+    assert 20 <= float(m[1]) <= float(m[2])
+    assert commit_summary(
+        [StableEgress(FakeWriter(), PlainRecords("reading", "sensor", "json"), "t", 0, 0.1, None).batches]
+    ) == ("0 transactions committed")
