@@ -187,7 +187,7 @@ class Takeovers:
             if role is None and p.primary() is not None:  # it came up after the election: it joins as secondary
                 return [self._give(p, node, partition, replica, Role.SECONDARY, now)]
             overdue = now - p.sent.get(replica, float("-inf")) > p.detection_s
-            if role is not None and overdue and pid is not None and p.given.get(replica) == pid:
+            if role not in (None, Role.FAILED) and overdue and pid is not None and p.given.get(replica) == pid:
                 # the process its order went to has not read it yet (a loaded machine): not a restart
                 return [self._give(p, node, partition, replica, role, now)]
             if role is None or not overdue:

@@ -260,3 +260,17 @@ def test_a_backlog_read_in_send_order_fails_no_one_for_the_coordinators_own_lag(
     for sent in (1.4, 1.6, 1.8):  # read on time from here on; 0 had stopped after 1.0
         t.heard("n", 0, 1, sent + 0.01, reported=(Role.SECONDARY, 1), sent_at=sent)
     assert t.check(1.81)[0] == Order("n", 0, 1, Role.PRIMARY, 2)
+
+
+def test_a_failed_replica_that_says_candidate_from_the_same_process_is_made_secondary() -> None:
+    """A process failed over while it stood still wakes up and starts over as a candidate (an egress that
+    steps down may): it is made a secondary of the new epoch, not told again the role it had in the
+    table, "failed", which no replica acts on (it would say candidate, and be told "failed", forever)."""
+    t = pair()
+    t.heard("n", 0, 0, 0.0, reported=(Role.CANDIDATE, 0), pid=100)
+    t.heard("n", 0, 1, 0.0, reported=(Role.CANDIDATE, 0), pid=200)
+    assert t.check(D)[0] == Order("n", 0, 0, Role.PRIMARY, 1)
+    t.heard("n", 0, 1, 0.6, reported=(Role.SECONDARY, 1), pid=200)
+    assert t.check(0.6)[0] == Order("n", 0, 1, Role.PRIMARY, 2)  # 0 stood still
+    assert t.role("n", 0, 0) is Role.FAILED
+    assert t.heard("n", 0, 0, 0.7, reported=(Role.CANDIDATE, 0), pid=100) == [Order("n", 0, 0, Role.SECONDARY, 2)]
