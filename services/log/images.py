@@ -264,7 +264,7 @@ class ImageWriter:
         )
         self._head: Head | None = None  # read from the topic before the first write
         self._base = (0, 0)  # chain and number of the last image written: deltas' keys count from it
-        self._jobs: queue.Queue[_Job] = queue.Queue()
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()  # None: stop (``close``)
         self._taken = self._done = 0  # images taken, and written or failed (each counted by one thread)
         self.queued = 0  # jobs handed over, numbered from 1
         # the last job written whose restart point a load reaches: after a delta that failed, none
@@ -299,10 +299,20 @@ class ImageWriter:
         """Until everything taken is written or has failed."""
         self._jobs.join()
 
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread once what is queued is written (``timeout`` at most), so neither it nor the
+        producer outlives the node: a client left to the interpreter's exit can crash it there."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
             try:
+                if job is None:
+                    return
                 self._do(*job)
             finally:
                 self._jobs.task_done()

@@ -259,6 +259,7 @@ class NodeService:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self.heartbeat.stop()
+            self.images.close()
             self.monitor.close()
             self.control.close()
             self.consumer.close()

@@ -359,3 +359,16 @@ def test_written_counts_the_writes_a_load_reaches_none_past_a_lost_delta_until_a
     write_delta(w, delta(5, 7))
     w.wait()
     assert (w.queued, w.written) == (7, 7)
+
+
+def test_closing_a_writer_writes_what_is_queued_then_stops_its_thread(log: FakeLog) -> None:
+    """Left running, the thread holds the writer and its producer until the interpreter exits, and a
+    Kafka client destroyed there can crash it (the full test run ended in a segmentation fault)."""
+    w = writer(log)
+    big = image(3)
+    w.write(big)
+    thread = w._thread
+    assert thread is not None and thread.is_alive()
+    w.close()
+    assert not thread.is_alive() and load() == big
+    w.close()  # again: nothing to stop
