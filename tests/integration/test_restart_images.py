@@ -36,9 +36,12 @@ def test_an_image_many_times_the_topics_message_limit_is_saved_and_loaded(kafka,
     limit = 100_000
     ensure_topics(kafka.bootstrap, [TopicSpec(topic, 1, 1, {**retention.IMAGES, "max.message.bytes": str(limit)})])
     writer = images.ImageWriter(kafka.bootstrap, topic, 0, chunk_bytes=64 * 1024)
-    for seed in (1, 2):  # the second goes to the other slot, and is the one read
-        writer.write(_image(3_000_000, seed))
-        writer.wait()
+    try:
+        for seed in (1, 2):  # the second goes to the other slot, and is the one read
+            writer.write(_image(3_000_000, seed))
+            writer.wait()
+    finally:
+        writer.close()
     assert writer.failed == 0
     h = images.head(kafka.bootstrap, topic, 0)
     assert h.manifest is not None and h.manifest.size > 30 * limit and h.manifest.chunks > 30
