@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from infra.kafka.cluster import KafkaCluster
+from tests.integration.helpers import three_brokers
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,7 @@ CROWDED = {"broker.heartbeat.interval.ms": 250, "broker.session.timeout.ms": 250
 @pytest.fixture(scope="module")
 def crowded3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """A fresh 3-broker cluster as ``kafka3``, its failure detection sized for a chain on the same 2 cores."""
-    cluster = KafkaCluster(brokers=3, data_dir=tmp_path_factory.mktemp("crowded3"), failover=CROWDED)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from three_brokers(tmp_path_factory, "crowded3", CROWDED)
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +85,7 @@ def kafka3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     Module scoped because fault tests leave brokers dead or restarted; always embedded because
     the tests need to SIGKILL and restart individual broker processes.
     """
-    cluster = KafkaCluster(brokers=3, data_dir=tmp_path_factory.mktemp("kafka3"))
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from three_brokers(tmp_path_factory, "kafka3")
 
 
 @pytest.fixture

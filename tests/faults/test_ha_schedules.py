@@ -54,7 +54,7 @@ from services.deploy import processes
 from services.ha.guarantee import repeated_runs
 from services.log.tail import first_offset, tail_offset
 from tests.integration.ha_rig import HaRig
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import three_brokers, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -328,12 +328,7 @@ PACED = {
 @pytest.fixture(scope="module")
 def paced3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     """Three brokers (RF 3, min ISR 2) whose failure detection ``PACED`` sizes to this machine's load."""
-    cluster = KafkaCluster(brokers=3, data_dir=tmp_path_factory.mktemp("paced3"), failover=PACED)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from three_brokers(tmp_path_factory, "paced3", PACED)
 
 
 @pytest.mark.slow

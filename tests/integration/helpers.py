@@ -10,13 +10,15 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from bench.harness import ha_role, wait_primary  # noqa: F401 - shared with the HA tests
+from infra.kafka.cluster import KafkaCluster
 from services.client.reader import StreamReader
 from services.client.source import END_OF_TIME
 from services.coordinator.client import fetch_status, status_url, wait_ready
@@ -264,3 +266,12 @@ class CoordinatorProcess:
 
     def status(self) -> dict[str, Any]:
         return fetch_status(self.url)
+
+
+def three_brokers(
+    tmp_path_factory: pytest.TempPathFactory, name: str, failover: dict[str, int] | None = None
+) -> Iterator[KafkaCluster]:
+    """A fresh 3-broker cluster (3-voter quorum, RF 3, min ISR 2) in a folder of its own, ``failover``
+    changing ``FAILOVER_PROPS``; stopped once the caller's fixture is done with it."""
+    with KafkaCluster(brokers=3, data_dir=tmp_path_factory.mktemp(name), failover=failover) as cluster:
+        yield cluster

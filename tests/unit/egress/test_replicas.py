@@ -125,6 +125,13 @@ def _service(monkeypatch: pytest.MonkeyPatch) -> EgressService:
     return EgressService(SPEC, stream, e, 1, 0, "127.0.0.1:1")
 
 
+def _made_primary(svc: EgressService, epoch: int) -> FakePump:
+    """Order ``svc`` (replica 0 of partition 1) to be primary at ``epoch``: the pump it started."""
+    svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.PRIMARY.value, epoch=epoch))
+    assert isinstance(svc.pump, FakePump)
+    return svc.pump
+
+
 def test_a_replica_writes_its_partition_once_it_is_primary_and_a_replaced_primary_steps_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -157,9 +164,7 @@ def test_a_primary_whose_commit_is_fenced_before_its_order_comes_stands_by(monke
     instead of ending the process."""
     svc = _service(monkeypatch)
     try:
-        svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.PRIMARY.value, epoch=5))
-        pump = svc.pump
-        assert isinstance(pump, FakePump)
+        pump = _made_primary(svc, 5)
         pump.fenced = True
         svc._step()
         assert pump.abandoned and svc.pump is None
@@ -177,9 +182,7 @@ def test_a_primary_whose_transaction_was_aborted_goes_on_after_the_committed_tai
     again, which goes on after what was committed, as a takeover does, instead of ending the process."""
     svc = _service(monkeypatch)
     try:
-        svc.on_control(RoleOrder(STABLE, 1, 0, role=Role.PRIMARY.value, epoch=5))
-        pump = svc.pump
-        assert isinstance(pump, FakePump)
+        pump = _made_primary(svc, 5)
         pump.aborted = True
         svc._step()
         assert pump.abandoned and isinstance(svc.pump, FakePump) and svc.pump is not pump
