@@ -41,7 +41,7 @@ def spark_operator(plan: NodePlan, replica: int, partition: int, op: OperatorDef
     """The Spark window for ``op`` (a spark node runs exactly one window operator)."""
     if op.type != "window" or op.key is None:
         raise StageError(f"node '{plan.node}': a spark node runs exactly one keyed window operator, not '{op.name}'")
-    schema = next(i.schema for i in plan.inputs if i.stream == op.inputs[0])
+    schema = next(i.schema for i in plan.inputs if i.operand == op.inputs[0])
     folder = checkpoint_folder(plan, replica, partition)
     spark = spark_session(f"hastream-{plan.spec_name}-{plan.node}-r{replica}-p{partition}")
 

@@ -38,3 +38,13 @@ def readings(
             ts = start_ms + i * step_ms
         yield {"sensor": s, "ts": ts, "value": level[s], "seq": i}
         i += 1
+
+
+def located(
+    n: int | None = None, sensors: int = 24, buildings: int = 8, regions: int = 6, **kw: Any
+) -> Iterator[dict[str, Any]]:
+    """``readings`` with where each sensor is: sensor i sits in building i mod ``buildings``, and
+    building b in region b mod ``regions`` (the re-keying workload: sensor, building, region)."""
+    for r in readings(n, sensors=sensors, **kw):
+        b = int(r["sensor"][1:]) % buildings
+        yield {**r, "building": f"b{b}", "region": f"g{b % regions}"}

@@ -105,6 +105,13 @@ class ReplicaReader:
     # Where a move starts when it is not told: None looks for the last stable id in the new topic
     # (``services.dpc.seeks``); a log whose ids are its offsets goes on right after it (``after_last_id``).
     start: Callable[[ReplicaReader], int] | None = field(default=None, repr=False)
+    # The upstream partition whose replicas' states it follows (None: ``partition``); across an
+    # exchange, the producer partition of its connection (``services.spec.exchanges``).
+    source: int | None = None
+
+    @property
+    def upstream_partition(self) -> int:
+        return self.partition if self.source is None else self.source
 
     @property
     def fresh_topic(self) -> str | None:
@@ -118,7 +125,7 @@ class ReplicaReader:
         """Each upstream replica's state (all STABLE when nothing tells otherwise)."""
         if monitor is None or self.upstream is None:
             return [NodeState.STABLE] * len(self.topics)
-        states = monitor.states(self.upstream, self.partition, len(self.topics))
+        states = monitor.states(self.upstream, self.upstream_partition, len(self.topics))
         if self.corrected:
             if states[self.replica] is NodeState.STABILIZATION:
                 states = [NodeState.STABLE if r == self.replica else s for r, s in enumerate(states)]
@@ -158,7 +165,11 @@ class ReplicaReader:
         if correcting is not None and states[cur] is NodeState.UPSTREAM_FAILURE and NodeState.STABLE not in states:
             if states[correcting] is NodeState.STABILIZATION:
                 return Move.CORRECT, correcting
-        bounds = monitor.boundaries(self.upstream, self.partition, len(self.topics)) if monitor is not None else None
+        bounds = (
+            monitor.boundaries(self.upstream, self.upstream_partition, len(self.topics))
+            if monitor is not None
+            else None
+        )
         behind_ms = int(monitor.timeout_s * 1000) if monitor is not None else 0
         r = choose_replica(states, cur, bounds, behind_ms)
         if r == cur:

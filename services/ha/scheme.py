@@ -193,7 +193,7 @@ class HaScheme:
         boundary (a scheme that does not regenerate what the log holds: amnesia)."""
         node = self.node
         for s, so in self.path.soutputs.items():
-            last, bound = output_tail(node.settings.bootstrap, node.outputs.topic(s), node.partition)
+            last, bound = output_tail(node.settings.bootstrap, node.outputs.topic(s), node.outputs.kafka_partition(s))
             so.next_id = so.next_tentative = last + 1
             so.boundary_sent = bound
             so.floor = bound if bound >= 0 else None

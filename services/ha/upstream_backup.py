@@ -72,7 +72,9 @@ class Acking:
         each checked, and the ack is published again as its own; returns the offsets to read from."""
         node, path = self.node, self.path
         bootstrap, part = node.settings.bootstrap, node.partition
-        tails = {s: output_tail(bootstrap, node.outputs.topic(s), part) for s in path.soutputs}
+        tails = {
+            s: output_tail(bootstrap, node.outputs.topic(s), node.outputs.kafka_partition(s)) for s in path.soutputs
+        }
         self.tails = {s: last for s, (last, _) in tails.items()}
         written = {s: last for s, (last, _) in tails.items()}
         ack = newest_usable(read_acks(bootstrap, node.plan.acks_topic, node.plan.node, part, written), written)

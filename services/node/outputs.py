@@ -1,6 +1,7 @@
 """A node replica's outputs: the messages its scheme queued, encoded and written to its own topics.
 
-Each replica writes ``<spec>.<stream>.r<k>``, partition = the node's partition. A scheme encodes
+Each replica writes ``<spec>.<stream>.r<k>``, partition = the node's partition (across an exchange,
+a topic per node partition with a partition per connection: ``services.spec.exchanges``). A scheme encodes
 its results with ``encode`` (a record that does not fit the stream's schema is rejected
 there, before it gets an id), then appends ``Out`` records (type, id, stime, payload or
 None) to ``queue(stream)``; ``flush`` adds the ``ht`` header and waits until Kafka has
@@ -54,8 +55,10 @@ class Outputs:
         self.partition = partition
         self.queues: dict[str, list[Out]] = {o.stream: [] for o in plans}
         self._writers = {
-            o.stream: (o.topics[replica], codec_for(o.schema).encode, o.key, key_encoder(o.key_type)) for o in plans
+            o.stream: (o.topic(replica, partition), codec_for(o.schema).encode, o.key, key_encoder(o.key_type))
+            for o in plans
         }
+        self._parts = {o.stream: o.kafka_partition(partition) for o in plans}  # a connection's own partition
         self._schemas = {o.stream: schema_header(o.schema) for o in plans}
         self.replica = replica
         self._headers = self._header_writers(epoch)
@@ -83,6 +86,10 @@ class Outputs:
 
     def topic(self, stream: str) -> str:
         return self._writers[stream][0]
+
+    def kafka_partition(self, stream: str) -> int:
+        """The partition of ``topic(stream)`` this node partition writes (a connection's, across an exchange)."""
+        return self._parts[stream]
 
     def encode(self, stream: str, items: list[Item], reject: Reject) -> list[tuple[Payload, int]]:
         """``items`` as (payload, stime); a record that does not fit the schema goes to ``reject(stream, ...)`` instead."""
@@ -133,13 +140,13 @@ class Outputs:
             self.guard()
         if any(self.queues.values()):
             self._begun()
-        part, send = self.partition, self.producer.send
+        send = self.producer.send
         produce = self.producer.raw.produce  # failures reach the producer's delivery callback
         sent = 0
         for s, q in self.queues.items():
             if not q:
                 continue
-            headers_of = self._headers[s]
+            headers_of, part = self._headers[s], self._parts[s]
             topic = self._writers[s][0]
             carrier = _carrier(q)
             for ttype, tid, stime, payload in q:

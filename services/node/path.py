@@ -53,7 +53,7 @@ class StablePath:
         self.node, self.sunion, self.soutputs = node, sunion, soutputs
         self.bucket = node.plan.dpc.bucket
         self.at_bucket_starts = at_bucket_starts
-        self.entries = [node.pipeline.entry(i.stream) for i in node.plan.inputs]
+        self.entries = [node.pipeline.entry(i.operand) for i in node.plan.inputs]
         self.direct: list[Item] = []  # (record, stime) of stable tuples taken past SUnion in this batch
         self.failed = False  # in an upstream failure: processing tentative input (DPC)
         self.advanced: int | None = None  # the last frontier sent downstream as a BOUNDARY

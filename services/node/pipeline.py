@@ -14,10 +14,11 @@ from typing import Callable, Sequence
 
 from services.core.pickling import dumps
 from services.dpc.undo import UndoLog
+from services.exchange.route import router
 from services.operators.base import Emit, Item, Operator
 from services.operators.build import build_operator
 from services.spec import OperatorDef
-from services.spec.plan import NodePlan
+from services.spec.plan import NodePlan, OutputPlan
 
 Build = Callable[[OperatorDef, dict[str, list[str]]], Operator]
 
@@ -28,6 +29,7 @@ class NodePipeline:
     def __init__(self, plan: NodePlan, undo: bool = False, build: Build = build_operator) -> None:
         self.operators: list[Operator] = []  # in topological order
         self.outputs: dict[str, list[Item]] = {o.stream: [] for o in plan.outputs}
+        sinks = _sinks(plan, self.outputs)  # operator stream -> what takes its results
         self.rejected: list[tuple[str, Item, str]] = []
         self.routes: dict[str, list[Emit]] = {}
         # Undo/redo only: the stateful operators are fed through their logs. Without it the
@@ -57,13 +59,13 @@ class NodePipeline:
             for port, s in enumerate(d.inputs):
                 self.routes.setdefault(s, []).append(_port_push(target, port))
         # how far back in node-input time one result reaches (the longest chain of spans to an output)
-        self.span = max((reach.get(o.stream, 0) for o in plan.outputs), default=0)
+        self.span = max((reach.get(o.operand, 0) for o in plan.outputs), default=0)
         for d in defs:
             targets = list(self.routes.get(d.output, []))
-            if d.output in self.outputs:
-                targets.append(self.outputs[d.output].extend)
+            if d.output in sinks:
+                targets.append(sinks[d.output])
             ops[d.name].emit = _fanout(targets)
-        self.inputs = [i.stream for i in plan.inputs]
+        self.inputs = [i.operand for i in plan.inputs]
         self.holders = [op for op in self.operators if type(op).flush is not Operator.flush]
 
     def entry(self, stream: str) -> Emit:
@@ -175,6 +177,15 @@ class NodePipeline:
         if self.logs is None:
             raise RuntimeError("undo/redo needs a NodePipeline built with undo=True")
         return self.logs
+
+
+def _sinks(plan: NodePlan, outputs: dict[str, list[Item]]) -> dict[str, Emit]:
+    """Per output stream of the operators, where its results go: its buffer, or the router over the
+    buffers of its connections where it crosses an exchange (``services.exchange.route``)."""
+    by: dict[str, list[OutputPlan]] = {}
+    for o in plan.outputs:
+        by.setdefault(o.operand, []).append(o)
+    return {s: router(os[0].route, [outputs[o.stream] for o in os]) for s, os in by.items()}
 
 
 def _port_push(op: Operator | UndoLog, port: int) -> Emit:

@@ -55,6 +55,7 @@ class Inputs:
                 decode=codec_for(p.schema).decode,
                 raw=RawReader(p, partition) if p.ingress is not None else None,
                 start=after_last_id if p.ingress is not None else None,  # a raw topic's ids are its offsets
+                source=p.upstream_partition(partition),
             )
             for p in plans
         ]

@@ -46,7 +46,8 @@ class Resume:
         already (a warm standby applied it as it came), else they are given it here."""
         node = self.node
         bootstrap = node.settings.bootstrap
-        lasts = {s: last_stable_id(bootstrap, node.outputs.topic(s), node.partition) for s in self.path.soutputs}
+        out = node.outputs
+        lasts = {s: last_stable_id(bootstrap, out.topic(s), out.kafka_partition(s)) for s in self.path.soutputs}
         if image is not None and self._claims_unwritten(image, lasts):
             image = None
             if restored:
@@ -81,11 +82,9 @@ class Resume:
         if not self.precise:
             return  # rollback: write it again, repeating duplicates under the same ids
         node, so = self.node, self.path.soutputs[stream]
-        topic = node.outputs.topic(stream)
-        in_topic = (
-            stable_after(node.settings.bootstrap, topic, node.partition, so.next_id - 1) if last >= so.next_id else {}
-        )
-        announced = so.restarted(last, in_topic, f"{topic}[{node.partition}]")
+        topic, part = node.outputs.topic(stream), node.outputs.kafka_partition(stream)
+        in_topic = stable_after(node.settings.bootstrap, topic, part, so.next_id - 1) if last >= so.next_id else {}
+        announced = so.restarted(last, in_topic, f"{topic}[{part}]")
         if undo:
             node.outputs.queue(stream).extend(announced)
         else:

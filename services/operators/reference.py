@@ -3,7 +3,8 @@
 Written independently of the streaming operators and as plainly as possible (nested
 loops, whole-input grouping), so tests can check the operators, the node service and the
 Spark stage against it. Input and output are per stream, per partition lists of records
-in order; each partition is evaluated on its own, as the services do.
+in order; each partition is evaluated on its own, as the services do, and a stream that crosses an
+exchange is regrouped by its routing key for the node reading it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections import defaultdict
 from typing import Any
 
 from services.core.codec import schema_fields
+from services.core.partitioner import key_bytes, partition_for
 from services.spec import OperatorDef, Spec
+from services.spec.exchanges import exchange_of
 from services.spec.expr import compile_expr
 
 Records = list[dict[str, Any]]
@@ -80,8 +83,9 @@ def evaluate(spec: Spec, inputs: dict[str, list[Records]], ended: bool = False) 
         parts = spec.streams[op.output].partitions
         in_fields = list(schema_fields(spec.streams[op.inputs[0]].schema))
         out: list[Records] = []
+        split = [_split(spec, s, spec.node_of(op.name).name, data[s]) for s in op.inputs]
         for p in range(parts):
-            ins = [data[i][p] for i in op.inputs]
+            ins = [sp[p] for sp in split]
             if op.type == "filter":
                 pred = compile_expr(op.where or "True", in_fields)
                 out.append([r for r in ins[0] if pred(r)])
@@ -96,6 +100,22 @@ def evaluate(spec: Spec, inputs: dict[str, list[Records]], ended: bool = False) 
                 out.append(_join(spec, op, ins[0], ins[1]))
         data[op.output] = out
     return data
+
+
+def _split(spec: Spec, stream: str, node: str, parts: list[Records]) -> list[Records]:
+    """``stream`` per partition of ``node``: as it is, or regrouped by the key it is routed by where
+    it crosses an exchange (``services.spec.exchanges``), each consumer partition taking every
+    producer partition's records of its keys."""
+    ex = exchange_of(spec, stream)
+    if ex is None or ex.node != node:
+        return parts
+    if ex.key is None:
+        return [[r for part in parts for r in part]]
+    key = ex.key
+    return [
+        [r for part in parts for r in part if partition_for(key_bytes(r[key]), ex.consumers) == i]
+        for i in range(ex.consumers)
+    ]
 
 
 def canonical(records: Records) -> list[tuple]:

@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 
 from services.core.errors import SpecError
+from services.spec import exchanges
 from services.spec.policies import Policy, Reconciliation
 from services.spec.schemes import Recovery, Scheme
 
@@ -224,7 +225,12 @@ class Spec:
         return out
 
     def node_partitions(self, node: str) -> int:
-        return self.streams[self.node_inputs(node)[0]].partitions
+        return exchanges.node_partitions(self, node)
+
+    def topic_partitions(self, stream: str) -> int:
+        """Partitions of each topic of ``stream``: one per consumer partition where it crosses an exchange."""
+        ex = exchanges.exchange_of(self, stream)
+        return ex.consumers if ex is not None else self.streams[stream].partitions
 
     def sinks(self) -> list[str]:
         return [s for s in self.streams if self.producer_of(s) and not self.consumers_of(s)]
@@ -255,6 +261,8 @@ class Spec:
         n = self.node_producing(stream)
         if n is not None and stream not in self.node_outputs(n.name):
             return []  # internal to its node: never materialized
+        if (ex := exchanges.exchange_of(self, stream)) is not None:
+            return exchanges.connection_topics(self, ex)
         return [self.topic(stream, r) for r in range(self.logs_of_stream(stream))]
 
     def readable_topics(self, stream: str) -> list[str]:
@@ -345,7 +353,7 @@ class Spec:
 
     def all_topics(self) -> list[tuple[str, int]]:
         """Every topic of the deployment with its partition count."""
-        out = [(t, s.partitions) for s in self.streams.values() for t in self.stream_topics(s.name)]
+        out = [(t, self.topic_partitions(s)) for s in self.streams for t in self.stream_topics(s)]
         out.append((self.deadletter_topic, 1))
         out.append((self.heartbeat_topic, 1))
         out.append((self.control_topic, 1))

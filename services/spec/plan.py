@@ -7,10 +7,11 @@ order, its delay share of X, its recovery scheme, its state store and the contro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from services.core.codec import schema_fields
+from services.spec import exchanges
 from services.spec.model import DpcConfig, HaDef, IngressDef, OperatorDef, Scheme, Spec
 from services.spec.policies import Reconciliation
 
@@ -27,10 +28,21 @@ class InputPlan:
     ingress: IngressDef | None = None  # a raw stream of outside producers' records
     key: str | None = None  # the partition key field
     partitions: int = 1
+    feeds: str = ""  # the stream the operators read it as ("": ``stream``); a connection's is its stream's
+    connection: int | None = None  # across an exchange: the producer partition this connection comes from
 
     @property
     def replicas(self) -> int:
         return len(self.topics)
+
+    @property
+    def operand(self) -> str:
+        """The stream name the node's operators read this input as."""
+        return self.feeds or self.stream
+
+    def upstream_partition(self, partition: int) -> int:
+        """The producing node's partition whose replicas this input follows."""
+        return partition if self.connection is None else self.connection
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,25 @@ class OutputPlan:
     key: str | None
     key_type: Any  # the key field's Avro type
     topics: tuple[str, ...]  # one per replica of this node
+    feeds: str = ""  # the stream the operators write it as ("": ``stream``); a connection's is its stream's
+    connection: int | None = None  # across an exchange: the consumer partition it goes to
+    route: str | None = None  # across an exchange: the field whose CRC32 picks the consumer partition
+    # Across an exchange, per partition of this node, its topics (one per replica): a connection is
+    # partition ``connection`` of them (``services.spec.exchanges``).
+    partition_topics: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def operand(self) -> str:
+        """The stream name the node's operators write this output as."""
+        return self.feeds or self.stream
+
+    def topic(self, replica: int, partition: int) -> str:
+        """The topic replica ``replica`` of node partition ``partition`` writes this output to."""
+        return self.partition_topics[partition][replica] if self.partition_topics else self.topics[replica]
+
+    def kafka_partition(self, partition: int) -> int:
+        """The Kafka partition node partition ``partition`` writes (a connection's consumer partition)."""
+        return partition if self.connection is None else self.connection
 
 
 @dataclass(frozen=True)
@@ -98,24 +129,9 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
     if node not in spec.nodes:
         raise ValueError(f"no node '{node}' in spec (nodes: {', '.join(spec.nodes)})")
     nd = spec.nodes[node]
-    inputs = []
-    for i, s in enumerate(spec.node_inputs(node)):
-        up = spec.node_producing(s)
-        sd = spec.streams[s]
-        topics = tuple(spec.topic(s, r) for r in range(spec.logs_of_stream(s)))
-        inputs.append(InputPlan(s, i, sd.schema, up.name if up else None, topics, sd.ingress, sd.key, sd.partitions))
-    outputs = []
-    for s in spec.node_outputs(node):
-        sd = spec.streams[s]
-        outputs.append(
-            OutputPlan(
-                s,
-                sd.schema,
-                sd.key,
-                schema_fields(sd.schema).get(sd.key) if sd.key else None,
-                tuple(spec.topic(s, r) for r in range(nd.replicas)),
-            )
-        )
+    inputs = [c for s in spec.node_inputs(node) for c in _input_plans(spec, s)]
+    inputs = [replace(p, index=i) for i, p in enumerate(inputs)]
+    outputs = [c for s in spec.node_outputs(node) for c in _output_plans(spec, s, nd.replicas)]
     ops = tuple(spec.topo_operators(node))
     touched = {s for o in ops for s in (*o.inputs, o.output)}
     return NodePlan(
@@ -142,6 +158,50 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         spec.acks_topic,
         nd.store,
     )
+
+
+def _input_plans(spec: Spec, s: str) -> list[InputPlan]:
+    """How a node reads stream ``s``: one input, or one per connection where it crosses an exchange."""
+    up, sd, ex = spec.node_producing(s), spec.streams[s], exchanges.exchange_of(spec, s)
+    logs = range(spec.logs_of_stream(s))
+    one = InputPlan(
+        s,
+        0,
+        sd.schema,
+        up.name if up else None,
+        tuple(spec.topic(s, r) for r in logs),
+        sd.ingress,
+        sd.key,
+        sd.partitions,
+    )
+    if ex is None:
+        return [one]
+    return [
+        replace(
+            one,
+            stream=f"{s}/{j}",
+            feeds=s,
+            connection=j,
+            topics=tuple(exchanges.connection_topic(spec, s, j, r) for r in logs),
+        )
+        for j in range(ex.producers)
+    ]
+
+
+def _output_plans(spec: Spec, s: str, replicas: int) -> list[OutputPlan]:
+    """How a node writes stream ``s``: one output, or one per connection where it crosses an exchange."""
+    sd, ex = spec.streams[s], exchanges.exchange_of(spec, s)
+    key_type = schema_fields(sd.schema).get(sd.key) if sd.key else None
+    one = OutputPlan(s, sd.schema, sd.key, key_type, tuple(spec.topic(s, r) for r in range(replicas)))
+    if ex is None:
+        return [one]
+    by_partition = tuple(
+        tuple(exchanges.connection_topic(spec, s, j, r) for r in range(replicas)) for j in range(ex.producers)
+    )
+    return [
+        replace(one, stream=f"{s}->{i}", feeds=s, connection=i, route=ex.key, partition_topics=by_partition)
+        for i in range(ex.consumers)
+    ]
 
 
 def _delay_s(spec: Spec, node: str, inputs: list[InputPlan]) -> float:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from services.core.codec import record_fields, schema_fields
 from services.core.errors import ExprError, SpecError
-from services.spec import expr
+from services.spec import exchanges, expr
 from services.spec.classes import node_class, outcome
 from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Spec, StreamDef
 from services.spec.problems import Problems
@@ -262,31 +262,19 @@ def graph(ck: Problems, spec: Spec) -> None:
                 f"stream '{s}' is written by operator '{writer.name}': only a source may name a shared "
                 "'topic' (a node's output topics are <name>.<stream>.r<replica>)",
             )
+    for at, why in exchanges.problems(spec):
+        ck.err(at, why)
     for n in spec.nodes:
-        ins = spec.node_inputs(n)
-        parts = {spec.streams[s].partitions for s in ins}
-        if len(parts) > 1:
-            ck.err(
-                ("nodes", n),
-                f"inputs of node '{n}' have different partition counts: "
-                + ", ".join(f"{s}={spec.streams[s].partitions}" for s in ins),
-            )
-            continue
-        p = parts.pop() if parts else 1
-        for s in spec.node_outputs(n):
-            if spec.streams[s].partitions != p:
-                ck.err(
-                    ("streams", s, "partitions"),
-                    f"stream '{s}' must have {p} partitions like the inputs of node '{n}' (partition i of a node writes partition i)",
-                )
+        p = spec.node_partitions(n)
         for o in spec.nodes[n].operators:
             op = spec.operators[o]
-            if p > 1 and op.type in ("window", "join"):
+            if p > 1 and op.type in exchanges.KEYED:
                 for s, k in zip(op.inputs, (op.key, op.right_key), strict=False):
-                    if spec.streams[s].key != k:
+                    has = exchanges.inner_split(spec, n, s)
+                    if has != k:
                         ck.err(
                             ("operators", o, "key"),
-                            f"with {p} partitions, stream '{s}' must be keyed by '{k}' so each key's state lives in one partition (its key is {spec.streams[s].key!r})",
+                            f"with {p} partitions, stream '{s}' must be keyed by '{k}' so each key's state lives in one partition (it is split by {has!r})",
                         )
     guarantees(ck, spec)
 

@@ -89,8 +89,8 @@ def test_internal_stream_is_not_materialized() -> None:
         (
             "  b: {schema: reading, key: sensor, partitions: 2}",
             "  b: {schema: reading, key: sensor, partitions: 3}",
-            4,
-            "stream 'b' must have 2 partitions",
+            3,
+            "source stream 'a' has 2 partitions keyed by 'sensor', and node 'n1' needs 3",
         ),
         ("a: {schema: reading,", "a: {topic: 'no/slash', schema: reading,", 3, "'topic' must be a Kafka topic name"),
         ("b: {schema: reading,", "b: {topic: plant.b, schema: reading,", 4, "stream 'b' is written by operator 'f'"),
@@ -114,9 +114,11 @@ def test_every_mistake_is_reported_at_once() -> None:
     assert all(p.count("\n") == 0 for p in found)
 
 
-def test_partitioned_window_must_be_keyed_by_stream_key() -> None:
-    found = problems(BASE.replace("  b: {schema: reading, key: sensor", "  b: {schema: reading, key: seq", 1))
-    assert any("must be keyed by 'sensor'" in p for p in found), found
+def test_partitioned_window_must_be_keyed_by_the_key_its_node_splits_by() -> None:
+    """A window reading a stream inside its node gets the node's partitioning, not an exchange."""
+    inside = BASE.replace("n1: {operators: [f]}\n  n2: {operators: [win], replicas: 2}", "n1: {operators: [f, win]}")
+    found = problems(inside.replace("output: w, key: sensor", "output: w, key: seq", 1))
+    assert any("must be keyed by 'seq'" in p and "split by 'sensor'" in p for p in found), found
 
 
 def test_cycle_is_reported() -> None:

@@ -1,0 +1,1 @@
+"""The exchange between nodes partitioned unlike each other: routing of results to connections."""
