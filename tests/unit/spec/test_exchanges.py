@@ -6,8 +6,8 @@ import pytest
 
 from services.core.errors import SpecError
 from services.core.paths import REPO_ROOT
-from services.spec import load_spec, parse_spec
 from services.spec import exchanges as x
+from services.spec import load_spec, parse_spec
 from services.spec.plan import plan_node
 
 REKEY = (REPO_ROOT / "examples" / "rekey.yaml").read_text()
