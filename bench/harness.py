@@ -28,6 +28,7 @@ from services.core.tuples import TupleType, read_headers
 from services.deploy import processes
 from services.deploy.local import service_commands, service_env
 from services.spec import Spec
+from services.spec.exchanges import connection_topic, exchange_of
 
 
 def cpu_s(pid: int) -> float:
@@ -141,7 +142,7 @@ class Recorder:
             [
                 TopicPartition(t, p, OFFSET_BEGINNING)
                 for t in self.decode
-                for p in range(spec.streams[self.topic_stream[t]].partitions)
+                for p in range(spec.topic_partitions(self.topic_stream[t]))
             ]
         )
         self._stop = threading.Event()
@@ -165,7 +166,14 @@ class Recorder:
                     got.append(Received(topic, partition, TupleType.BOUNDARY, tid, carried, None, at))
 
     def replica(self, stream: str, replica: int, partition: int = 0) -> ReplicaOutput:
-        return self.outputs.get((self.spec.topic(stream, replica), partition), ReplicaOutput())
+        """What replica ``replica`` wrote to ``partition`` of ``stream``; where the stream crosses an
+        exchange, ``partition`` numbers its connections: producer partition j to consumer partition i
+        is j * consumers + i."""
+        ex = exchange_of(self.spec, stream)
+        if ex is None:
+            return self.outputs.get((self.spec.topic(stream, replica), partition), ReplicaOutput())
+        j, i = divmod(partition, ex.consumers)
+        return self.outputs.get((connection_topic(self.spec, stream, j, replica), i), ReplicaOutput())
 
     def wait_for(self, pred: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout

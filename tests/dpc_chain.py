@@ -106,6 +106,9 @@ class Shape:
     spark: bool = False  # n3 on Spark, followed by n4
     side: bool = False  # n3 unions a source s4 with n2's output before its window
     egress: tuple[str, ...] = ()  # the sink's egresses by mode, 2 replicas each (``tests/egress_chain.py``)
+    # n3 (the window) in this many partitions, not ``partitions``: n2's output then crosses an
+    # exchange to it (``services.spec.exchanges``), one connection per partition pair.
+    window_partitions: int | None = None
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -136,6 +139,9 @@ DEFAULT = Shape()
 # with F = 4.6 s at worst (docs/dpc.md, "The delay budget across a broker failure").
 BROKER_BUDGET = Shape(delay=8000)
 TWO_PARTITIONS = Shape(partitions=2, sensors=8)
+# n1 and n2 in 2 partitions, the window n3 in 3: n2's output crosses an exchange (6 connections, each
+# with data from 12 sensors).
+EXCHANGE = Shape(partitions=2, sensors=12, window_partitions=3)
 # A Spark node adds its flush interval and a Spark job (~0.3 s idle, up to ~1.2 s on this 2-core host
 # running two Spark replicas, eight other services and the broker) to every result, and a job holds
 # its loop: tentative input read during one starts its wait late. X covers the path of a result
@@ -158,6 +164,9 @@ def chain_text(shape: Shape, reconciliation: str) -> str:
         for anchor, added in SIDE_PARTS:
             i = text.index(anchor) + len(anchor)
             text = text[:i] + added + text[i:]
+    if shape.window_partitions is not None:
+        stats = "  stats_{u}: {schema: window_stat, key: key}\n"
+        text = text.replace(stats, stats[:-2] + f", partitions: {shape.window_partitions}}}\n")
     if shape.egress:
         stats = "  stats_{u}: {schema: window_stat, key: key}\n"
         egress = ", ".join(f"{{mode: {m}, replicas: 2}}" for m in shape.egress)
@@ -187,7 +196,14 @@ class Run:
         return next(s for s in self.spec.streams if s.startswith(base + "_"))
 
     def partitions(self) -> range:
-        return range(self.shape.partitions)
+        """The partitions of the chain's output (the window results)."""
+        return self.places("stats")
+
+    def places(self, base: str) -> range:
+        """Where a node output is compared: its partitions, or where it crosses an exchange its
+        connections (``Recorder.replica``)."""
+        s = self.stream(base)
+        return range(len(self.spec.stream_topics(s)) // self.spec.logs_of_stream(s) * self.spec.topic_partitions(s))
 
     def output(self, base: str, replica: int, partition: int = 0) -> ReplicaOutput:
         return self.recorder.replica(self.stream(base), replica, partition)
@@ -225,24 +241,18 @@ def run_chain(
     services.start()
     mon = ReplicaMonitor(kafka.bootstrap, spec.heartbeat_topic, spec.dpc.failure_timeout / 1000)
     names = [s for s in spec.sources()]
-    parts = range(shape.partitions)
+    units = [(n, p) for n in spec.nodes for p in range(spec.node_partitions(n))]
     try:
         wait_s = STARTUP_S * (2 if shape.spark else 1)  # two Spark JVMs start slowly
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline and not all(
-            mon.state(n, p, r) is NodeState.STABLE for n in spec.nodes for p in parts for r in range(2)
+            mon.state(n, p, r) is NodeState.STABLE for n, p in units for r in range(2)
         ):
             time.sleep(0.2)
-        late = [
-            f"{n}.r{r}.p{p}"
-            for n in spec.nodes
-            for p in parts
-            for r in range(2)
-            if mon.state(n, p, r) is not NodeState.STABLE
-        ]
+        late = [f"{n}.r{r}.p{p}" for n, p in units for r in range(2) if mon.state(n, p, r) is not NodeState.STABLE]
         assert not late, f"not STABLE {wait_s:.0f} s after they started (logs in {tmp_path / 'logs'}): {late}"
         for name in egress_units(spec):  # and each egress partition has its primary
-            for p in parts:
+            for p in range(spec.streams[next(s for s in spec.streams if s.startswith("stats_"))].partitions):
                 wait_primary(mon, name, None, 60, 2, p)
         recorder = Recorder(
             spec, kafka.bootstrap, [s for s in spec.streams if spec.stream_topics(s) and s not in names]
@@ -255,7 +265,7 @@ def run_chain(
         sources.join(shape.seconds + 60)
         run = Run(spec, recorder, sources, tmp_path / "logs", shape, t0)
         if expect is not None:
-            want = {(b, p): len(expect.final(b, 0, p)) for b in shape.outputs for p in parts}
+            want = {(b, p): len(expect.final(b, 0, p)) for b in shape.outputs for p in run.places(b)}
             recorder.wait_for(
                 lambda: all(len(run.final(b, r, p)) >= n for (b, p), n in want.items() for r in range(2)),
                 90 + 2 * shape.seconds,
@@ -266,12 +276,12 @@ def run_chain(
             last = -1
             while True:  # failure-free: wait until the output stops growing
                 time.sleep(3)
-                n = sum(len(run.final(b, r, p)) for b in shape.outputs for r in range(2) for p in parts)
+                n = sum(len(run.final(b, r, p)) for b in shape.outputs for r in range(2) for p in run.places(b))
                 if n == last:
                     break
                 last = n
             for b in shape.outputs:
-                for p in parts:
+                for p in run.places(b):
                     r0, r1 = run.final(b, 0, p), run.final(b, 1, p)
                     assert r0 and r0 == r1, f"failure-free run: {b}[{p}] has {len(r0)} and {len(r1)} stable tuples"
         return run
@@ -289,11 +299,11 @@ def check_eventual_consistency(run: Run, failure_free: Run) -> None:
     counts = " ".join(
         f"{b}.r{r}[{p}]={len(run.final(b, r, p))}/{len(failure_free.final(b, 0, p))}"
         for b in run.shape.outputs
-        for p in run.partitions()
+        for p in run.places(b)
         for r in range(2)
     )
     for base in run.shape.outputs:
-        for p in run.partitions():
+        for p in run.places(base):
             want = failure_free.final(base, 0, p)
             assert want, f"{base}[{p}]: the failure-free run has no stable output there"
             for r in range(2):
@@ -532,14 +542,18 @@ def check_schedule(run: Run, failure_free: Run, schedule: list[tuple[float, Faul
         check_source_failure(run, schedule.untimed(), tentative=expected)
 
 
-def random_schedule(seed: int) -> Schedule:
+def random_schedule(seed: int, shape: Shape = DEFAULT) -> Schedule:
     """One to three overlapping faults at random times, each on a different replica or source, drawn from
     every kind: kill -9 then restart, SIGSTOP then SIGCONT, a stopped source, a flapping source, both
     replicas of a node killed and restarted, the coordinator killed while replicas reconcile after a
-    source failure; and in a third of the schedules the coordinator killed at a random time as well."""
+    source failure; and in a third of the schedules the coordinator killed at a random time as well.
+    Replicas are drawn from every partition of ``shape``'s nodes (partition 0 of the default chain)."""
     rng = random.Random(seed)
     sched = Schedule()
-    roles = rng.sample([f"n{n}.r{r}.p0" for n in (1, 2, 3) for r in (0, 1)], 3)
+    parts = {1: shape.partitions, 2: shape.partitions, 3: shape.window_partitions or shape.partitions}
+    if shape == DEFAULT:
+        parts = {1: 1, 2: 1, 3: 1}  # the seeds of the default chain draw as they always did
+    roles = rng.sample([f"n{n}.r{r}.p{p}" for n in (1, 2, 3) for p in range(parts[n]) for r in (0, 1)], 3)
     sources = rng.sample([1, 2, 3], 3)
     coordinator_free = True
     if rng.random() < 0.3:  # the coordinator dies too: the data path must not care
@@ -568,7 +582,8 @@ def random_schedule(seed: int) -> Schedule:
             sched.flap(n, start, round(rng.uniform(1.2, 2.0), 1), round(rng.uniform(3.5, 4.5), 1), 2)
         elif kind == "both":
             busy.add(partner)
-            sched.kill_both(role.split(".")[0], at, d, round(rng.uniform(0.0, 0.5), 1))
+            node, partition = role.split(".")[0], int(role.rsplit(".p", 1)[1])
+            sched.kill_both(node, at, d, round(rng.uniform(0.0, 0.5), 1), partition)
         else:
             n, start, down = sources.pop(), round(rng.uniform(1.0, 4.0), 1), round(rng.uniform(1.5, 3.0), 1)
             after, gone = round(rng.uniform(0.1, 1.0), 1), round(rng.uniform(1.0, 4.0), 1)
