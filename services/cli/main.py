@@ -34,6 +34,7 @@ from services.cli.kafka_cmd import kafka_app
 from services.cli.source_cmd import source_app
 from services.cli.streams_cmd import produce, schema, tail
 from services.core.errors import HastreamError
+from services.spec import exchanges
 from services.spec.classes import describe
 from services.spec.egress import egress_topic, egress_topics, egress_units
 
@@ -78,6 +79,8 @@ def validate(
                 print(stream, t)
         for stream, t, _, _ in egress_topics(s):
             print(stream, t)
+        for ex in exchanges.edges(s):  # on stderr: stdout stays one 'stream topic' pair a line
+            print(f"# {exchanges.describe(s, ex)}", file=sys.stderr)
         return
     out.print(
         f"[green]ok[/] {escape(str(spec))}: {len(s.streams)} streams, {len(s.operators)} operators, "
@@ -85,6 +88,8 @@ def validate(
     )
     for n in s.nodes:
         out.print(f"  {escape(describe(s, n))}")
+    for ex in exchanges.edges(s):
+        out.print(f"  {escape(exchanges.describe(s, ex))}")
     for n, (stream, e) in egress_units(s).items():
         where = egress_topic(s, stream, e)
         out.print(

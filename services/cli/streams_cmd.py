@@ -8,7 +8,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator
 
 import typer
 from rich.markup import escape
@@ -136,16 +136,19 @@ def _writer(s: Spec, stream: str, bootstrap: str | None, wall_clock: bool) -> So
 def _generated(
     s: Spec, stream: str, count: int, rate: float, sensors: int, seed: int, wall_clock: bool
 ) -> Iterator[dict[str, Any]]:
-    """The sensor readings workload, its event time stepping at ``rate``: only for a stream of readings."""
-    from services.client.workload import readings
+    """The sensor readings workload, its event time stepping at ``rate``: only for a stream of readings
+    (``reading``, or ``located``: with each sensor's building and region)."""
+    from services.client.workload import located, readings
 
-    if s.streams[stream].schema != "reading":
+    generators: dict[str, Callable[..., Iterator[dict[str, Any]]]] = {"reading": readings, "located": located}
+    schema = s.streams[stream].schema
+    if schema not in generators:
         raise fail(
-            f"the generator writes 'reading' tuples but '{stream}' has schema '{s.streams[stream].schema}': use --json"
+            f"the generator writes 'reading' or 'located' tuples but '{stream}' has schema '{schema}': use --json"
         )
     start = int(time.time() * 1000)
     step = int(1000 / rate) if rate > 0 else 10
-    return readings(
+    return generators[schema](
         count or None,
         sensors=sensors,
         seed=seed,

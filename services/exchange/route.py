@@ -10,6 +10,7 @@ connection: a connection carries its results in the stime order the producer mad
 from __future__ import annotations
 
 import zlib
+from typing import Callable
 
 from services.core.partitioner import key_bytes
 from services.operators.base import Emit, Item
@@ -26,7 +27,31 @@ def router(key: str | None, connections: list[list[Item]]) -> Emit:
 
     def emit(items: list[Item]) -> None:
         for it in items:
-            v = it[0][key]
-            connections[crc(v.encode() if type(v) is str else key_bytes(v)) % n].append(it)
+            connections[crc(_bytes(it[0][key])) % n].append(it)
 
     return emit
+
+
+def checked(emit: Emit, key: str, partitions: int, partition: int, reject: Callable[[Item, str], None]) -> Emit:
+    """Ex-Cons's check of a connection: ``emit`` gets the results that belong to consumer partition
+    ``partition``; one that does not (routed by another function, or written by something that is
+    not its producer) goes to ``reject`` with why, in the same place on every replica."""
+    crc = zlib.crc32
+
+    def admit(items: list[Item]) -> None:
+        good = [it for it in items if crc(_bytes(it[0][key])) % partitions == partition]
+        if len(good) < len(items):
+            for it in items:
+                p = crc(_bytes(it[0][key])) % partitions
+                if p != partition:
+                    reject(
+                        it,
+                        f"routed to partition {partition}, but CRC32 of its {key!r} picks partition {p} of {partitions}",
+                    )
+        emit(good)
+
+    return admit
+
+
+def _bytes(v: object) -> bytes:
+    return v.encode() if isinstance(v, str) else key_bytes(v)

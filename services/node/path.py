@@ -28,8 +28,10 @@ from services.core.tuples import NO_TIME, STABLE, TENTATIVE, TupleType
 from services.dpc.buckets import STuple
 from services.dpc.soutput import SOutput
 from services.dpc.sunion import SUnion
+from services.exchange.route import checked
 from services.node.scheme import NodeRuntime
-from services.operators.base import Item, _ignore
+from services.operators.base import Emit, Item, _ignore
+from services.spec.plan import InputPlan
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,15 @@ Bucket = Callable[[int, list[STuple]], None]
 
 def _nothing(*_: object) -> None:
     return None
+
+
+def _entry(node: NodeRuntime, i: InputPlan) -> Emit:
+    """Where input ``i``'s tuples go: its operators, past the exchange's check on a connection."""
+    emit, pipeline = node.pipeline.entry(i.operand), node.pipeline
+    if i.route is None:
+        return emit
+    where = f"exchange {i.stream}"
+    return checked(emit, i.route, i.fanout, node.partition, lambda it, why: pipeline.reject(where, it, why))
 
 
 class StablePath:
@@ -53,7 +64,7 @@ class StablePath:
         self.node, self.sunion, self.soutputs = node, sunion, soutputs
         self.bucket = node.plan.dpc.bucket
         self.at_bucket_starts = at_bucket_starts
-        self.entries = [node.pipeline.entry(i.operand) for i in node.plan.inputs]
+        self.entries = [_entry(node, i) for i in node.plan.inputs]
         self.direct: list[Item] = []  # (record, stime) of stable tuples taken past SUnion in this batch
         self.failed = False  # in an upstream failure: processing tentative input (DPC)
         self.advanced: int | None = None  # the last frontier sent downstream as a BOUNDARY

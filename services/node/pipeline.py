@@ -42,7 +42,7 @@ class NodePipeline:
         reach: dict[str, int] = {}
         defs = plan.operators
         ops = {d.name: build(d, plan.fields) for d in defs}
-        reject = self._reject
+        reject = self.reject
         for d in defs:
             op = ops[d.name]
             op.reject = reject
@@ -72,7 +72,8 @@ class NodePipeline:
         """The function that feeds batches of one input stream's tuples into the node."""
         return _fanout(self.routes[stream])
 
-    def _reject(self, op: str, item: Item, reason: str) -> None:
+    def reject(self, op: str, item: Item, reason: str) -> None:
+        """A tuple ``op`` cannot process: the node dead-letters it with ``reason`` once it is stable."""
         self.rejected.append((op, item, reason))
 
     def drain(self) -> dict[str, list[Item]]:

@@ -123,6 +123,23 @@ def exchange_of(spec: Spec, stream: str) -> Exchange | None:
     return None
 
 
+def edges(spec: Spec) -> list[Exchange]:
+    """Every exchange of the spec, in stream order."""
+    return [ex for s in spec.streams if (ex := exchange_of(spec, s)) is not None]
+
+
+def describe(spec: Spec, ex: Exchange) -> str:
+    """One line for ``hastream validate``: who routes what to whom, by which key, over which topics."""
+    producer = spec.node_producing(ex.stream)
+    by = f"by CRC32 of '{ex.key}'" if ex.key is not None else "all to its one partition"
+    pattern = connection_topic(spec, ex.stream, 0, 0).rsplit(".p0", 1)
+    return (
+        f"exchange {ex.stream}: {producer.name if producer else '?'} ({ex.producers} partitions) -> {ex.node} "
+        f"({ex.consumers} partitions) {by}; {ex.producers * ex.consumers} connections, partition i of "
+        f"{pattern[0]}.p<j>{pattern[1].replace('.r0', '.r<k>')} from producer partition j to i"
+    )
+
+
 def problems(spec: Spec) -> list[tuple[tuple, str]]:
     """Keyings a spec asks for that no exchange can give, each as (path, one line saying why)."""
     out: list[tuple[tuple, str]] = []

@@ -30,6 +30,8 @@ class InputPlan:
     partitions: int = 1
     feeds: str = ""  # the stream the operators read it as ("": ``stream``); a connection's is its stream's
     connection: int | None = None  # across an exchange: the producer partition this connection comes from
+    route: str | None = None  # across an exchange: the field its producer routed by (to ``fanout`` partitions)
+    fanout: int = 1  # across an exchange: this node's partitions
 
     @property
     def replicas(self) -> int:

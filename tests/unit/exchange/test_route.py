@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.core.partitioner import key_bytes, partition_for
-from services.exchange.route import router
+from services.exchange.route import checked, router
 
 
 @given(
@@ -28,3 +28,17 @@ def test_one_consumer_partition_takes_everything_without_a_key() -> None:
     only: list = []
     router(None, [only])([({"a": 1}, 5), ({"a": 2}, 6)])
     assert only == [({"a": 1}, 5), ({"a": 2}, 6)]
+
+
+def test_a_consumer_partition_rejects_what_was_routed_to_another_and_keeps_the_rest_in_order() -> None:
+    parts, me = 3, 1
+    keys = [f"k{i}" for i in range(12)]
+    items = [({"k": k, "n": i}, i) for i, k in enumerate(keys)]
+    taken: list = []
+    rejected: list = []
+    checked(taken.extend, "k", parts, me, lambda it, why: rejected.append((it, why)))(items)
+    mine = [it for it in items if partition_for(key_bytes(it[0]["k"]), parts) == me]
+    assert taken == mine and 0 < len(mine) < len(items)
+    assert [it for it, _ in rejected] == [it for it in items if it not in mine]
+    other = partition_for(key_bytes(rejected[0][0][0]["k"]), parts)
+    assert rejected[0][1] == f"routed to partition 1, but CRC32 of its 'k' picks partition {other} of 3"

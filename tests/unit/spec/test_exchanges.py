@@ -129,3 +129,13 @@ def test_routing_to_several_partitions_needs_a_key() -> None:
     assert any(
         "node 'region' reads stream 'in_building' in 4 partitions: give 'in_building' a 'key'" in p for p in found
     ), found
+
+
+def test_validate_says_who_routes_what_to_whom_over_which_topics() -> None:
+    s = load_spec(REPO_ROOT / "examples" / "rekey.yaml")
+    assert [x.describe(s, ex) for ex in x.edges(s)] == [
+        "exchange warm: sense (2 partitions) -> building (3 partitions) by CRC32 of 'building'; 6 connections, "
+        "partition i of rekey.warm.p<j>.r<k> from producer partition j to i",
+        "exchange in_building: building (3 partitions) -> region (4 partitions) by CRC32 of 'region'; 12 "
+        "connections, partition i of rekey.in_building.p<j>.r<k> from producer partition j to i",
+    ]
