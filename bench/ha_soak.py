@@ -35,6 +35,7 @@ from services.core.kafka import plain_consumer
 from services.core.paths import REPO_ROOT
 from services.deploy.topics import provision
 from services.spec import Spec, parse_spec
+from services.spec.topics import restart_topics
 
 RESULTS = REPO_ROOT / "bench" / "results" / "ha_soak.json"
 FIGURE = DOCS / "ha_soak.png"
@@ -87,7 +88,7 @@ def soak(scheme: str, bootstrap: str, minutes: float, rate: int, every_s: float,
     provision(spec, bootstrap)
     procs = ServiceProcesses(spec, path, bootstrap, work / spec.name)
     procs.start()
-    logs = [spec.topic("readings"), spec.topic("stats")] + [t for t, _ in spec.restart_topics()]
+    logs = [spec.topic("readings"), spec.topic("stats")] + [t for t, _ in restart_topics(spec)]
     logs += [spec.acks_topic] if any(nd.ha.scheme.acks for nd in spec.nodes.values()) else []
     mon = ReplicaMonitor(bootstrap, spec.heartbeat_topic, 2.0)
     samples: list[dict[str, Any]] = []

@@ -34,6 +34,7 @@ from services.control.states import NodeState
 from services.core.tuples import TupleType
 from services.deploy.topics import provision
 from services.spec.egress import egress_units
+from services.spec.topics import all_topics
 from tests.integration.helpers import unique_spec
 
 CHAIN = """\
@@ -109,6 +110,7 @@ class Shape:
     # n3 (the window) in this many partitions, not ``partitions``: n2's output then crosses an
     # exchange to it (``services.spec.exchanges``), one connection per partition pair.
     window_partitions: int | None = None
+    window_processes: int | None = None  # n3's ``processes:``: each of its processes hosts several partitions
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -129,8 +131,9 @@ class Shape:
 
     def same_output(self, other: Shape) -> bool:
         """Whether runs of both shapes must give the same output: the memory bound, the delay and the
-        failure detection never change it, nor does an egress."""
+        failure detection never change it, nor does an egress, nor how many processes host a node's partitions."""
         same = replace(other, max_kept=self.max_kept, alpha=self.alpha, failure_timeout=self.failure_timeout)
+        same = replace(same, window_processes=self.window_processes)  # how partitions share processes neither
         return replace(same, egress=self.egress) == self
 
 
@@ -167,6 +170,11 @@ def chain_text(shape: Shape, reconciliation: str) -> str:
     if shape.window_partitions is not None:
         stats = "  stats_{u}: {schema: window_stat, key: key}\n"
         text = text.replace(stats, stats[:-2] + f", partitions: {shape.window_partitions}}}\n")
+    if shape.window_processes is not None:
+        text = text.replace(
+            "  n3: {operators: [per_sensor]}\n",
+            f"  n3: {{operators: [per_sensor], processes: {shape.window_processes}}}\n",
+        )
     if shape.egress:
         stats = "  stats_{u}: {schema: window_stat, key: key}\n"
         egress = ", ".join(f"{{mode: {m}, replicas: 2}}" for m in shape.egress)
@@ -464,7 +472,7 @@ class Schedule(list[tuple[float, Fault]]):
         victim: list[int] = []
 
         def down(s: ServiceProcesses, _: PacedSources) -> None:
-            topics = [t for t, _ in s.spec.all_topics()]
+            topics = [t for t, _ in all_topics(s.spec)]
             meta = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
             leaders = [p.leader for t in topics if t in meta.topics for p in meta.topics[t].partitions.values()]
             victim.append(max(set(leaders), key=leaders.count))  # broker index = KRaft node id

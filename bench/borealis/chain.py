@@ -42,6 +42,7 @@ from services.core.admin import delete_topics
 from services.core.tuples import TupleType
 from services.deploy.topics import provision
 from services.spec import Spec, parse_spec
+from services.spec.topics import all_topics
 
 INPUTS = 3
 FAILED_INPUT = 2  # s2 is the input that is cut off
@@ -318,7 +319,7 @@ def run_once(cfg: RunConfig, bootstrap: str, log_dir: Path | None = None) -> dic
             if recorder is not None:
                 recorder.close()
             try:
-                delete_topics(bootstrap, [t for t, _ in spec.all_topics()])
+                delete_topics(bootstrap, [t for t, _ in all_topics(spec)])
             except Exception:  # noqa: BLE001 - cleanup only; a temp broker goes away anyway
                 pass
         if log_dir is None and not keep_logs:

@@ -56,6 +56,7 @@ from services.core.admin import delete_topics
 from services.deploy.topics import provision
 from services.log.tail import last_stable_id
 from services.spec import Spec, parse_spec
+from services.spec.topics import all_topics
 
 NAME = "failover"
 PAGE = "failover"  # docs/templates/failover.md: the section's text
@@ -265,7 +266,7 @@ def run_setting(label: str, hb_ms: int, timeout_ms: int, trials: int, bootstrap:
         mon.close()
         services.stop()
         try:
-            delete_topics(bootstrap, [t for t, _ in spec.all_topics()])
+            delete_topics(bootstrap, [t for t, _ in all_topics(spec)])
         except Exception:  # noqa: BLE001 - cleanup only
             pass
 

@@ -39,7 +39,9 @@ from services.spec.classes import describe
 from services.spec.egress import egress_topic, egress_topics, egress_units
 
 if TYPE_CHECKING:
+    from services.core.config import Settings
     from services.deploy.deployment import Deployment, Process
+    from services.spec import Spec
 
 app = typer.Typer(
     name="hastream",
@@ -278,9 +280,12 @@ def node_run(
     node: Annotated[str, typer.Argument(help="Node name in the spec.")],
     partition: Annotated[int, typer.Option(help="Partition this process owns.")] = 0,
     replica: Annotated[int, typer.Option(help="Replica index of this process.")] = 0,
+    process: Annotated[
+        int | None, typer.Option(help="Run the partitions process N of the node's 'processes:' hosts, not one.")
+    ] = None,
     bootstrap: BootstrapOpt = None,
 ) -> None:
-    """Run one node replica partition until SIGTERM."""
+    """Run one node replica partition (or, with --process, the partitions one process hosts) until SIGTERM."""
     from services.node.loop import NodeService
     from services.schemes import build_scheme
 
@@ -288,10 +293,12 @@ def node_run(
     settings = settings_or_exit(bootstrap)
     if node not in s.nodes:
         raise fail(f"no node '{node}' in {spec} (nodes: {', '.join(s.nodes)})")
-    if not 0 <= partition < s.node_partitions(node):
-        raise fail(f"node '{node}' has partitions 0..{s.node_partitions(node) - 1}; got --partition {partition}")
     if not 0 <= replica < s.nodes[node].replicas:
         raise fail(f"node '{node}' has replicas 0..{s.nodes[node].replicas - 1}; got --replica {replica}")
+    if process is not None:
+        return _run_tasks(s, node, process, replica, settings)
+    if not 0 <= partition < s.node_partitions(node):
+        raise fail(f"node '{node}' has partitions 0..{s.node_partitions(node) - 1}; got --partition {partition}")
     service_logging(f"{node}.r{replica}.p{partition}")
     try:
         stats = NodeService(s, node, partition, replica, settings, build_scheme).run(own_process=True)
@@ -300,6 +307,24 @@ def node_run(
     out.print(
         f"node {node} p{partition} r{replica} stopped: consumed {stats.consumed}, produced {stats.produced}, "
         f"dead-lettered {stats.deadlettered}"
+    )
+
+
+def _run_tasks(s: Spec, node: str, process: int, replica: int, settings: Settings) -> None:
+    """``node run --process``: the partition tasks of one process (``services.node.tasks``)."""
+    from services.node.tasks import PartitionTasks
+    from services.schemes import build_scheme
+
+    if not 0 <= process < s.node_processes(node):
+        raise fail(f"node '{node}' has processes 0..{s.node_processes(node) - 1}; got --process {process}")
+    service_logging(f"{node}.r{replica}.proc{process}")
+    try:
+        stats = PartitionTasks(s, node, process, replica, settings, build_scheme).run(own_process=True)
+    except HastreamError as e:
+        raise fail(str(e)) from None
+    out.print(
+        f"node {node} process {process} r{replica} stopped: consumed {sum(t.consumed for t in stats)}, "
+        f"produced {sum(t.produced for t in stats)}, dead-lettered {sum(t.deadlettered for t in stats)}"
     )
 
 

@@ -109,6 +109,24 @@ class ClientMetrics(Collector):
         )
 
 
+class Merged(Collector):
+    """Several collectors of the same metrics (the partition tasks of one process, each with its
+    ``partition`` label) as one: each family once, with every collector's samples."""
+
+    def __init__(self, collectors: Sequence[Collector]) -> None:
+        self.collectors = list(collectors)
+
+    def collect(self) -> Iterable[Any]:
+        families: dict[str, Any] = {}
+        for c in self.collectors:
+            for fam in c.collect():
+                if fam.name in families:
+                    families[fam.name].samples.extend(fam.samples)
+                else:
+                    families[fam.name] = fam
+        return list(families.values())
+
+
 def registry_of(*collectors: Collector) -> CollectorRegistry:
     """A registry of its own per service (services run side by side in one process in tests),
     with the process's Kafka client counters."""

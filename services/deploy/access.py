@@ -59,6 +59,7 @@ from services.core.paths import write_private
 from services.spec import Spec
 from services.spec.egress import egress_topic, egress_units, replicated, transactional_prefix
 from services.spec.plan import plan_node
+from services.spec.topics import restart_topics
 
 ADMIN = "admin"  # the key of the broker's super user among a deployment's logins
 COORDINATOR = "coordinator"
@@ -137,7 +138,7 @@ def node_acls(spec: Spec, node: str, replica: int) -> list[Acl]:
     inputs = [t for i in plan.inputs for t in i.topics]
     ticked = [t for i in plan.inputs if i.ingress is not None for t in i.topics]  # an idle raw topic's ticks
     own = [o.topics[replica] for o in plan.outputs]
-    restart = [t for t, _ in spec.restart_topics() if t == plan.restart_topics[replica]]
+    restart = [t for t, _ in restart_topics(spec) if t == plan.restart_topics[replica]]
     groups = [group_id(plan.service_name(replica, p)) for p in range(plan.partitions)]
     return [
         *_topic(user, inputs, READ),

@@ -2,7 +2,7 @@
 
 ``up`` provisions topics and starts the deployment's supervisor (``supervisor.py``), which
 starts one process per node replica partition (a Spark node's too, each with its own Spark
-session) and restarts any that crashes, as compose's ``restart: on-failure``
+session), or per node replica process where a node hosts several partitions in each (``processes:``) and restarts any that crashes, as compose's ``restart: on-failure``
 does; ``down`` has it stop them with SIGTERM so each flushes and commits. Processes are
 started and signalled through ``processes``. The deployment's record is ``deployment.py``,
 its topics ``topics.py``, its broker ``broker.py``.
@@ -59,7 +59,12 @@ def service_commands(spec: Spec, spec_path: Path) -> list[tuple[str, list[str]]]
             argv = ["egress", str(spec_path), stream, "--mode", e.mode]
         else:
             argv = ["node", "run", str(spec_path), name]
+        hosts = spec.node_processes(name) if name in spec.nodes else partitions
         for r in range(replicas):
+            if hosts < partitions:  # each process hosts several partition tasks (``services.node.tasks``)
+                for q in range(hosts):
+                    out.append((f"{name}.r{r}.proc{q}", [*cli, *argv, "--process", str(q), "--replica", str(r)]))
+                continue
             for p in range(partitions):
                 out.append((f"{name}.r{r}.p{p}", [*cli, *argv, "--partition", str(p), "--replica", str(r)]))
     return out

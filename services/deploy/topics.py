@@ -10,7 +10,7 @@ from services.coordinator.names import internal_topics
 from services.core.admin import TopicSpec, broker_count, ensure_topics
 from services.spec import Spec
 from services.spec.egress import egress_topics
-from services.spec.topics import topic_configs
+from services.spec.topics import all_topics, topic_configs
 
 
 def provision(spec: Spec, bootstrap: str) -> list[str]:
@@ -25,7 +25,7 @@ def topic_specs(spec: Spec, replication: int = 1, config: dict[str, str] | None 
     nodes ask for theirs (restart topics take messages as large as an image, and the logs HA schemes
     recover from keep every record until trimmed)."""
     own = topic_configs(spec)
-    topics = [(t, p, own.get(t, {})) for t, p in spec.all_topics()]
+    topics = [(t, p, own.get(t, {})) for t, p in all_topics(spec)]
     topics += [(t, p, c) for _, t, p, c in egress_topics(spec)]
     return [TopicSpec(t, p, replication, {**(config or {}), **c}) for t, p, c in topics]
 
@@ -35,4 +35,4 @@ def owned_topics(spec: Spec) -> list[str]:
     and none that a source shares by name (``topic:``)."""
     shared = {sd.topic for sd in spec.streams.values() if sd.topic}
     egresses = [t for _, t, _, _ in egress_topics(spec)]
-    return [t for t, _ in spec.all_topics() if t not in shared] + egresses + internal_topics(spec)
+    return [t for t, _ in all_topics(spec) if t not in shared] + egresses + internal_topics(spec)

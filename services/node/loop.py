@@ -66,9 +66,13 @@ class NodeService:
         replica: int,
         settings: Settings,
         build_scheme: Callable[[NodeRuntime], RecoveryScheme],
+        monitor: ReplicaMonitor | None = None,
     ) -> None:
-        """``build_scheme`` makes the node's recovery scheme (``services.schemes.build_scheme``)."""
+        """``build_scheme`` makes the node's recovery scheme (``services.schemes.build_scheme``);
+        ``monitor``: the process's, shared by its partition tasks (``services.node.tasks``), which
+        then also serve this task's metrics; None: its own, and its own metrics server."""
         self.plan = plan = plan_node(spec, node)
+        self.shared_monitor = monitor
         self.partition, self.replica, self.settings = partition, replica, settings
         self.stats = NodeStats()
         self.running = False
@@ -233,7 +237,7 @@ class NodeService:
             st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written
         )
         self.outputs.open(self.producer)
-        self.monitor = ReplicaMonitor(st.bootstrap, plan.heartbeat_topic, plan.detection_s)
+        self.monitor = self.shared_monitor or ReplicaMonitor(st.bootstrap, plan.heartbeat_topic, plan.detection_s)
         self.heartbeat = HeartbeatSender(
             st.bootstrap,
             plan.heartbeat_topic,
@@ -245,7 +249,7 @@ class NodeService:
             state=NodeState.RECOVERING,
         ).start()
         self.control = ControlReader(st.bootstrap, plan.control_topic, f"{self.name}.control")
-        self.metrics_server = serve_from_env(self.metrics)
+        self.metrics_server = serve_from_env(self.metrics) if self.shared_monitor is None else None
 
     def _close(self, clean: bool) -> None:
         """After a clean stop the scheme persists what a restart needs; after an error nothing is
@@ -260,7 +264,8 @@ class NodeService:
                 self.metrics_server.close()
             self.heartbeat.stop()
             self.images.close()
-            self.monitor.close()
+            if self.shared_monitor is None:
+                self.monitor.close()
             self.control.close()
             self.consumer.close()
             if self.fresh_consumer is not None:

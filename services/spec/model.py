@@ -157,6 +157,7 @@ class NodeDef:
     ha: HaDef = HaDef()
     flush_ms: int = 1000  # a spark node's window: how long decided results wait for the next Spark job
     state: str | None = None  # its ``state:``, a store of ``services.spec.stores``; None: its scheme's default
+    processes: int | None = None  # processes per replica, each hosting some partitions (None: one per partition)
 
     @property
     def store(self) -> str | None:
@@ -226,6 +227,10 @@ class Spec:
 
     def node_partitions(self, node: str) -> int:
         return exchanges.node_partitions(self, node)
+
+    def node_processes(self, node: str) -> int:
+        """How many processes run each replica of ``node``: its ``processes:``, else one per partition."""
+        return self.nodes[node].processes or self.node_partitions(node)
 
     def topic_partitions(self, stream: str) -> int:
         """Partitions of each topic of ``stream``: one per consumer partition where it crosses an exchange."""
@@ -350,25 +355,6 @@ class Spec:
         longest path to each output, as in the paper."""
         shares = [(self.streams[s].delay or self.dpc.delay) / self.path_nodes(s) for s in self.downstream_sinks(node)]
         return self.dpc.alpha * min(shares, default=self.dpc.delay) / 1000.0
-
-    def all_topics(self) -> list[tuple[str, int]]:
-        """Every topic of the deployment with its partition count."""
-        out = [(t, self.topic_partitions(s)) for s in self.streams for t in self.stream_topics(s)]
-        out.append((self.deadletter_topic, 1))
-        out.append((self.heartbeat_topic, 1))
-        out.append((self.control_topic, 1))
-        out.extend(self.restart_topics())
-        if any(nd.ha.scheme.acks for nd in self.nodes.values()):
-            out.append((self.acks_topic, 1))
-        return out
-
-    def restart_topics(self) -> list[tuple[str, int]]:
-        topics = {
-            self.restart_topic(n, r): self.node_partitions(n)
-            for n, nd in self.nodes.items()
-            for r in range(nd.replicas)
-        }
-        return list(topics.items())
 
     def topo_nodes(self) -> list[str]:
         """Nodes in dataflow order (upstream first)."""

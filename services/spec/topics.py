@@ -31,3 +31,23 @@ def node_topics(spec: Spec, node: str, kind: NodeTopic) -> list[str]:
         return [spec.acks_topic]
     streams = spec.node_inputs(node) if kind is NodeTopic.INPUTS else spec.node_outputs(node)
     return [t for s in streams for t in spec.stream_topics(s)]
+
+
+def all_topics(spec: Spec) -> list[tuple[str, int]]:
+    """Every topic of the deployment with its partition count."""
+    out = [(t, spec.topic_partitions(s)) for s in spec.streams for t in spec.stream_topics(s)]
+    out.append((spec.deadletter_topic, 1))
+    out.append((spec.heartbeat_topic, 1))
+    out.append((spec.control_topic, 1))
+    out.extend(restart_topics(spec))
+    if any(nd.ha.scheme.acks for nd in spec.nodes.values()):
+        out.append((spec.acks_topic, 1))
+    return out
+
+
+def restart_topics(spec: Spec) -> list[tuple[str, int]]:
+    """Every restart topic with its partition count (one partition per node partition)."""
+    topics = {
+        spec.restart_topic(n, r): spec.node_partitions(n) for n, nd in spec.nodes.items() for r in range(nd.replicas)
+    }
+    return list(topics.items())

@@ -266,6 +266,8 @@ def graph(ck: Problems, spec: Spec) -> None:
         ck.err(at, why)
     for n in spec.nodes:
         p = spec.node_partitions(n)
+        if (q := spec.nodes[n].processes) is not None and q > p:
+            ck.err(("nodes", n, "processes"), f"node '{n}' has {p} partitions: 'processes' may be 1 to {p}, got {q}")
         for o in spec.nodes[n].operators:
             op = spec.operators[o]
             if p > 1 and op.type in exchanges.KEYED:

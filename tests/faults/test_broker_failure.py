@@ -12,12 +12,13 @@ promise that."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from infra.kafka.cluster import KafkaCluster
-from tests.dpc_chain import BROKER_BUDGET, Run, Schedule, check_schedule, run_chain
+from tests.dpc_chain import BROKER_BUDGET, EXCHANGE, Run, Schedule, check_schedule, run_chain
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,3 +39,24 @@ def test_broker_killed_during_a_source_failure(crowded3: KafkaCluster, tmp_path:
         schedule.wait_brokers()
     assert all(crowded3.alive()), "the killed broker came back"
     check_schedule(run, failure_free3, schedule)
+
+
+# The broker budget's X on a chain whose window n3 (2 partitions) reads n2's output (1 partition)
+# over an exchange: 8 node processes beside the 3 brokers; the 14 of ``EXCHANGE`` starve them here.
+EXCHANGE_BUDGET = replace(EXCHANGE, delay=BROKER_BUDGET.delay, partitions=1, sensors=8, window_partitions=2)
+
+
+@pytest.mark.timeout(1200)
+def test_broker_killed_during_a_source_failure_across_an_exchange(
+    crowded3: KafkaCluster, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The schedule above on the exchange chain: every connection of n2's output and every window
+    partition end with the failure-free output of the same cluster."""
+    failure_free = run_chain(crowded3, tmp_path_factory.mktemp("ffx3"), [], None, shape=EXCHANGE_BUDGET)
+    schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(crowded3, 3.0, 6.0)
+    try:
+        run = run_chain(crowded3, tmp_path, schedule, failure_free)
+    finally:
+        schedule.wait_brokers()
+    assert all(crowded3.alive()), "the killed broker came back"
+    check_schedule(run, failure_free, schedule)

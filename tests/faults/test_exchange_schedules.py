@@ -10,6 +10,7 @@ the source is down, and seeded random schedules drawn over every partition.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,4 +51,18 @@ def test_random_fault_schedule_across_an_exchange(
     failure_free = reference(EXCHANGE)
     schedule = random_schedule(seed, EXCHANGE)
     run = run_chain(kafka, tmp_path, schedule, failure_free, "undo" if seed % 3 == 2 else "checkpoint")
+    check_schedule(run, failure_free, schedule)
+
+
+def test_a_process_hosting_three_partitions_killed_in_a_source_failure(
+    kafka: Any, tmp_path: Path, reference: Callable[[Shape], Run]
+) -> None:
+    """n3 runs its 3 partitions in one process per replica (``processes: 1``): kill -9 of n3.r0.proc0
+    at 3 s takes three partition tasks down at once while s2 is down (2..5 s). Each is failed, fenced
+    and restarted per partition (from its own restart image), and every partition of every replica
+    ends with the failure-free output, tentative results within X and corrected meanwhile."""
+    failure_free = reference(EXCHANGE)
+    schedule = Schedule(partitions=2).stop_source(2, 2.0, 3.0).kill("n3.r0.proc0", 3.0, 3.0)
+    run = run_chain(kafka, tmp_path, schedule, failure_free, shape=replace(EXCHANGE, window_processes=1))
+    assert (run.log_dir / "n3.r0.proc0.log").exists() and not (run.log_dir / "n3.r0.p1.log").exists()
     check_schedule(run, failure_free, schedule)

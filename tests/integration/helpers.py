@@ -32,6 +32,7 @@ from services.core.tuples import BOUNDARY, STABLE, TupleType, parse_headers
 from services.deploy import access
 from services.deploy.topics import topic_specs
 from services.node.loop import NodeService
+from services.node.tasks import PartitionTasks
 from services.schemes import build_scheme
 from services.spec import Spec, parse_spec
 
@@ -131,7 +132,13 @@ def run_nodes_until_idle(spec: Spec, bootstrap: str, idle_s: float = 3.0) -> dic
     settings = Settings(bootstrap=bootstrap, batch_size=200)
     for n in spec.topo_nodes():
         threads = []
-        for p in range(spec.node_partitions(n)):
+        if spec.node_processes(n) < spec.node_partitions(n):  # several partition tasks per process
+            for q in range(spec.node_processes(n)):
+                host = PartitionTasks(spec, n, q, 0, settings, build_scheme)
+                services.update({f"{n}.p{t.partition}": t for t in host.tasks})
+                threads.append(threading.Thread(target=host.run, kwargs={"max_idle_s": idle_s}, daemon=True))
+                threads[-1].start()
+        for p in range(spec.node_partitions(n)) if not threads else ():
             svc = services[f"{n}.p{p}"] = NodeService(spec, n, p, 0, settings, build_scheme)
             t = threading.Thread(target=svc.run, kwargs={"max_idle_s": idle_s}, daemon=True)
             t.start()

@@ -18,10 +18,21 @@ pytestmark = pytest.mark.integration
 REKEY = (Path(__file__).parents[2] / "examples" / "rekey.yaml").read_text().replace("name: rekey", "name: rekey-{u}")
 
 
-def test_a_network_that_rekeys_twice_equals_the_reference_partition_by_partition(kafka, tmp_path: Path) -> None:
+@pytest.mark.parametrize("region_processes", [None, 1, 2])
+def test_a_network_that_rekeys_twice_equals_the_reference_partition_by_partition(
+    kafka, tmp_path: Path, region_processes: int | None
+) -> None:
     """sensor (2 partitions) -> building (3) -> region (4): each node partition's output is the
-    reference's for the keys routed to it, tuple for tuple, with dense ids from 0."""
-    spec, _ = unique_spec(REKEY, tmp_path)
+    reference's for the keys routed to it, tuple for tuple, with dense ids from 0; the same with
+    region's 4 partitions as tasks of 1 or 2 processes (``processes:``)."""
+    text = REKEY
+    if region_processes is not None:
+        text = text.replace(
+            "region: {operators: [region_stats], replicas: 2}",
+            f"region: {{operators: [region_stats], replicas: 2, processes: {region_processes}}}",
+        )
+    spec, _ = unique_spec(text, tmp_path)
+    assert spec.node_processes("region") == (region_processes or 4)
     create_topics(spec, kafka.bootstrap)
     inputs: list[list[dict]] = [[], []]
     w = SourceWriter(spec, "readings", kafka.bootstrap)

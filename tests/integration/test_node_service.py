@@ -12,6 +12,7 @@ from services.client.source import SourceWriter
 from services.client.workload import readings
 from services.core.tuples import TupleType, make_headers
 from services.operators.reference import canonical, evaluate
+from services.spec.topics import restart_topics
 from tests.integration.helpers import by_partition, create_topics, read_stream, run_nodes_until_idle, unique_spec
 
 pytestmark = pytest.mark.integration
@@ -193,7 +194,7 @@ def test_a_node_that_dies_on_a_delivery_error_persists_nothing_past_what_it_wrot
     assert not t.is_alive() and died, "a delivery error must stop the node"
     written = [x for x in read_stream(spec, f"out_{u}", kafka.bootstrap) if x.meta.type is TupleType.STABLE]
     assert [x.meta.id for x in written] == list(range(50))
-    image = restart.load(kafka.bootstrap, spec.restart_topics()[0][0], 0)
+    image = restart.load(kafka.bootstrap, restart_topics(spec)[0][0], 0)
     assert image is not None
     next_id, _ = image.outputs[f"out_{u}"]
     assert next_id <= len(written), (

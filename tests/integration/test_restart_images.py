@@ -21,6 +21,7 @@ from services.log import images, retention
 from services.node import restart
 from services.node.loop import NodeService
 from services.schemes import build_scheme
+from services.spec.topics import restart_topics
 from tests.integration.helpers import create_topics, unique_spec
 
 pytestmark = pytest.mark.integration
@@ -80,7 +81,7 @@ def test_writing_a_large_image_does_not_stall_the_nodes_heartbeats(kafka, tmp_pa
     spec, _ = unique_spec(JOIN, tmp_path)
     # Segments that hold any image whole: this test is about heartbeats, not size limits.
     roomy = {**retention.IMAGES, "segment.bytes": str(256 * 1024 * 1024)}
-    ensure_topics(kafka.bootstrap, [TopicSpec(t, n, 1, roomy) for t, n in spec.restart_topics()])
+    ensure_topics(kafka.bootstrap, [TopicSpec(t, n, 1, roomy) for t, n in restart_topics(spec)])
     create_topics(spec, kafka.bootstrap)
     svc = NodeService(spec, "n", 0, 0, Settings(bootstrap=kafka.bootstrap), build_scheme)
     svc.pipeline.operators[0].set_state(_join_state(800_000))

@@ -34,6 +34,7 @@ from services.deploy.deployment import Process
 from services.deploy.local import process_env, service_commands
 from services.spec import parse_spec
 from services.spec.plan import plan_node
+from services.spec.topics import all_topics
 
 SPEC_TEXT = """\
 name: acl
@@ -144,7 +145,7 @@ def test_a_source_writes_its_own_stream_and_an_ingress_stream_through_its_raw_to
 
 def test_every_acl_names_a_topic_of_the_deployment_and_every_topic_has_a_writer() -> None:
     acls = spec_acls(SPEC)
-    deployed = {t for t, _ in SPEC.all_topics()} | set(access.internal_topics(SPEC))
+    deployed = {t for t, _ in all_topics(SPEC)} | set(access.internal_topics(SPEC))
     assert topics(acls) <= deployed
     assert deployed <= topics(acls, WRITE)
 
@@ -153,7 +154,7 @@ def test_two_deployments_with_the_same_stream_names_get_disjoint_acls() -> None:
     """Topics are namespaced per deployment, and the ACLs follow: a node of one deployment may not
     touch the same-named topics of another; only a shared ``topic:`` is the same in both."""
     other = parse_spec(SPEC_TEXT.replace("name: acl", "name: other"))
-    assert not {t for t, _ in SPEC.all_topics()} & {t for t, _ in other.all_topics()}
+    assert not {t for t, _ in all_topics(SPEC)} & {t for t, _ in all_topics(other)}
     mine, theirs = spec_acls(SPEC), spec_acls(other)
     assert not topics(mine) & topics(theirs)
     shared = parse_spec(

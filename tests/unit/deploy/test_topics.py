@@ -15,6 +15,7 @@ from services.deploy.topics import topic_specs
 from services.spec import Spec, load_spec, parse_spec
 from services.spec.model import HaDef, Scheme
 from services.spec.schemes import KINDS, NodeTopic
+from services.spec.topics import all_topics, restart_topics
 from tests.unit.coordinator.test_trims import SPEC as TRIMS_SPEC
 from tests.unit.spec.test_spec import BASE, REPO
 
@@ -34,13 +35,13 @@ READ_BACK = {Scheme.PASSIVE_STANDBY, Scheme.UPSTREAM_BACKUP, Scheme.ACTIVE_STAND
 def expected(spec: Spec, replication: int, config: dict[str, str]) -> list[TopicSpec]:
     """The settings as ``topic_specs`` gave them before: images on every restart topic, then no
     retention on every log an HA node that reads logs back reads or writes, then the acks topic."""
-    own = {t: IMAGES for t, _ in spec.restart_topics()}
+    own = {t: IMAGES for t, _ in restart_topics(spec)}
     for n, nd in spec.nodes.items():
         if nd.ha.scheme in READ_BACK:
             for s in (*spec.node_inputs(n), *spec.node_outputs(n)):
                 own.update({t: KEPT for t in spec.stream_topics(s)})
     own[spec.acks_topic] = ACKS
-    logs = [TopicSpec(t, p, replication, {**config, **own.get(t, {})}) for t, p in spec.all_topics()]
+    logs = [TopicSpec(t, p, replication, {**config, **own.get(t, {})}) for t, p in all_topics(spec)]
     plain = {"stable": {}, "latest": {"cleanup.policy": "compact"}}  # an egress's topic, after the logs
     return logs + [
         TopicSpec(e.topic or f"{spec.name}.{s}.{e.mode}", sd.partitions, replication, {**config, **plain[e.mode]})
