@@ -28,6 +28,7 @@ from services.control.messages import Heartbeat
 from services.control.states import Role
 from services.ha.acks import Ack, Key
 from services.spec import Spec
+from services.spec.exchanges import exchange_of, output_name
 
 LIMIT_EVERY_S = 1.0  # a log's limit (the writer's restart point, its tail) is read again this often at most
 
@@ -38,24 +39,42 @@ def trimmable(spec: Spec) -> dict[str, list[str]]:
     for s, sd in spec.streams.items():
         readers = [n for n in spec.nodes if s in spec.node_inputs(n)]
         topics = spec.stream_topics(s)
-        if not readers or len(topics) != 1 or sd.topic is not None or sd.egress:
+        ex = exchange_of(spec, s)  # across an exchange, one log per producer partition: each is trimmed
+        if not readers or len(topics) != (ex.producers if ex else 1) or sd.topic is not None or sd.egress:
             continue  # an egress reads it as an application does: what it still needs is not reported
         writer = spec.node_producing(s)
         if writer is not None and not writer.ha.scheme.kind.takeovers:
             continue
         if all(spec.nodes[n].ha.scheme.kind.trims_inputs for n in readers):
-            out[topics[0]] = readers
+            out.update(dict.fromkeys(topics, readers))
     return out
 
 
-def writers(spec: Spec, topics: list[str]) -> dict[str, tuple[str, str]]:
-    """Topic -> (node, stream) of its writer, for each of ``topics`` a takeover reads back."""
+@dataclass(frozen=True)
+class Writer:
+    """Who writes a log: a node and its output stream; across an exchange, one producer partition,
+    whose partition i of the log is its connection to consumer partition i."""
+
+    node: str
+    stream: str
+    producer: int | None = None
+
+    def at(self, partition: int) -> tuple[int, str]:
+        """The writer's node partition, and the output its heartbeats' ``keeps`` name, for ``partition`` of the log."""
+        if self.producer is None:
+            return partition, self.stream
+        return self.producer, output_name(self.stream, partition)
+
+
+def writers(spec: Spec, topics: list[str]) -> dict[str, Writer]:
+    """Topic -> its writer, for each of ``topics`` a takeover reads back."""
     out = {}
     for s in spec.streams:
         node = spec.node_producing(s)
-        for t in spec.stream_topics(s):
+        ex = exchange_of(spec, s)
+        for i, t in enumerate(spec.stream_topics(s)):
             if t in topics and node is not None and node.ha.scheme.kind.reads_own_log:
-                out[t] = (node.name, s)
+                out[t] = Writer(node.name, s, i if ex is not None else None)
     return out
 
 
@@ -79,7 +98,7 @@ class Trims:
         self.writers = writers(spec, list(self.readers))
         self.replicas = {n: nd.replicas for n, nd in spec.nodes.items()}
         self.needs_by = {n: nd.ha.scheme.kind.input_needs for n, nd in spec.nodes.items()}
-        self.partitions = {t: spec.streams[s].partitions for s in spec.streams for t in spec.stream_topics(s)}
+        self.partitions = {t: spec.topic_partitions(s) for s in spec.streams for t in spec.stream_topics(s)}
         self.acks: dict[tuple[str, int, int], Ack] = {}  # (node, partition, epoch) -> that primary's newest ack
         self.beats: dict[tuple[str, int, int], Heartbeat] = {}  # (node, partition, replica) -> its newest heartbeat
         self.starts: dict[Key, int] = {}  # (topic, partition) -> the log start the last trim gave
@@ -130,8 +149,9 @@ class Trims:
         topic, p = key
         if topic not in self.writers:
             return None
-        node, stream = self.writers[topic]
-        got = self._reported(node, p, lambda beat: beat.keeps.get(stream), epoch, role)
+        w = self.writers[topic]
+        part, stream = w.at(p)
+        got = self._reported(w.node, part, lambda beat: beat.keeps.get(stream), epoch, role)
         return 0 if got is None else got
 
     def _reported(

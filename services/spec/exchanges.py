@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from services.core.codec import schema_fields
-from services.spec.schemes import Scheme
 
 if TYPE_CHECKING:
     from services.spec.model import Spec
@@ -43,6 +42,16 @@ def connection_topic(spec: Spec, stream: str, producer: int, replica: int) -> st
     node = spec.node_producing(stream)
     one_log = node is not None and node.ha.scheme.one_log
     return f"{spec.name}.{stream}.p{producer}" + ("" if one_log else f".r{replica}")
+
+
+def output_name(stream: str, consumer: int) -> str:
+    """How a producer names its connection to consumer partition ``consumer`` (an output of its own)."""
+    return f"{stream}->{consumer}"
+
+
+def input_name(stream: str, producer: int) -> str:
+    """How a consumer names its connection from producer partition ``producer`` (an input of its own)."""
+    return f"{stream}/{producer}"
 
 
 def connection_topics(spec: Spec, ex: Exchange) -> list[str]:
@@ -181,15 +190,6 @@ def _stream_problems(spec: Spec, stream: str) -> list[tuple[tuple, str]]:
                 (
                     at,
                     f"nodes '{n}' and '{m}' need stream '{stream}' partitioned differently: give each its own stream (a map)",
-                )
-            ]
-    for m in (spec.node_producing(stream).name, n):  # type: ignore[union-attr]
-        if spec.nodes[m].ha.scheme is not Scheme.DPC:
-            return [
-                (
-                    at,
-                    f"stream '{stream}' crosses an exchange to node '{n}', and node '{m}' runs "
-                    f"{spec.nodes[m].ha.scheme.value}: exchanges join dpc nodes only so far",
                 )
             ]
     if sd.egress:

@@ -201,7 +201,9 @@ def _output_plans(spec: Spec, s: str, replicas: int) -> list[OutputPlan]:
         tuple(exchanges.connection_topic(spec, s, j, r) for r in range(replicas)) for j in range(ex.producers)
     )
     return [
-        replace(one, stream=f"{s}->{i}", feeds=s, connection=i, route=ex.key, partition_topics=by_partition)
+        replace(
+            one, stream=exchanges.output_name(s, i), feeds=s, connection=i, route=ex.key, partition_topics=by_partition
+        )
         for i in range(ex.consumers)
     ]
 

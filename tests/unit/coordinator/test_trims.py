@@ -175,3 +175,37 @@ def test_a_log_passive_and_active_standby_nodes_read_is_trimmed_at_what_their_re
     trims.reported(Heartbeat("act", 0, 1, NodeState.STABLE, 2, 2, role="secondary", needs={"ts.src": 120}))
     assert due() == {("ts.src", 0): Point(120, None)}  # its secondary reads behind
     assert trims.due(lambda n, p: 3, roles) == {}  # a takeover: the new primaries have not said
+
+
+EXCHANGE = parse_spec("""\
+name: tx
+streams:
+  src: {schema: reading, key: sensor, partitions: 2}
+  mid: {schema: reading, key: sensor, partitions: 2}
+  out: {schema: window_stat, key: key, partitions: 3}
+operators:
+  keep: {type: filter, input: src, output: mid, where: "value > 0"}
+  win: {type: window, input: mid, output: out, key: sensor, size: 300, slide: 100,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+nodes:
+  a: {operators: [keep], replicas: 2, ha: upstream_backup}
+  b: {operators: [win], replicas: 2, ha: upstream_backup}
+""")
+
+
+def test_across_an_exchange_each_connection_is_trimmed_by_its_consumer_and_kept_by_its_producer() -> None:
+    """mid crosses an exchange (2 -> 3 partitions): its logs are tx.mid.p0 and tx.mid.p1, and partition i
+    of tx.mid.p<j> is the connection from producer partition j to consumer partition i. It is trimmed by
+    what consumer partition i's acks say of it, never past what producer partition j's takeover reads
+    back of that connection (its heartbeats' ``keeps`` name the connection's output, mid->i)."""
+    trims = Trims(EXCHANGE)
+    assert trims.readers == {"tx.src": ["a"], "tx.mid.p0": ["b"], "tx.mid.p1": ["b"]}
+    assert trims.partitions["tx.mid.p1"] == 3
+    role = _roles({0: Role.PRIMARY})
+    for p in range(3):  # consumer partition p has read 100 * (p + 1) of each connection to it
+        trims.heard(Ack("b", p, 7, 1000, {}, {"tx.mid.p0": 100 * (p + 1), "tx.mid.p1": 100 * (p + 1)}, {}, 0))
+    for j in range(2):  # producer partition j's takeover reads back each connection from id 10 * (j + 1)
+        keeps = {f"mid->{i}": 10 * (j + 1) for i in range(3)}
+        trims.reported(Heartbeat("a", j, 0, NodeState.STABLE, 1, 4, role="primary", keeps=keeps))
+    due = trims.due(lambda n, p: 7 if n == "b" else 4, role)
+    assert due == {(f"tx.mid.p{j}", i): Point(100 * (i + 1), 10 * (j + 1)) for j in range(2) for i in range(3)}

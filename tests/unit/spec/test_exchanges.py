@@ -84,11 +84,6 @@ def test_the_plans_read_and_write_one_connection_per_partition_pair() -> None:
             "outputs of node 'building' have different partition counts (per_building=3, in_building=5)",
         ),
         (
-            "  sense: {operators: [drop_cold], replicas: 2}",
-            "  sense: {operators: [drop_cold], replicas: 2, ha: {scheme: active_standby}}",
-            "stream 'warm' crosses an exchange to node 'building', and node 'sense' runs active_standby",
-        ),
-        (
             "  warm: {schema: located, key: sensor, partitions: 2}",
             "  warm: {schema: located, key: sensor, partitions: 2, egress: {mode: stable}}",
             "stream 'warm' is split into connections for node 'building'",
