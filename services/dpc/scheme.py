@@ -65,6 +65,7 @@ class DpcScheme:
             self.dpc.max_kept,
             plan.hold_s,
             in_order=plan.in_order,
+            early=True,
         )
         self.path = StablePath(node, sunion, {o.stream: SOutput() for o in plan.outputs})
         self.path.on_tentative = self._tentative

@@ -77,7 +77,10 @@ class SUnion:
         max_kept: int | None = None,
         hold_s: float | None = None,
         in_order: bool = False,
+        early: bool = False,
     ) -> None:
+        """``early``: release the stable tuples of a bucket that every input's boundary has passed
+        before the whole bucket has (``_early``)."""
         if inputs < 1 or bucket_ms < 1 or delay_s < 0 or (max_kept is not None and max_kept < 0):
             raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1, delay_s >= 0 and max_kept >= 0")
         if in_order and inputs != 1:
@@ -98,7 +101,7 @@ class SUnion:
         # When the tuples of buckets an UNDO emptied first came: their corrections are the same data,
         # so they wait only what is left of the wait (the delay bound counts from the first arrival).
         self.emptied: dict[int, float] = {}
-        self.in_order = in_order
+        self.in_order, self.early = in_order, early and not in_order
         self.high = NO_TIME  # in_order: the newest stable stime; no later tuple takes an earlier bucket
 
     # -- restart image ----------------------------------------------------------
@@ -265,6 +268,8 @@ class SUnion:
             elif (due is not None and k <= due) or (process and (failed or not b.clean()) and self._passed(k, now)):
                 label = TENTATIVE  # overdue, or can only be tentative and need not wait
             else:
+                if self.early and not failed and b.clean():
+                    yield from self._early(k, b)
                 break
             if not self.in_order:
                 b.tuples.sort(key=STuple.order)
@@ -277,14 +282,29 @@ class SUnion:
                 failure.keep(k, b)
             self._passed_up_to(passed)
 
+    def _early(self, k: int, b: Bucket) -> Iterator[Ready]:
+        """Stable bucket ``k``'s tuples below every input's boundary, in order, now: later tuples sort
+        after them (none comes below its input's boundary), so the order is the whole bucket's. A node
+        of several inputs waits for their boundaries, not a bucket. They leave once processed."""
+        low = min((x for x in self.boundaries if x is not None), default=None)
+        if low is None or None in self.boundaries or low <= k * self.bucket_ms:
+            return
+        ready = [t for t in b.tuples if t.stime < low]
+        if not ready:
+            return
+        ready.sort(key=STuple.order)
+        yield k, STABLE, ready
+        b.tuples = [t for t in b.tuples if t.stime >= low]
+        if not b.tuples:
+            del self.pending[k]  # a tuple of it still to come waits afresh
+
     def _passed_up_to(self, k: int) -> None:
         """Buckets below ``k`` have gone out (or were skipped)."""
         self.emitted_below = k if self.emitted_below is None else max(self.emitted_below, k)
         if self.emptied:
             self.emptied = {e: at for e, at in self.emptied.items() if e >= self.emitted_below}
 
-    def poll(self, now: float) -> list[STuple]:
-        """Every ready tuple at once (``buckets``, flattened)."""
+    def poll(self, now: float) -> list[STuple]:  # ``buckets``, flattened
         return [t for _, _, ts in self.buckets(now) for t in ts]
 
     def frontier(self) -> int | None:
@@ -322,23 +342,19 @@ class SUnion:
         return self.failure.spilled_from
 
     @property
-    def kept(self) -> dict[int, Bucket]:
-        """The buckets kept for the redo, by index."""
+    def kept(self) -> dict[int, Bucket]:  # the buckets kept for the redo, by index
         return self.failure.buckets
 
     @property
-    def kept_tuples(self) -> int:
-        """The tuples in kept buckets."""
+    def kept_tuples(self) -> int:  # the tuples in kept buckets
         return self.failure.tuples
 
     @property
-    def peak_kept(self) -> int:
-        """The most kept tuples at any time."""
+    def peak_kept(self) -> int:  # the most kept tuples at any time
         return self.failure.peak
 
     @property
-    def max_kept(self) -> int | None:
-        """More kept tuples than this spill the failure (None: no bound)."""
+    def max_kept(self) -> int | None:  # more kept tuples than this spill the failure (None: no bound)
         return self.failure.max_kept
 
     @max_kept.setter
@@ -379,6 +395,5 @@ class SUnion:
         the node is still in the failure they belong to; they stay kept."""
         return self.failure.rerun_buckets()
 
-    def redo(self) -> list[STuple]:
-        """Every settled kept bucket's stable tuples at once (``redo_buckets``, flattened)."""
+    def redo(self) -> list[STuple]:  # ``redo_buckets``, flattened
         return [t for _, _, ts in self.redo_buckets() for t in ts]

@@ -38,6 +38,20 @@ def tasks_of(process: int, processes: int, partitions: int) -> list[int]:
     return [p for p in range(partitions) if p % processes == process]
 
 
+class TaskTag(logging.Filter):
+    """Tags each line a task's loop logs with its partition (``task=p<n>``): one process's log holds
+    several partitions' lines."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.threadName in self.names:
+            record.task = record.threadName
+        return True
+
+
 class PartitionTasks:
     """Replica ``replica`` of the partitions of node ``node`` that process ``process`` hosts."""
 
@@ -61,8 +75,11 @@ class PartitionTasks:
     def run(self, max_idle_s: float | None = None, own_process: bool = False) -> list[NodeStats]:
         """Run every task until SIGTERM/SIGINT (``own_process``), until one fails, or (tests) until each
         has been ``max_idle_s`` without input; re-raises the first task's error."""
-        threads = [threading.Thread(target=self._run, args=(t, max_idle_s), name=t.name) for t in self.tasks]
+        threads = [threading.Thread(target=self._run, args=(t, max_idle_s), name=f"p{t.partition}") for t in self.tasks]
         server = serve_from_env(Merged([t.metrics for t in self.tasks]))
+        tag = TaskTag({th.name for th in threads})
+        for h in logging.getLogger().handlers:
+            h.addFilter(tag)
         if own_process:
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
@@ -78,6 +95,8 @@ class PartitionTasks:
             if server is not None:
                 server.close()
             self.monitor.close()
+            for h in logging.getLogger().handlers:
+                h.removeFilter(tag)
         if self.errors:
             raise self.errors[0]
         return [t.stats for t in self.tasks]

@@ -69,3 +69,23 @@ def test_merged_metrics_give_each_family_once_with_every_tasks_samples() -> None
     fams = list(Merged([One(0), One(1), One(2)]).collect())
     assert [f.name for f in fams] == ["hastream_x"]
     assert [(s.labels["partition"], s.value) for s in fams[0].samples] == [("0", 0.0), ("1", 1.0), ("2", 2.0)]
+
+
+def test_a_tasks_log_lines_say_its_partition() -> None:
+    import io
+    import logging
+    import threading
+
+    from services.core.logs import setup_logging
+    from services.node.tasks import TaskTag
+
+    buf = io.StringIO()
+    handler = setup_logging("n.r0.proc0", stream=buf)
+    handler.addFilter(TaskTag({"p3"}))
+    t = threading.Thread(target=lambda: logging.getLogger("x").warning("hello"), name="p3")
+    t.start()
+    t.join()
+    logging.getLogger("x").warning("from the process")
+    lines = buf.getvalue().splitlines()
+    assert lines[0].endswith("hello task=p3") and "task=" not in lines[1]
+    logging.getLogger().removeHandler(handler)
