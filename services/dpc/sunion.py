@@ -283,9 +283,8 @@ class SUnion:
             self._passed_up_to(passed)
 
     def _early(self, k: int, b: Bucket) -> Iterator[Ready]:
-        """Stable bucket ``k``'s tuples below every input's boundary, in order, now: later tuples sort
-        after them (none comes below its input's boundary), so the order is the whole bucket's. A node
-        of several inputs waits for their boundaries, not a bucket. They leave once processed."""
+        """Stable bucket ``k``'s tuples below every input's boundary, in order, now (none comes later below
+        its input's boundary: the order is the whole bucket's); they leave once processed."""
         low = min((x for x in self.boundaries if x is not None), default=None)
         if low is None or None in self.boundaries or low <= k * self.bucket_ms:
             return
@@ -319,12 +318,14 @@ class SUnion:
         if len(known) < self.inputs:
             return None
         f = min(known)
-        if self.pending:
+        if self.pending and self.early:  # what is pending is what is not out: its first tuple
+            f = min([f] + [t.stime for b in self.pending.values() for t in b.tuples])
+        elif self.pending:
             f = min(f, min(self.pending) * self.bucket_ms)
         first = self.failure.first()
         if first is not None:
             f = min(f, first * self.bucket_ms)
-        return (f // self.bucket_ms) * self.bucket_ms
+        return f if self.early else (f // self.bucket_ms) * self.bucket_ms  # early: tuple-time precise
 
     # -- reconciliation: what it keeps of a failure (``services.dpc.kept``) ------
     def in_failure(self) -> bool:

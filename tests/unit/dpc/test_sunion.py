@@ -490,3 +490,19 @@ def test_early_release_goes_out_before_the_bucket_ends_but_never_past_a_lagging_
     assert su.poll(0.0) == []  # not below input 0's boundary, 30
     su.boundary(0, 100)
     assert key(su.poll(0.0)) == [(35, 0, 1)]
+
+
+def test_an_early_frontier_is_the_first_tuple_not_out_or_every_boundary_not_a_bucket_start() -> None:
+    su = SUnion(2, 100, delay_s=60, early=True)
+    su.push(0, TupleType.STABLE, 0, 110, "a0", 0.0)
+    su.push(1, TupleType.STABLE, 0, 150, "b0", 0.0)
+    su.boundary(0, 160)
+    su.boundary(1, 140)
+    assert key(su.poll(0.0)) == [(110, 0, 0)]
+    assert su.frontier() == 140  # b0 at 150 waits for input 1 past it; everything below 140 is out
+    su.boundary(1, 170)
+    assert key(su.poll(0.0)) == [(150, 1, 0)] and su.frontier() == 160
+    late = SUnion(2, 100, delay_s=60)
+    late.boundary(0, 160)
+    late.boundary(1, 170)
+    assert late.frontier() == 100  # without early release: bucket starts
