@@ -66,6 +66,7 @@ class DpcScheme:
             plan.hold_s,
             in_order=plan.in_order,
             early=True,
+            precise=not plan.timed_merge,
         )
         self.path = StablePath(node, sunion, {o.stream: SOutput() for o in plan.outputs})
         self.path.on_tentative = self._tentative

@@ -78,9 +78,10 @@ class SUnion:
         hold_s: float | None = None,
         in_order: bool = False,
         early: bool = False,
+        precise: bool = False,
     ) -> None:
         """``early``: release the stable tuples of a bucket that every input's boundary has passed
-        before the whole bucket has (``_early``)."""
+        before the whole bucket has (``_early``); ``precise``: its frontier in tuple time, not at bucket starts."""
         if inputs < 1 or bucket_ms < 1 or delay_s < 0 or (max_kept is not None and max_kept < 0):
             raise ValueError("SUnion needs >= 1 input, bucket_ms >= 1, delay_s >= 0 and max_kept >= 0")
         if in_order and inputs != 1:
@@ -101,7 +102,7 @@ class SUnion:
         # When the tuples of buckets an UNDO emptied first came: their corrections are the same data,
         # so they wait only what is left of the wait (the delay bound counts from the first arrival).
         self.emptied: dict[int, float] = {}
-        self.in_order, self.early = in_order, early and not in_order
+        self.in_order, self.early, self.precise = in_order, early and not in_order, precise
         self.high = NO_TIME  # in_order: the newest stable stime; no later tuple takes an earlier bucket
 
     # -- restart image ----------------------------------------------------------
@@ -150,7 +151,6 @@ class SUnion:
                     out[t.port] = t.id
         return out
 
-    # -- input ----------------------------------------------------------------
     def push(
         self,
         port: int,
@@ -318,14 +318,14 @@ class SUnion:
         if len(known) < self.inputs:
             return None
         f = min(known)
-        if self.pending and self.early:  # what is pending is what is not out: its first tuple
+        if self.pending and self.precise and self.early:  # what is not out yet: its first tuple
             f = min([f] + [t.stime for b in self.pending.values() for t in b.tuples])
         elif self.pending:
             f = min(f, min(self.pending) * self.bucket_ms)
         first = self.failure.first()
         if first is not None:
             f = min(f, first * self.bucket_ms)
-        return f if self.early else (f // self.bucket_ms) * self.bucket_ms  # early: tuple-time precise
+        return f if self.precise else (f // self.bucket_ms) * self.bucket_ms
 
     # -- reconciliation: what it keeps of a failure (``services.dpc.kept``) ------
     def in_failure(self) -> bool:

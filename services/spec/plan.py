@@ -118,6 +118,19 @@ class NodePlan:
         (``services.dpc.sunion``). An ingress's raw records are ordered by time within its lateness."""
         return len(self.inputs) == 1 and self.inputs[0].ingress is None
 
+    @property
+    def timed_merge(self) -> bool:
+        """A union or join of the node merges what a window or join emits as operator time moves:
+        operator time must then move at the same points of every replica's input (bucket starts),
+        or the merge would interleave alike results differently (``services.dpc.sunion.frontier``)."""
+        timed: set[str] = set()
+        for op in self.operators:  # in dataflow order: what feeds an operator is known before it
+            if op.type in ("window", "join") or timed.intersection(op.inputs):
+                timed.add(op.output)
+            if len(op.inputs) > 1 and timed.intersection(op.inputs):
+                return True
+        return False
+
     def output(self, stream: str) -> OutputPlan:
         return next(o for o in self.outputs if o.stream == stream)
 

@@ -135,3 +135,29 @@ def test_validate_says_who_routes_what_to_whom_over_which_topics() -> None:
         "exchange in_building: building (3 partitions) -> region (4 partitions) by CRC32 of 'region'; 12 "
         "connections, partition i of rekey.in_building.p<j>.r<k> from producer partition j to i",
     ]
+
+
+TIMED = """\
+name: tm
+streams:
+  a: {schema: window_stat, key: key}
+  r: {schema: reading, key: sensor}
+  w: {schema: window_stat, key: key}
+  both: {schema: window_stat, key: key}
+operators:
+  win: {type: window, input: r, output: w, key: sensor, size: 100,
+        aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+  merge: {type: union, inputs: [w, a], output: both}
+nodes:
+  n: {operators: [win, merge]}
+"""
+
+
+def test_a_union_of_what_a_window_emits_needs_operator_time_at_bucket_starts() -> None:
+    """A window's results come as operator time moves: a union of them with another input interleaves
+    alike on every replica only if time moves at the same points of the input (bucket starts)."""
+    assert plan_node(parse_spec(TIMED), "n").timed_merge
+    apart = TIMED.replace("  n: {operators: [win, merge]}", "  n: {operators: [win]}\n  m: {operators: [merge]}")
+    assert not plan_node(parse_spec(apart), "n").timed_merge and not plan_node(parse_spec(apart), "m").timed_merge
+    s = load_spec(REPO_ROOT / "examples" / "rekey.yaml")
+    assert not any(plan_node(s, n).timed_merge for n in s.nodes)
