@@ -58,7 +58,7 @@ class AvroOut(Serializer):
 def main(raw: str) -> None:
     job = json.loads(raw)
     schemas = Path(job["schemas"])
-    reading = fastavro.parse_schema(json.loads((schemas / "reading.avsc").read_text()))
+    reading = fastavro.parse_schema(json.loads((schemas / f"{job.get('schema', 'reading')}.avsc").read_text()))
     stat = fastavro.parse_schema(json.loads((schemas / "window_stat.avsc").read_text()))
     app = Application(
         broker_address=job["bootstrap"],
@@ -75,7 +75,7 @@ def main(raw: str) -> None:
         timestamp_extractor=lambda value, headers, ts, ttype: value["ts"] if value else ts,
     )
     topic_out = app.topic(job["out_topic"], value_serializer=AvroOut(stat if job["window"] else reading))
-    seen: dict[str, Any] = {"consumed": 0, "first_at": None, "last_at": None, "report": 0.0}
+    seen: dict[str, Any] = {"consumed": 0, "first_at": None, "last_at": None, "report": 0.0, "finals": 0}
 
     def count(value: Any, key: Any, timestamp: int, headers: Any) -> None:
         """Every message, boundaries included, as the hastream node counts its input."""
@@ -86,11 +86,16 @@ def main(raw: str) -> None:
         if now - seen["report"] > 0.2:
             _report("progress", consumed=seen["consumed"])
             seen["report"] = now
-        if (value is None and _is_final(headers)) or seen["consumed"] >= job["stop_after"]:
+        if value is None and _is_final(headers):
+            seen["finals"] += 1
+        if seen["finals"] >= job.get("finals", 1) or seen["consumed"] >= job["stop_after"]:
             seen["last_at"] = now
             app.stop()
 
     sdf = app.dataframe(topic_in)
+    if job.get("group_by"):  # re-keyed through Quix's repartition topic first, as hastream's exchange re-keys
+        field = job["group_by"]
+        sdf = sdf.group_by(lambda v: v[field] if v else "", name=field)  # a boundary (no value) goes along
     sdf = sdf.update(count, metadata=True)
     sdf = sdf.filter(lambda v: v is not None)
     if job["window"]:

@@ -43,6 +43,9 @@ class Job:
     window: bool = False  # a peer's job: the window rather than filter+map
     eos: bool = False  # a peer's job: exactly-once (Kafka transactions) rather than at-least-once
     state_dir: str = ""  # a peer's local state
+    schema: str = "reading"  # a peer's input schema
+    group_by: str = ""  # a peer's window: re-key by this field first (Quix's group_by, a repartition topic)
+    finals: int = 1  # a peer stops after this many final boundaries (one per input partition)
 
 
 def peers_python() -> Path | None:

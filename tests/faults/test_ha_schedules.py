@@ -64,8 +64,8 @@ defaults: {{partitions: {p}}}
 streams:
   in_{{u}}: {{schema: reading, key: sensor}}
   scaled_{{u}}: {{schema: reading, key: sensor}}
-  win_{{u}}: {{schema: window_stat, key: key}}
-  out_{{u}}: {{schema: window_stat, key: key}}
+  win_{{u}}: {{schema: window_stat, key: key{wp}}}
+  out_{{u}}: {{schema: window_stat, key: key{wp}}}
 operators:
   scale: {{type: map, input: in_{{u}}, output: scaled_{{u}}, fields: {{sensor: sensor, ts: ts, value: "value * 2", seq: seq}}}}
   win: {{type: window, input: scaled_{{u}}, output: win_{{u}}, key: sensor, size: 400, slide: 100,
@@ -111,6 +111,12 @@ class Plan:
     replicas: tuple[int, int, int]
     faults: list[Fault]
     partitions: int = 1
+    # n2 and n3 in this many partitions, not ``partitions``: n1's output crosses an exchange to n2
+    window_partitions: int | None = None
+
+    def parts(self, node: str) -> range:
+        """The partitions of ``node``."""
+        return range(self.window_partitions if node != "n1" and self.window_partitions else self.partitions)
 
 
 def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS, emptied: bool = True, wide: bool = True) -> Plan:
@@ -139,26 +145,38 @@ def random_schedule(seed: int, kinds: tuple[str, ...] = KINDS, emptied: bool = T
     return Plan(schemes, recoveries, (replicas[0], replicas[1], replicas[2]), faults, partitions)
 
 
+def exchange_schedule(seed: int) -> Plan:
+    """``random_schedule``'s schemes and faults on a chain whose n1 (2 partitions) feeds n2 and n3 (3)
+    over an exchange: each fault on a partition of its node drawn anew."""
+    plan = random_schedule(seed, emptied=False, wide=False)
+    rnd = random.Random(seed * 7 + 1)
+    shaped = Plan(plan.schemes, plan.recoveries, plan.replicas, [], 2, 3)
+    faults = [Fault(f.at_s, f.node, f.kind, rnd.choice(list(shaped.parts(f.node)))) for f in plan.faults]
+    return Plan(plan.schemes, plan.recoveries, plan.replicas, faults, 2, 3)
+
+
 Broker = Callable[[], Callable[[], None]]  # kills a broker; returns what brings it back
 
 
 def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: Broker | None = None) -> None:
     """``plan`` run on ``bootstrap``; ``broker``: called at each primary's kill (``kill`` faults)."""
     (s1, s2, s3), (r1, r2, r3), (k1, k2, k3) = plan.schemes, plan.recoveries, plan.replicas
-    parts = range(plan.partitions)
-    hb = HEARTBEAT_MS[plan.partitions]
+    hb = HEARTBEAT_MS[2 if plan.window_partitions else plan.partitions]
     n1 = (DPC_N1 if s1 == "dpc" else HA_N1).format(k1=k1, s1=s1, r1=r1, hb=hb)
-    text = CHAIN.format(n1=n1, s2=s2, s3=s3, r2=r2, r3=r3, k2=k2, k3=k3, p=plan.partitions, hb=hb)
+    wp = f", partitions: {plan.window_partitions}" if plan.window_partitions else ""
+    text = CHAIN.format(n1=n1, s2=s2, s3=s3, r2=r2, r3=r3, k2=k2, k3=k3, p=plan.partitions, hb=hb, wp=wp)
     ha = [n for n, scheme in zip(NODES, plan.schemes, strict=True) if scheme != "dpc"]
-    rig = HaRig(bootstrap, tmp_path, text, COUNT, RATE, sensors=4 * plan.partitions)  # 8 sensors: 4 per partition
+    # 4 sensors per partition (8: 4 in each of 2); across the exchange 12, so every connection has data
+    sensors = 12 if plan.window_partitions else 4 * plan.partitions
+    rig = HaRig(bootstrap, tmp_path, text, COUNT, RATE, sensors=sensors)
     replicas = dict(zip(NODES, plan.replicas, strict=True))
     for n in NODES:
         for r in range(replicas[n]):
-            for p in parts:
+            for p in plan.parts(n):
                 rig.start(n, r, p)
     try:
         for n in ha:
-            for p in parts:
+            for p in plan.parts(n):
                 rig.primary(n, None, 90, p)
         emptied = any(f.kind in ("emptied", "restarted") for f in plan.faults)
         if emptied:
@@ -176,16 +194,16 @@ def run_schedule(bootstrap: str, tmp_path: Path, seed: int, plan: Plan, broker: 
                 _fault(rig, f, replicas[f.node], broker)
                 if broker is not None:  # heartbeats held up by the broker's failure fail over other nodes too
                     for n in ha:
-                        for p in parts:
+                        for p in plan.parts(n):
                             rig.settled(n, part=p)
         where = f"seed {seed}: {plan}"
-        for p in parts:
+        for p in plan.parts("n3"):
             for stream in ("out", "scaled") if s1 == "dpc" else ("out",):  # and the DPC node's stable stream
                 want, got = rig.outputs(f"{stream}_{rig.u}", part=p)
                 assert len(got) == len(want), f"{where}: {stream} p{p}: {len(got)} results, failure-free {len(want)}"
                 assert got == want, f"{where}: {stream} p{p}: the output differs from the failure-free run"
         for node, recovery in zip(NODES, plan.recoveries, strict=True):
-            for p in parts if node in ha else ():
+            for p in plan.parts(node) if node in ha else ():
                 planned = sum(TAKEOVERS[f.kind] for f in plan.faults if (f.node, f.part) == (node, p))
                 takeovers = rig.takeovers(node, p)
                 assert takeovers >= planned, f"{where}: {node} p{p} took over {takeovers} times, {planned} planned"
@@ -280,15 +298,16 @@ def _check_log(rig: HaRig, node: str, part: int, recovery: str, takeovers: int, 
     """The node's output log (partition ``part``) as its recovery type defines it, from its start
     (upstream backup downstream may have trimmed it)."""
     stream = f"{OUTPUTS[node]}_{rig.u}"
-    if recovery == "precise":
-        stored = rig.stored(stream, part)
-        runs = repeated_runs(stored, stored[0][0] if stored else 0)  # raises on a lost tuple or a changed duplicate
-        assert runs == [], f"{where}: {node}'s log repeats {runs}"
-        return
-    try:
-        rig.assert_repeating(stream, takeovers, ROLLBACK_S, COUNT / RATE, part)
-    except AssertionError as e:
-        raise AssertionError(f"{where}: {node}: {e}") from e
+    for log in rig.output_logs(stream, part):  # one, or one per connection where the stream crosses an exchange
+        if recovery == "precise":
+            stored = rig.stored_at(*log)
+            runs = repeated_runs(stored, stored[0][0] if stored else 0)  # raises on a lost tuple or a changed duplicate
+            assert runs == [], f"{where}: {node}'s log {log} repeats {runs}"
+            continue
+        try:
+            rig.assert_repeating(stream, takeovers, ROLLBACK_S, COUNT / RATE, part, log)
+        except AssertionError as e:
+            raise AssertionError(f"{where}: {node}: {e}") from e
 
 
 def test_ha_fault_schedule_quick(kafka: Any, tmp_path: Path) -> None:
@@ -309,6 +328,14 @@ def test_ha_fault_schedule_with_the_coordinator_and_both_replicas(kafka: Any, tm
 @pytest.mark.parametrize("seed", range(100))
 def test_ha_fault_schedule(kafka: Any, tmp_path: Path, seed: int) -> None:
     run_schedule(kafka.bootstrap, tmp_path, seed, random_schedule(seed))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(20))
+def test_ha_fault_schedule_across_an_exchange(kafka: Any, tmp_path: Path, seed: int) -> None:
+    """n1 in 2 partitions feeds n2 and n3 in 3 over an exchange: each connection of n1's output is a
+    log its recovery type defines, and each of n3's partitions ends with the failure-free output."""
+    run_schedule(kafka.bootstrap, tmp_path, seed, exchange_schedule(seed))
 
 
 # The cluster's failure detection sized for this test's load: three broker JVMs and up to 14 node

@@ -19,6 +19,7 @@ from services.deploy.topics import provision
 from services.ha.guarantee import repeated_runs
 from services.log.tail import stable_log
 from services.operators.reference import evaluate
+from services.spec.exchanges import connection_topic, exchange_of
 from tests.integration.helpers import CoordinatorProcess, ha_role, unique_spec, wait_for, wait_primary
 
 
@@ -126,7 +127,18 @@ class HaRig:
 
     def stored(self, stream: str, part: int = 0) -> list[tuple[int, Any]]:
         """What the log of ``stream`` (partition ``part``) holds, duplicates included: (id, (stime, value, key))."""
-        return [(tid, (stime, kv)) for tid, stime, kv in stable_log(self.bootstrap, self.spec.topic(stream), part)]
+        return self.stored_at(self.spec.topic(stream), part)
+
+    def stored_at(self, topic: str, part: int) -> list[tuple[int, Any]]:
+        return [(tid, (stime, kv)) for tid, stime, kv in stable_log(self.bootstrap, topic, part)]
+
+    def output_logs(self, stream: str, part: int = 0) -> list[tuple[str, int]]:
+        """(topic, partition) of what partition ``part`` of ``stream``'s writer writes: its log, or where
+        the stream crosses an exchange one log per connection (``services.spec.exchanges``)."""
+        ex = exchange_of(self.spec, stream)
+        if ex is None:
+            return [(self.spec.topic(stream), part)]
+        return [(connection_topic(self.spec, stream, part, 0), i) for i in range(ex.consumers)]
 
     def assert_precise(self, stream: str, want: list[Any], got: list[Any]) -> None:
         """Precise recovery: a client reads the failure-free output, and the log holds each tuple once."""
@@ -134,12 +146,20 @@ class HaRig:
         stored = self.stored(stream)
         assert repeated_runs(stored) == [] and len(stored) == len(want), f"{stream}: the log holds a tuple twice"
 
-    def assert_repeating(self, stream: str, failures: int, run_s: float, input_s: float, part: int = 0) -> list[range]:
+    def assert_repeating(
+        self,
+        stream: str,
+        failures: int,
+        run_s: float,
+        input_s: float,
+        part: int = 0,
+        log: tuple[str, int] | None = None,
+    ) -> list[range]:
         """Repeating rollback recovery: the log of ``stream`` loses nothing and repeats identical tuples
         in order (``repeated_runs`` raises otherwise), at most one run per failure, each at most
         ``run_s`` of its output (its rate taken over ``input_s`` of input); returns the runs. A log
-        upstream backup trimmed is checked from its start."""
-        stored = self.stored(stream, part)
+        upstream backup trimmed is checked from its start. ``log``: one connection's (``output_logs``)."""
+        stored = self.stored_at(*log) if log is not None else self.stored(stream, part)
         runs = repeated_runs(stored, stored[0][0] if stored else 0)
         bound = (max((tid for tid, _ in stored), default=-1) + 1) / input_s * run_s
         assert len(runs) <= failures, f"{stream}: the log repeats {runs}: one run per failure at most"

@@ -1,0 +1,3 @@
+from bench.exchange.report import main
+
+main()
