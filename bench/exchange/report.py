@@ -92,6 +92,9 @@ def run(bootstrap: str, scratch: Path, a: argparse.Namespace) -> dict[str, Any]:
     }
     if "quix group_by window" in t:
         res["figures"]["quix_group_by_cpu_us_added"] = t["quix group_by window"]["cpu_us"] - t["quix window"]["cpu_us"]
+        res["figures"]["quix_group_by_wrong_windows"] = statistics.median(
+            r["wrong"] for r in runs["quix group_by window"]
+        )
     return res
 
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-WINDOW = "{type: window, input: warm, output: stats, key: KEY, size: 1000, slide: 500, aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}"
+from bench.workload import WINDOW_SIZE_MS, WINDOW_SLIDE_MS
+
+# The throughput bench's sliding window (Quix's hopping window in the peer has the same size and step).
+WINDOW = (
+    "{type: window, input: warm, output: stats, key: KEY, "
+    + f"size: {WINDOW_SIZE_MS}, slide: {WINDOW_SLIDE_MS}, "
+    + "aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}"
+)
 
 
 def window_text(name: str, source_key: str, window_key: str) -> str:
