@@ -106,6 +106,7 @@ class StablePath:
         self.on_bucket(k, tuples)
         self.advance_operators(k * self.bucket, label)
         i, n, entries = 0, len(tuples), self.entries
+        stable = label is STABLE  # its results need no t_max: collected once, in the order they came
         while i < n:
             port = tuples[i].port
             j = i
@@ -116,8 +117,11 @@ class StablePath:
                 j += 1
             entries[port](items)
             self.t_in = tuples[j - 1].stime
-            self.collect(label)
+            if not stable:
+                self.collect(label)
             i = j
+        if stable:
+            self.collect(label)
 
     def advance_operators(self, t: int, label: TupleType) -> None:
         """The operators' time to ``t`` (at bucket starts: the one at or before it, stopping at a
