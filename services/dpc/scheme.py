@@ -144,6 +144,17 @@ class DpcScheme:
         self.op_time_saved = self.path.op_time
         self.path.failed = True
         self._set_state(NodeState.UPSTREAM_FAILURE)
+        log.warning("going tentative: waited for %s", self._waited_for())
+
+    def _waited_for(self) -> str:
+        """The inputs the merge waited for when it went tentative: those with no boundary yet, or the lowest."""
+        bounds = self.path.sunion.boundaries
+        low = min((b for b in bounds if b is not None), default=None)
+        return ", ".join(
+            f"{p.stream} ({'no boundary yet' if b is None else f'boundary {b}'})"
+            for p, b in zip(self.node.inputs.ports, bounds, strict=True)
+            if b is None or b == low
+        )
 
     def _set_state(self, state: NodeState) -> None:
         self.state = check_transition(self.state, state)

@@ -5,7 +5,9 @@ Each partition is a task of its own: a ``NodeService`` with its consumers, produ
 restart images, epoch and fence, so failure detection, fencing and recovery stay per partition
 (the coordinator and downstream readers see partitions, not processes). The tasks share what is
 the process's: one replica monitor (one reader of the heartbeat topic where each task had its
-own), one metrics endpoint, and the garbage collector's tuning. Each task runs its loop in a
+own), one metrics endpoint, and the garbage collector's tuning. Each keeps its own producer: a
+flush waits for every message of its producer, and a task's flush (what its restart image says is
+written) must not wait on another task's writes. Each task runs its loop in a
 thread of its own. A task that fails stops the process: the others stop cleanly (they persist
 what a restart needs), the process exits with the error, and the supervisor (or compose's
 ``restart: on-failure``) starts it again, each task from its own restart point.
