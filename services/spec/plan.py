@@ -194,9 +194,11 @@ def _input_plans(spec: Spec, s: str) -> list[InputPlan]:
     return [
         replace(
             one,
-            stream=f"{s}/{j}",
+            stream=exchanges.input_name(s, j),
             feeds=s,
             connection=j,
+            route=ex.key,
+            fanout=ex.consumers,
             topics=tuple(exchanges.connection_topic(spec, s, j, r) for r in logs),
         )
         for j in range(ex.producers)

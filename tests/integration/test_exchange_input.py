@@ -19,6 +19,7 @@ from services.core.codec import codec_for
 from services.core.config import Settings
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import BOUNDARY, STABLE, TupleType, make_headers
+from services.log.tail import range_consumer, read_range
 from services.node.loop import NodeService
 from services.schemes import build_scheme
 from services.spec.exchanges import connection_topic
@@ -93,9 +94,16 @@ def test_a_result_routed_to_the_wrong_partition_is_dead_lettered_and_the_rest_go
     assert [t.value for t in got if t.partition == 0] == want  # in tuple-time order, both connections merged
     assert all(t.meta.type is TupleType.STABLE for t in got)
     deadline = time.monotonic() + 20
-    while svc.stats.deadlettered < 1 and time.monotonic() < deadline:
+    while svc.stats.rejected < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert svc.stats.deadlettered == 1 and svc.stats.deadlettered_by == {"operator_error": 1}
+    assert svc.stats.rejected == 1 and svc.stats.deadlettered_by == {"operator_error": 1}
+    c = range_consumer(kafka.bootstrap, "t")
+    try:
+        dead = list(read_range(c, spec.deadletter_topic, 0, 0, 1))
+    finally:
+        c.close()
+    why = dict(dead[0].headers() or [])["ht.error"].decode()
+    assert why == "routed to partition 0, but CRC32 of its 'sensor' picks partition 1 of 3", why
 
 
 def test_a_silent_connection_is_waited_for_at_most_the_delay_share_and_named(kafka, tmp_path: Path, caplog) -> None:

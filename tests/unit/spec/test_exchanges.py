@@ -62,10 +62,12 @@ def test_the_plans_read_and_write_one_connection_per_partition_pair() -> None:
         ("warm->2", 2, "building"),
     ]
     assert {o.topic(1, 1) for o in outs} == {"rekey.warm.p1.r1"} and [o.kafka_partition(1) for o in outs] == [0, 1, 2]
-    ins = [(i.stream, i.operand, i.topics, i.index, i.upstream_partition(2)) for i in building.inputs]
+    ins = [
+        (i.stream, i.operand, i.topics, i.index, i.upstream_partition(2), i.route, i.fanout) for i in building.inputs
+    ]
     assert ins == [
-        ("warm/0", "warm", ("rekey.warm.p0.r0", "rekey.warm.p0.r1"), 0, 0),
-        ("warm/1", "warm", ("rekey.warm.p1.r0", "rekey.warm.p1.r1"), 1, 1),
+        ("warm/0", "warm", ("rekey.warm.p0.r0", "rekey.warm.p0.r1"), 0, 0, "building", 3),
+        ("warm/1", "warm", ("rekey.warm.p1.r0", "rekey.warm.p1.r1"), 1, 1, "building", 3),
     ]
     assert not building.in_order  # its connections are merged by tuple time
 
