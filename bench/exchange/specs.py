@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from bench.workload import WINDOW_SIZE_MS, WINDOW_SLIDE_MS
 
+# Failure-free throughput: a merge that waits on a connection starved of CPU (the node processes and
+# the broker on 2 cores) must not go tentative, which would change what the output holds mid-run.
+NO_TIMEOUT = "dpc: {delay: 60000}"
 # The throughput bench's sliding window (Quix's hopping window in the peer has the same size and step).
 WINDOW = (
     "{type: window, input: warm, output: stats, key: KEY, "
@@ -16,6 +19,7 @@ def window_text(name: str, source_key: str, window_key: str) -> str:
     """A filter node and a window node of 2 partitions each."""
     return f"""\
 name: {name}
+{NO_TIMEOUT}
 streams:
   readings: {{schema: located, key: {source_key}, partitions: 2}}
   warm: {{schema: located, key: {source_key}, partitions: 2}}
@@ -34,6 +38,7 @@ def tasks_text(name: str, processes: int) -> str:
     win = WINDOW.replace("KEY", "sensor").replace("input: warm", "input: readings")
     return f"""\
 name: {name}
+{NO_TIMEOUT}
 streams:
   readings: {{schema: located, key: sensor, partitions: 4}}
   stats: {{schema: window_stat, key: key, partitions: 4}}
