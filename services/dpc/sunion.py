@@ -318,13 +318,13 @@ class SUnion:
         if len(known) < self.inputs:
             return None
         f = min(known)
-        if self.pending and self.precise and self.early:  # what is not out yet: its first tuple
-            f = min([f] + [t.stime for b in self.pending.values() for t in b.tuples])
+        if self.pending and self.precise and self.early:  # what is not out yet: its first tuple, in its first bucket
+            first = min((k for k, b in self.pending.items() if b.tuples), default=None)
+            f = f if first is None else min([f] + [t.stime for t in self.pending[first].tuples])
         elif self.pending:
             f = min(f, min(self.pending) * self.bucket_ms)
-        first = self.failure.first()
-        if first is not None:
-            f = min(f, first * self.bucket_ms)
+        if (kept := self.failure.first()) is not None:
+            f = min(f, kept * self.bucket_ms)
         return f if self.precise else (f // self.bucket_ms) * self.bucket_ms
 
     # -- reconciliation: what it keeps of a failure (``services.dpc.kept``) ------
