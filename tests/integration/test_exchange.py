@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.client.source import END_OF_TIME, SourceWriter
+from bench.exchange.runs import preload
 from services.client.workload import located, readings
 from services.core.partitioner import key_bytes, partition_for
 from services.core.tuples import TupleType
@@ -34,13 +34,7 @@ def test_a_network_that_rekeys_twice_equals_the_reference_partition_by_partition
     spec, _ = unique_spec(text, tmp_path)
     assert spec.node_processes("region") == (region_processes or 4)
     create_topics(spec, kafka.bootstrap)
-    inputs: list[list[dict]] = [[], []]
-    w = SourceWriter(spec, "readings", kafka.bootstrap)
-    for rec in located(4000, step_ms=2, seed=3):
-        w.send(rec)
-        inputs[partition_for(key_bytes(rec["sensor"]), 2)].append(rec)
-    w.boundary(END_OF_TIME)
-    w.flush()
+    inputs = preload(spec, kafka.bootstrap, "readings", list(located(4000, step_ms=2, seed=3)))
 
     run_nodes_until_idle(spec, kafka.bootstrap)
 
@@ -97,27 +91,14 @@ nodes:
 """
 
 
-def _produce(spec, bootstrap: str, stream: str, records: list[dict], key: str) -> list[list[dict]]:
-    """Write ``records`` to source ``stream`` then its end; returns them per partition as the writer split them."""
-    parts = spec.streams[stream].partitions
-    out: list[list[dict]] = [[] for _ in range(parts)]
-    w = SourceWriter(spec, stream, bootstrap)
-    for rec in records:
-        w.send(rec)
-        out[partition_for(key_bytes(rec[key]), parts)].append(rec)
-    w.boundary(END_OF_TIME)
-    w.flush()
-    return out
-
-
 def test_a_join_of_two_streams_keyed_differently_equals_the_reference(kafka, tmp_path: Path) -> None:
     """readings split by sensor in 2 partitions join sites split by building in 3: readings cross an
     exchange to the join's building partitions, and every pair is the reference's, per partition."""
     spec, _ = unique_spec(JOIN, tmp_path)
     create_topics(spec, kafka.bootstrap)
     inputs = {
-        "readings": _produce(spec, kafka.bootstrap, "readings", list(located(1500, step_ms=4, seed=5)), "sensor"),
-        "sites": _produce(spec, kafka.bootstrap, "sites", list(located(1500, step_ms=4, seed=6)), "building"),
+        "readings": preload(spec, kafka.bootstrap, "readings", list(located(1500, step_ms=4, seed=5))),
+        "sites": preload(spec, kafka.bootstrap, "sites", list(located(1500, step_ms=4, seed=6))),
     }
     run_nodes_until_idle(spec, kafka.bootstrap)
     want = evaluate(spec, inputs, ended=True)
@@ -134,7 +115,7 @@ def test_a_union_of_streams_with_different_partition_counts_equals_the_reference
     spec, _ = unique_spec(UNION, tmp_path)
     create_topics(spec, kafka.bootstrap)
     inputs = {
-        s: _produce(spec, kafka.bootstrap, s, list(readings(1500, sensors=12, step_ms=4, seed=i)), "sensor")
+        s: preload(spec, kafka.bootstrap, s, list(readings(1500, sensors=12, step_ms=4, seed=i)))
         for i, s in enumerate(("a", "b"))
     }
     run_nodes_until_idle(spec, kafka.bootstrap)
