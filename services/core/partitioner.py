@@ -7,6 +7,9 @@ from typing import Any, Callable
 
 
 def key_bytes(value: Any) -> bytes:
+    """A key's bytes: a string's UTF-8 (the common case first), bytes as they are, else ``str``'s."""
+    if isinstance(value, str):
+        return value.encode()
     return value if isinstance(value, bytes) else str(value).encode()
 
 

@@ -29,6 +29,11 @@ class STuple:
     def order(self) -> tuple[int, int, int]:
         return (self.stime, self.port, self.id)
 
+    def __reduce__(self) -> tuple[type[STuple], tuple[Any, ...]]:
+        """Pickled as its fields in order: a restart image can hold a merge's whole backlog, and a
+        slotted dataclass's own pickling looks its fields up again for every tuple (2.6x slower)."""
+        return (STuple, (self.type, self.port, self.id, self.stime, self.rec, self.tmax, self.offset))
+
     def labeled(self, label: TupleType) -> STuple:
         """This tuple as ``label``, every other field kept: a bucket emitted or redone under its label."""
         return STuple(label, self.port, self.id, self.stime, self.rec, self.tmax, self.offset)

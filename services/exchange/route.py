@@ -27,7 +27,7 @@ def router(key: str | None, connections: list[list[Item]]) -> Emit:
 
     def emit(items: list[Item]) -> None:
         for it in items:
-            connections[crc(_bytes(it[0][key])) % n].append(it)
+            connections[crc(key_bytes(it[0][key])) % n].append(it)
 
     return emit
 
@@ -39,10 +39,10 @@ def checked(emit: Emit, key: str, partitions: int, partition: int, reject: Calla
     crc = zlib.crc32
 
     def admit(items: list[Item]) -> None:
-        good = [it for it in items if crc(_bytes(it[0][key])) % partitions == partition]
+        good = [it for it in items if crc(key_bytes(it[0][key])) % partitions == partition]
         if len(good) < len(items):
             for it in items:
-                p = crc(_bytes(it[0][key])) % partitions
+                p = crc(key_bytes(it[0][key])) % partitions
                 if p != partition:
                     reject(
                         it,
@@ -51,7 +51,3 @@ def checked(emit: Emit, key: str, partitions: int, partition: int, reject: Calla
         emit(good)
 
     return admit
-
-
-def _bytes(v: object) -> bytes:
-    return v.encode() if isinstance(v, str) else key_bytes(v)

@@ -86,10 +86,13 @@ def route_key(spec: Spec, node: str, stream: str) -> str | None:
     return wanted_key(spec, node, stream) or spec.streams[stream].key
 
 
-def needs_exchange(spec: Spec, stream: str, node: str) -> bool:
-    """Whether ``node`` reads ``stream`` partitioned otherwise than the stream is."""
+def needs_exchange(spec: Spec, stream: str, node: str, split: str | None = None) -> bool:
+    """Whether ``node`` reads ``stream`` partitioned otherwise than the stream is (``split``: the
+    stream's ``split_by`` when the caller has it already, so a chain is walked once, not twice per hop)."""
     p, want = node_partitions(spec, node), wanted_key(spec, node, stream)
-    return spec.streams[stream].partitions != p or (p > 1 and want is not None and split_by(spec, stream) != want)
+    if spec.streams[stream].partitions != p:
+        return True
+    return p > 1 and want is not None and (split if split is not None else split_by(spec, stream)) != want
 
 
 def split_by(spec: Spec, stream: str) -> str | None:
@@ -112,10 +115,10 @@ def split_by(spec: Spec, stream: str) -> str | None:
 def inner_split(spec: Spec, node: str, stream: str) -> str | None:
     """The field ``stream`` is split by within ``node``: the routing key where it crosses an
     exchange into it, else the stream's own ``split_by``."""
-    producer = spec.node_producing(stream)
-    if producer is not None and producer.name != node and needs_exchange(spec, stream, node):
+    producer, own = spec.node_producing(stream), split_by(spec, stream)
+    if producer is not None and producer.name != node and needs_exchange(spec, stream, node, own):
         return route_key(spec, node, stream) if node_partitions(spec, node) > 1 else None
-    return split_by(spec, stream)
+    return own
 
 
 def exchange_of(spec: Spec, stream: str) -> Exchange | None:

@@ -32,13 +32,18 @@ def failure_free3(crowded3: KafkaCluster, tmp_path_factory: pytest.TempPathFacto
 def test_broker_killed_during_a_source_failure(crowded3: KafkaCluster, tmp_path: Path, failure_free3: Run) -> None:
     """s2 down 2..6 s (longer than a node's wait, 0.3 x 8 = 2.4 s); at 3 s the broker leading most
     of the chain's partitions is killed (kill -9), and started again at 9 s."""
-    schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(crowded3, 3.0, 6.0)
+    _kill_broker_during_a_source_failure(crowded3, tmp_path, failure_free3)
+
+
+def _kill_broker_during_a_source_failure(cluster: KafkaCluster, tmp_path: Path, failure_free: Run) -> None:
+    """The schedule of both tests, checked against ``failure_free`` (whose shape the run takes)."""
+    schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(cluster, 3.0, 6.0)
     try:
-        run = run_chain(crowded3, tmp_path, schedule, failure_free3)
+        run = run_chain(cluster, tmp_path, schedule, failure_free)
     finally:
         schedule.wait_brokers()
-    assert all(crowded3.alive()), "the killed broker came back"
-    check_schedule(run, failure_free3, schedule)
+    assert all(cluster.alive()), "the killed broker came back"
+    check_schedule(run, failure_free, schedule)
 
 
 # The broker budget's X on a chain whose window n3 (2 partitions) reads n2's output (1 partition)
@@ -53,10 +58,4 @@ def test_broker_killed_during_a_source_failure_across_an_exchange(
     """The schedule above on the exchange chain: every connection of n2's output and every window
     partition end with the failure-free output of the same cluster."""
     failure_free = run_chain(crowded3, tmp_path_factory.mktemp("ffx3"), [], None, shape=EXCHANGE_BUDGET)
-    schedule = Schedule().stop_source(2, 2.0, 4.0).kill_broker(crowded3, 3.0, 6.0)
-    try:
-        run = run_chain(crowded3, tmp_path, schedule, failure_free)
-    finally:
-        schedule.wait_brokers()
-    assert all(crowded3.alive()), "the killed broker came back"
-    check_schedule(run, failure_free, schedule)
+    _kill_broker_during_a_source_failure(crowded3, tmp_path, failure_free)
