@@ -10,7 +10,9 @@ Its results never differ from the failure-free run's: a window (or a join) open 
 would come out partial, missing what came before the inputs' end, so nothing is written below
 the first boundaries read after the takeover moved on by the node's span (``NodePipeline.span``):
 every tuple before them is earlier in its log than the inputs' end, and a result from there on
-has all its input. Those windows are lost with the rest of the gap.
+has all its input. Those windows are lost with the rest of the gap. A count window is the
+exception: it counts each key's windows from the takeover, and they never realign with the
+failure-free run's (gap recovery as the paper defines it, whose aggregates may be wrong).
 """
 
 from __future__ import annotations

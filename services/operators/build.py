@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.operators.base import Operator
+from services.operators.count_window import CountWindow
 from services.operators.join import WindowJoin
 from services.operators.stateless import Filter, Map, Union
 from services.operators.window import WindowAggregate
@@ -18,6 +19,8 @@ def build_operator(op: OperatorDef, fields: dict[str, list[str]]) -> Operator:
         return Map(op.name, op.fields, in_fields)
     if op.type == "union":
         return Union(op.name)
+    if op.type == "window" and op.count:
+        return CountWindow(op.name, op.key or "", op.time, op.count, op.aggregates)
     if op.type == "window":
         return WindowAggregate(op.name, op.key or "", op.time, op.size, op.slide, op.aggregates)
     if op.type == "join":

@@ -6,9 +6,11 @@ a tuple and closed when its results are out (a window) or its last tuple expires
 A part's state can be taken and put back alone, so a recovery assembles the operator from the
 newest record of each part instead of one image of the whole.
 
-The window's part id is ``(key, start)``: the key and the incarnation of its window. The join's
-is ``(key, side)``. ``watch`` gives the operator two callbacks, called with the part's id and
-the tuple time that opened or closed it; an operator nobody watches calls nothing.
+The window's part id is ``(key, start)``: the key and the incarnation of its window; the count
+window's ``(key, n)``, its n-th window. ``watch`` gives the operator two callbacks, called with the
+part's id and a stime: ``opened`` once the tuple that opened the part is in it (its stime),
+``closed`` as the part's result is made (the result's stime). An operator nobody watches calls
+nothing.
 """
 
 from __future__ import annotations

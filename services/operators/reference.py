@@ -58,6 +58,27 @@ def _window(op: OperatorDef, recs: Records, ended: bool = False) -> Records:
     return out
 
 
+def _count_window(op: OperatorDef, recs: Records) -> Records:
+    """Each key's tuples in runs of ``count``, a row per full run, in the order the runs fill."""
+    runs: dict[Any, Records] = defaultdict(list)
+    out = []
+    for r in recs:
+        run = runs[r[op.key or ""]]
+        run.append(r)
+        if len(run) < op.count:
+            continue
+        row: dict[str, Any] = {"key": str(r[op.key or ""]), "window_start": run[0][op.time], "window_end": r[op.time]}
+        for a in op.aggregates:
+            vals = [x[a.field] for x in run] if a.field else []
+            total = 0.0
+            for v in vals:
+                total += v
+            row[a.out] = _aggregate(a.func, vals, len(run), total)
+        out.append(row)
+        run.clear()
+    return out
+
+
 def _join(spec: Spec, op: OperatorDef, left: Records, right: Records) -> Records:
     lf = list(schema_fields(spec.streams[op.inputs[0]].schema))
     rf = list(schema_fields(spec.streams[op.inputs[1]].schema))
@@ -95,7 +116,7 @@ def evaluate(spec: Spec, inputs: dict[str, list[Records]], ended: bool = False) 
             elif op.type == "union":
                 out.append([r for i in ins for r in i])
             elif op.type == "window":
-                out.append(_window(op, ins[0], ended))
+                out.append(_count_window(op, ins[0]) if op.count else _window(op, ins[0], ended))
             else:
                 out.append(_join(spec, op, ins[0], ins[1]))
         data[op.output] = out

@@ -252,9 +252,11 @@ class WindowAggregate(Operator):
                 acc = w.get(k)
                 if acc is None:
                     acc = w[k] = Accumulator(nf)
+                    acc.add(values)
                     if opened is not None:
-                        opened((k, start), t)
-                acc.add(values)
+                        opened((k, start), item[1])  # after the tuple: the part holds it (CEC's G^open)
+                else:
+                    acc.add(values)
                 if dirty is not None:
                     dirty.add((start, k))
         if out:
@@ -274,4 +276,4 @@ class WindowAggregate(Operator):
                 out.append(window_result(self.aggs, self.fields, k, start, end, w[k]))
             if self.closed is not None:
                 for k in sorted(w):
-                    self.closed((k, start), end)
+                    self.closed((k, start), end)  # the result's stime

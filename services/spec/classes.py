@@ -17,8 +17,9 @@ takes the class of its most general operator.
 The class is the one hastream executes. Every node, of any scheme, merges several inputs in
 tuple-time order (SUnion's serialization, ``services.node.path``), the same sequence on every
 replica whatever the arrival interleaving, so its inputs add nothing to its operators' class;
-``merge: arrival`` is refused. Every operator is repeatable or convergent-capable, so no node
-is deterministic-only or arbitrary here. An arbitrary node would need what hastream lacks: the
+``merge: arrival`` is refused. Every operator is repeatable or convergent-capable but the count
+window, which is deterministic: restarted elsewhere in its input, it counts each key's windows
+from there, and they never realign. No node is arbitrary here. An arbitrary node would need what hastream lacks: the
 paper's passive standby forwarding only checkpointed output for precise recovery, and
 determinants for active standby and upstream backup.
 """
@@ -50,6 +51,10 @@ def operator_class(op: OperatorDef) -> Classified:
         return Classified(_R, f"{op.type} '{op.name}' uses one tuple per output")
     if op.type == "join":
         return Classified(_R, f"join '{op.name}' uses one tuple per input for each output")
+    if op.type == "window" and op.count:
+        return Classified(
+            OpClass.DETERMINISTIC, f"count window '{op.name}' counts each key's tuples from where it started"
+        )
     if op.type == "window":
         return Classified(_C, f"window '{op.name}' aggregates many tuples; its windows align on its slide")
     if op.type == "union":

@@ -143,6 +143,7 @@ class OperatorDef:
     time: str = "ts"
     size: int = 0
     slide: int = 0
+    count: int = 0  # a count-based window's tuples per window (0: a time window, ``size`` and ``slide``)
     within: int = 0
     aggregates: tuple[Aggregate, ...] = ()
 

@@ -338,6 +338,8 @@ def _parse_nodes(
             ck.err(path + ("engine",), f"'engine' must be one of {', '.join(ENGINES)}, got {engine!r}")
         elif engine == "spark" and (len(ops) != 1 or (ops[0] in operators and operators[ops[0]].type != "window")):
             ck.err(path + ("operators",), "a spark node runs exactly one window operator")
+        elif engine == "spark" and ops[0] in operators and operators[ops[0]].count:
+            ck.err(path + ("operators",), "a spark node runs a time window: a count window runs on engine: python")
         rec = _choice(ck, ndef, "reconciliation", path, tuple(Reconciliation), None)
         if engine == "spark" and rec is Reconciliation.UNDO:
             ck.err(

@@ -9,7 +9,7 @@ from services.core.codec import record_fields, schema_fields
 from services.core.errors import ExprError, SpecError
 from services.spec import exchanges, expr
 from services.spec.classes import node_class, outcome
-from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Spec, StreamDef
+from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Reconciliation, Spec, StreamDef
 from services.spec.problems import Problems
 from services.spec.schemes import Scheme
 from services.spec.stores import STORES
@@ -18,7 +18,7 @@ OPERATOR_KEYS = {
     "filter": {"type", "input", "output", "where"},
     "map": {"type", "input", "output", "fields"},
     "union": {"type", "inputs", "output"},
-    "window": {"type", "input", "output", "key", "time", "size", "slide", "aggregates"},
+    "window": {"type", "input", "output", "key", "time", "size", "slide", "count", "aggregates"},
     "join": {"type", "left", "right", "output", "key", "right_key", "time", "within", "fields"},
 }
 _AGG_RE = re.compile(r"^\s*(count|sum|avg|min|max)\s*(?:\(\s*([A-Za-z_][A-Za-z0-9_]*)?\s*\))?\s*$")
@@ -200,12 +200,17 @@ def _union(op: _Op) -> dict[str, Any]:
 def _window(op: _Op) -> dict[str, Any]:
     ck, path, odef = op.ck, op.path, op.odef
     kw = op.time_and_key()
-    kw["size"] = ck.pos_int(odef, "size", path)
-    kw["slide"] = ck.pos_int(odef, "slide", path, kw["size"])
-    if kw["slide"] > kw["size"]:
-        op.err(("slide",), f"slide {kw['slide']} is larger than size {kw['size']}: tuples would fall between windows")
-    elif kw["size"] % kw["slide"]:
-        op.err(("slide",), f"size {kw['size']} must be a multiple of slide {kw['slide']}")
+    if "count" in odef:
+        kw.update(_count(op))
+    else:
+        kw["size"] = ck.pos_int(odef, "size", path)
+        kw["slide"] = ck.pos_int(odef, "slide", path, kw["size"])
+        if kw["slide"] > kw["size"]:
+            op.err(
+                ("slide",), f"slide {kw['slide']} is larger than size {kw['size']}: tuples would fall between windows"
+            )
+        elif kw["size"] % kw["slide"]:
+            op.err(("slide",), f"size {kw['size']} must be a multiple of slide {kw['slide']}")
     aggs = _aggregates(ck, odef.get("aggregates"), path + ("aggregates",), op.in_fields)
     kw["aggregates"] = aggs
     produced = {"key", "window_start", "window_end"} | {a.out for a in aggs}
@@ -217,6 +222,14 @@ def _window(op: _Op) -> dict[str, Any]:
             f"output schema '{op.out_schema}' also needs: {', '.join(sorted(op.required_out - produced))}",
         )
     return kw
+
+
+def _count(op: _Op) -> dict[str, Any]:
+    """A count-based window (``count: N``): each key's window closes with its N-th tuple; no size or slide."""
+    for k in ("size", "slide"):
+        if k in op.odef:
+            op.err((k,), f"a window with 'count' closes by count, not by time: remove '{k}'")
+    return {"count": op.ck.pos_int(op.odef, "count", op.path)}
 
 
 def _join(op: _Op) -> dict[str, Any]:
@@ -279,6 +292,21 @@ def graph(ck: Problems, spec: Spec) -> None:
                             f"with {p} partitions, stream '{s}' must be keyed by '{k}' so each key's state lives in one partition (it is split by {has!r})",
                         )
     guarantees(ck, spec)
+    undo_rebuilds(ck, spec)
+
+
+def undo_rebuilds(ck: Problems, spec: Spec) -> None:
+    """Undo/redo rebuilds a window from the first tuple of the oldest one still open (``services.dpc.undo``):
+    a count window's windows would not realign from there."""
+    for n, nd in spec.nodes.items():
+        counts = [o for o in nd.operators if spec.operators[o].count]
+        if counts and nd.ha.scheme is Scheme.DPC and spec.reconciliation_of(n) is Reconciliation.UNDO:
+            at = ("nodes", n, "reconciliation") if nd.reconciliation is not None else ("dpc", "reconciliation")
+            ck.err(
+                at,
+                f"node '{n}' reconciles by undo/redo, which cannot rebuild count window '{counts[0]}' (counted from "
+                "its oldest open window, the windows would not realign): use reconciliation: checkpoint",
+            )
 
 
 def guarantees(ck: Problems, spec: Spec) -> None:

@@ -23,6 +23,7 @@ streams:
   both: {schema: reading, key: sensor}
   tumbling: {schema: window_stat, key: key}
   sliding: {schema: window_stat, key: key}
+  counted: {schema: window_stat, key: key}
   pairs: {schema: joined, key: key}
 operators:
   keep_hot: {type: filter, input: a, output: hot, where: "value >= 3 and sensor != 'k3'"}
@@ -30,9 +31,10 @@ operators:
   merge: {type: union, inputs: [scaled, b], output: both}
   tumble: {type: window, input: scaled, output: tumbling, key: sensor, size: 20, aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
   slide: {type: window, input: a, output: sliding, key: sensor, size: 30, slide: 10, aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
+  every3: {type: window, input: a, output: counted, key: sensor, count: 3, aggregates: {count: count, sum: sum(value), avg: avg(value), min: min(value), max: max(value)}}
   near: {type: join, left: a, right: b, output: pairs, key: sensor, within: 7, fields: {key: left.sensor, ts: "max(left.ts, right.ts)", left_value: left.value, right_value: right.value}}
 nodes:
-  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}
+  all: {operators: [keep_hot, scale, merge, tumble, slide, every3, near]}
 """
 spec = parse_spec(SPEC)
 
@@ -88,28 +90,29 @@ def test_pipeline_equals_reference(a: list[dict], b: list[dict], order: list[boo
     # Windows are deterministic in (start, key) order: compare as sequences.
     assert recs["sliding"] == want["sliding"][0]
     assert recs["tumbling"] == want["tumbling"][0]
+    assert recs["counted"] == want["counted"][0]  # each key's runs of 3, in the order they fill
     # A union and a join emit in an order that depends on how their inputs interleave
     # (ordering across inputs is SUnion's job): compare their content.
     assert canonical(recs["both"]) == canonical(want["both"][0])
     assert canonical(recs["pairs"]) == canonical(want["pairs"][0])
     # Window results carry their end as tuple time; join results the later input's time.
     assert all(st_ == r["window_end"] for r, st_ in got.get("sliding", []))
+    assert all(st_ == r["window_end"] for r, st_ in got.get("counted", []))  # its closing tuple's
     assert all(st_ == r["ts"] for r, st_ in got.get("pairs", []))
+
+
+# The filter and the map alone in a node of their own.
+FM = parse_spec(
+    SPEC.replace(
+        "nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, every3, near]}",
+        "nodes:\n  fm: {operators: [keep_hot, scale]}\n  rest: {operators: [merge, tumble, slide, every3, near]}",
+    )
+)
 
 
 @given(in_order_stream())
 def test_filter_and_map_keep_order(a: list[dict]) -> None:
-    p = NodePipeline(
-        plan_node(
-            parse_spec(
-                SPEC.replace(
-                    "nodes:\n  all: {operators: [keep_hot, scale, merge, tumble, slide, near]}",
-                    "nodes:\n  fm: {operators: [keep_hot, scale]}\n  rest: {operators: [merge, tumble, slide, near]}",
-                )
-            ),
-            "fm",
-        )
-    )
+    p = NodePipeline(plan_node(FM, "fm"))
     feed = p.entry("a")
     feed([(r, r["ts"]) for r in a])
     got = [r for r, _ in p.drain().get("scaled", [])]

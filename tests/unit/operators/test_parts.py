@@ -1,8 +1,8 @@
 """State parts (``services.operators.parts``): the window's and the join's state as independent parts.
 
 Two properties, over random in-order streams fed in batches with time promises between them:
-the parts an operator reports as opened and not yet closed are exactly the parts it holds, at
-every step; and an operator assembled from each part's state alone (with the times it had
+the parts an operator (a time window, a count window, a join) reports as opened and not yet
+closed are exactly the parts it holds, at every step; and an operator assembled from each part's state alone (with the times it had
 reached) holds the same state and goes on to give the same output.
 """
 
@@ -15,6 +15,7 @@ from hypothesis import given, settings
 
 from services.node.pipeline import NodePipeline
 from services.operators.base import Operator
+from services.operators.count_window import CountWindow
 from services.operators.join import WindowJoin
 from services.operators.parts import PartId
 from services.operators.window import WindowAggregate
@@ -24,8 +25,8 @@ from tests.unit.operators.test_operators import in_order_stream, spec
 
 
 def parted(p: NodePipeline) -> list[Operator]:
-    ops: list[Operator] = [op for op in p.operators if isinstance(op, WindowAggregate | WindowJoin)]
-    assert any(isinstance(op, WindowAggregate) for op in ops) and any(isinstance(op, WindowJoin) for op in ops)
+    ops: list[Operator] = [op for op in p.operators if isinstance(op, WindowAggregate | WindowJoin | CountWindow)]
+    assert {type(op) for op in ops} == {WindowAggregate, WindowJoin, CountWindow}
     return ops
 
 
@@ -80,8 +81,10 @@ def _assembled(p: NodePipeline) -> NodePipeline:
             dst.watermark, dst.late = src.watermark, src.late
         elif isinstance(src, WindowJoin) and isinstance(dst, WindowJoin):
             dst.watermark = list(src.watermark)
+        elif isinstance(src, CountWindow) and isinstance(dst, CountWindow):
+            dst.made = src.made  # the windows it opened, closed ones too: what numbers its next one
     for src_op, dst_op in zip(p.operators, q.operators, strict=True):
-        if not isinstance(src_op, WindowAggregate | WindowJoin):
+        if not isinstance(src_op, WindowAggregate | WindowJoin | CountWindow):
             dst_op.set_state(pickle.loads(pickle.dumps(src_op.state())))
     return q
 

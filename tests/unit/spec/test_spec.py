@@ -247,3 +247,37 @@ def test_spark_node_settings() -> None:
     assert any("nodes.n2.flush_ms" in p for p in got), got
     got = problems(spark.replace("engine: spark", "engine: spark, ha: {scheme: passive_standby}"))
     assert any("nodes.n2.ha: a spark node recovers by dpc only" in p for p in got), got
+
+
+COUNTED = BASE.replace("size: 10, slide: 5,", "count: 3,")
+
+
+def test_a_count_window_closes_by_count() -> None:
+    op = parse_spec(COUNTED).operators["win"]
+    assert (op.count, op.size, op.slide) == (3, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("count: 0,", "'count' must be an integer >= 1, got 0"),
+        ("count: 3, size: 10,", "a window with 'count' closes by count, not by time: remove 'size'"),
+        ("count: 3, slide: 5,", "a window with 'count' closes by count, not by time: remove 'slide'"),
+    ],
+)
+def test_a_count_window_is_counted_only(change: str, said: str) -> None:
+    got = problems(COUNTED.replace("count: 3,", change))
+    assert any(said in p for p in got), got
+
+
+def test_a_count_window_refuses_what_cannot_rebuild_it() -> None:
+    """Undo/redo and the Spark engine each get one line saying what to use instead."""
+    undo = COUNTED.replace(
+        "n2: {operators: [win], replicas: 2}", "n2: {operators: [win], replicas: 2, reconciliation: undo}"
+    )
+    assert problems(undo) == [
+        "s.yaml:12:55: nodes.n2.reconciliation: node 'n2' reconciles by undo/redo, which cannot rebuild count window "
+        "'win' (counted from its oldest open window, the windows would not realign): use reconciliation: checkpoint"
+    ]
+    spark = COUNTED.replace("n2: {operators: [win], replicas: 2}", "n2: {operators: [win], engine: spark}")
+    assert any("a count window runs on engine: python" in p for p in problems(spark))
