@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import Any, Sequence, cast
 
 from services.operators.base import Item, Operator, reason
-from services.operators.parts import PartEvent, PartId
+from services.operators.parts import Admit, PartEvent, PartId
 from services.operators.window import Accumulator, finish, window_input
 from services.spec import Aggregate
 
@@ -55,6 +55,7 @@ class CountWindow(Operator):
         self.fields = sorted({a.field for a in self.aggs if a.field})
         self.opened: PartEvent | None = None  # watchers of its parts (``parts``): clear() keeps them
         self.closed: PartEvent | None = None
+        self.admit: Admit | None = None  # a recovery's filter of replayed tuples (``parts``)
         self.clear()
 
     def clear(self) -> None:
@@ -106,7 +107,7 @@ class CountWindow(Operator):
 
     def push(self, port: int, items: list[Item]) -> None:
         out: list[Item] = []
-        tf, kf, fields, size, windows = self.time, self.key, self.fields, self.count, self.open
+        tf, kf, fields, size, windows, admit = self.time, self.key, self.fields, self.count, self.open, self.admit
         for item in items:
             try:  # everything that can fail, before anything changes
                 t, k, values = window_input(item[0], tf, kf, fields)
@@ -114,6 +115,8 @@ class CountWindow(Operator):
                 self.reject(self.name, item, reason(e))
                 continue
             w = windows.get(k)
+            if admit is not None and not admit((k, self.made if w is None else w.n)):
+                continue
             if w is None:
                 w = windows[k] = _Open(self.made, Accumulator(len(fields)), t, item[1])
                 self.made += 1

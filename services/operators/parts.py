@@ -19,6 +19,7 @@ from typing import Any, Callable, Protocol
 
 PartId = tuple[Any, int]
 PartEvent = Callable[[PartId, int], None]  # (part, stime)
+Admit = Callable[[PartId], bool]  # whether the tuple being pushed goes into this part
 
 
 class StateParts(Protocol):
@@ -33,3 +34,12 @@ class StateParts(Protocol):
 
     def watch(self, opened: PartEvent | None, closed: PartEvent | None) -> None:
         """Call ``opened`` / ``closed`` as parts open and close (None: stop calling)."""
+
+
+class Replayable(StateParts, Protocol):
+    """Parts a recovery can replay input into one by one (the time and count windows; the join not yet):
+    CEC loads each part's newest footprint, then replays the input from the oldest of them."""
+
+    # Unless None, asked for each part a pushed tuple would go into (one it would open too): the
+    # replay puts a tuple only into the parts whose saved state lacks it.
+    admit: Admit | None

@@ -22,7 +22,7 @@ from typing import Any, Sequence, cast
 
 from services.core.tuples import NO_TIME
 from services.operators.base import Item, Operator, reason
-from services.operators.parts import PartEvent, PartId
+from services.operators.parts import Admit, PartEvent, PartId
 from services.spec import Aggregate
 
 # The first stime of a window restored from a state, delta or part saved before windows kept it:
@@ -121,6 +121,7 @@ class WindowAggregate(Operator):
         self.fields = sorted({a.field for a in self.aggs if a.field})
         self.opened: PartEvent | None = None  # watchers of its parts (``parts``): clear() keeps them
         self.closed: PartEvent | None = None
+        self.admit: Admit | None = None  # a recovery's filter of replayed tuples (``parts``)
         self.clear()
 
     def clear(self) -> None:
@@ -230,7 +231,7 @@ class WindowAggregate(Operator):
         out: list[Item] = []
         tf, kf, fields = self.time, self.key, self.fields
         size, slide, windows, nf, dirty = self.size, self.slide, self.windows, len(self.fields), self.dirty
-        opened, firsts = self.opened, self.firsts
+        opened, firsts, admit = self.opened, self.firsts, self.admit
         for item in items:
             try:  # everything that can fail, before anything changes
                 t, k, values = window_input(item[0], tf, kf, fields)
@@ -243,6 +244,8 @@ class WindowAggregate(Operator):
             for start in window_starts(t, size, slide):
                 if start + size <= self.watermark:
                     self.late += 1
+                    continue
+                if admit is not None and not admit((k, start)):
                     continue
                 w = windows.get(start)
                 if w is None:

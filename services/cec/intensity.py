@@ -1,0 +1,34 @@
+"""How hard CEC checkpoints (CEC §III.A): targets for the extent and the replay, inside time slots.
+
+The policy the paper evaluates: take a G^check of the part with the oldest footprint while the
+extent exceeds ``q`` records or the input to replay exceeds ``u`` tuples, and only inside a slot
+of ``ci_ms`` at the start of every ``cp_ms`` (the checkpoint interval and period), so
+checkpointing never holds the loop longer than a slot (Fig. 8: response time against CP). The
+parameters never change what a recovery gives, only how long it takes: a part not checked
+falls back to its older G^check or its G^open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NEVER = 2**62  # a target never exceeded: CEC_OPEN only (the paper's baseline, Fig. 5)
+
+
+@dataclass(frozen=True)
+class Intensity:
+    q: int = 1000  # extent target, records (the paper's example: Q = 1,000)
+    u: int = 1_000_000  # replay target, input tuples (U = 1,000,000)
+    ci_ms: int = 5  # slot length (Fig. 6: CI = 5 ms)
+    cp_ms: int = 100  # slot period (CP = 100 ms)
+
+    def in_slot(self, now_ms: int) -> bool:
+        """Whether ``now_ms`` (a monotonic clock) falls in a checkpoint slot."""
+        return now_ms % self.cp_ms < self.ci_ms
+
+    def over(self, q: int, u: int) -> bool:
+        """Whether the extent or the replay is past its target."""
+        return q > self.q or u > self.u
+
+
+OPEN_ONLY = Intensity(q=NEVER, u=NEVER)
