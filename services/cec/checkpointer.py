@@ -19,7 +19,7 @@ footprint it is after; every other is already in the log, as a footprint's state
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, Callable
 
 from services.cec.footprints import Footprints, Kind, Mark, WinId
 from services.cec.intensity import Intensity
@@ -39,8 +39,10 @@ class Checkpointer:
         self.ids: dict[PartId, WinId] = {}  # open parts: the operator's id -> the log's
         self.pids: dict[WinId, PartId] = {}
         self.pos = -1  # input position of the last tuple processed (t_now)
+        self.stime = 0  # and its stime
         self.seq = 0  # the next record's sequence number
         self.checks = 0  # CEC_CHECK records written
+        self.next_slot = 0  # when the next checkpoint slot may start (monotonic ms)
         self.tail = -1  # after ``load``: the log's tail position; tuples up to it are replayed
         self.since: dict[WinId, int] = {}  # after ``load``: each loaded part's footprint position
         self._events: list[tuple[Kind, WinId, bytes | None]] = []
@@ -55,7 +57,7 @@ class Checkpointer:
         out: list[Out] = []
         op = self.op
         for i, item in enumerate(items):
-            self.pos, self._opened = pos + i, 0
+            self.pos, self.stime, self._opened = pos + i, item[1], 0
             replaying = self.pos <= self.tail
             op.admit = self._admit if replaying else None
             op.push(0, [item])
@@ -98,7 +100,7 @@ class Checkpointer:
             seq += 1
         n, xs, results = len(self.ids), fp.start(seq - 1), iter(self._results)  # none open: its last record
         for kind, win, state in self._events:
-            mark = Mark(kind, win, n, self.pos, self.seq, xs)
+            mark = Mark(kind, win, n, self.pos, self.stime, self.seq, xs)
             out.append((mark, state if kind is Kind.OPEN else next(results)))
             self.seq += 1
         if next(results, None) is not None:
@@ -107,19 +109,24 @@ class Checkpointer:
         self._results.clear()
 
     # -- background ---------------------------------------------------------------------------
-    def background(self, now_ms: int) -> list[Out]:
-        """CEC_CHECK records of the oldest footprints while the policy asks for them, each part once at most."""
+    def background(self, now_ms: int, clock: Callable[[], int] | None = None) -> list[Out]:
+        """In the period's slot (the first call in each period of ``cp_ms``): CEC_CHECK records of the
+        oldest footprints while the policy asks for them, each part once at most, and (``clock``:
+        monotonic ms) for ``ci_ms`` at most."""
         out: list[Out] = []
         it, fp = self.intensity, self.fp
-        if self.pos <= self.tail or not it.in_slot(now_ms):
+        if self.pos <= self.tail or now_ms < self.next_slot:
             return out
+        self.next_slot, end = it.next_period(now_ms), now_ms + it.ci_ms
         for _ in range(len(fp)):
             win = fp.oldest()
             if win is None or not it.over(fp.q(self.seq), fp.u(self.pos)):
                 break
+            if clock is not None and clock() >= end:
+                break
             state = self._state(self.pids[win])
             fp.left(win, self.seq, self.pos)
-            out.append((Mark(Kind.CHECK, win, len(fp), self.pos, self.seq, fp.start(self.seq + 1)), state))
+            out.append((Mark(Kind.CHECK, win, len(fp), self.pos, self.stime, self.seq, fp.start(self.seq + 1)), state))
             self.seq += 1
             self.checks += 1
         return out

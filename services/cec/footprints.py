@@ -40,6 +40,7 @@ class Mark:
     win: WinId
     n: int  # parts open once the tuple that made it is processed
     pos: int  # input position of that tuple (t_now)
+    stime: int  # its stime: a footprint's time in the log, which keeps time order with the results
     seq: int  # the record's number among the node partition's CEC records
     xs: int  # the extent's start after it: the oldest open part's footprint's seq (the tail's if none)
 

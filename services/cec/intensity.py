@@ -1,8 +1,8 @@
 """How hard CEC checkpoints (CEC §III.A): targets for the extent and the replay, inside time slots.
 
 The policy the paper evaluates: take a G^check of the part with the oldest footprint while the
-extent exceeds ``q`` records or the input to replay exceeds ``u`` tuples, and only inside a slot
-of ``ci_ms`` at the start of every ``cp_ms`` (the checkpoint interval and period), so
+extent exceeds ``q`` records or the input to replay exceeds ``u`` tuples, and only inside one slot
+of ``ci_ms`` in every period of ``cp_ms`` (the checkpoint interval and period), so
 checkpointing never holds the loop longer than a slot (Fig. 8: response time against CP). The
 parameters never change what a recovery gives, only how long it takes: a part not checked
 falls back to its older G^check or its G^open.
@@ -22,9 +22,10 @@ class Intensity:
     ci_ms: int = 5  # slot length (Fig. 6: CI = 5 ms)
     cp_ms: int = 100  # slot period (CP = 100 ms)
 
-    def in_slot(self, now_ms: int) -> bool:
-        """Whether ``now_ms`` (a monotonic clock) falls in a checkpoint slot."""
-        return now_ms % self.cp_ms < self.ci_ms
+    def next_period(self, now_ms: int) -> int:
+        """When the checkpoint period after the one ``now_ms`` (a monotonic clock) falls in starts: each
+        period has one slot, from the first look at it (between two batches) for ``ci_ms``."""
+        return (now_ms // self.cp_ms + 1) * self.cp_ms
 
     def over(self, q: int, u: int) -> bool:
         """Whether the extent or the replay is past its target."""

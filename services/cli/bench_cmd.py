@@ -87,3 +87,21 @@ def ha(
     code = run_bench("bench.ha", [*args, "--repeats", str(repeats)])
     if code:
         raise typer.Exit(code)
+
+
+@bench_app.command("cec")
+def cec(
+    quick: Annotated[bool, typer.Option("--quick", help="A tenth of the items and tuples (about a minute).")] = False,
+    replot: Annotated[
+        bool, typer.Option("--replot", help="Run nothing: redraw the figure and docs/cec.md from the results file.")
+    ] = False,
+) -> None:
+    """CEC's recovery evaluation (Sebeou & Magoutis, Figs. 6 and 7): CEC_CHECK records, extent, EC-load and
+    replay bytes against Q and U.
+
+    Starts a 1-broker Kafka (unless $HASTREAM_BOOTSTRAP names one), writes bench/results/cec.json,
+    docs/cec.png and docs/cec.md.
+    """
+    code = run_bench("bench.cec", (["--quick"] if quick else []) + (["--replot"] if replot else []))
+    if code:
+        raise typer.Exit(code)

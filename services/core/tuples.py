@@ -28,6 +28,8 @@ class TupleType(str, Enum):
     UNDO = "UNDO"
     REC_DONE = "REC_DONE"
     EPOCH = "EPOCH"  # a writer's first message: its epoch fences every older copy of it (id -1, stime 0)
+    CEC_OPEN = "CEC_OPEN"  # CEC: a state part opened; its state in the value (id -1), readers skip it
+    CEC_CHECK = "CEC_CHECK"  # CEC: an open part's state now (id -1), readers skip it
 
 
 # The types by their short names, for code that tests them per tuple (``t is STABLE``).
@@ -50,6 +52,8 @@ H_EPOCH = "ht.epoch"
 H_SCHEMA = "ht.schema"  # the value's Avro schema: <name>:<CRC-64-AVRO fingerprint> (services.core.codec)
 H_BOUND = "ht.bound"  # on a STABLE tuple: a BOUNDARY at this stime follows it (a boundary coalesced with data)
 NO_TIME = -(2**62)  # earlier than every tuple time: "none yet"
+# On each record of a CEC node's output: part,n,pos,seq,xs (``services.cec.footprints.Mark``; part: "p.j").
+H_CEC = "ht.cec"
 H_TMAX = "ht.tmax"  # on a TENTATIVE tuple: the tuple time of the last input tuple processed before it (t_max)
 # Dead-letter headers: why a message was rejected and where it came from.
 H_ERROR = "ht.error"
@@ -58,6 +62,8 @@ H_SRC_PARTITION = "ht.src.partition"
 H_SRC_OFFSET = "ht.src.offset"
 H_REJECTED_BY = "ht.rejected.by"  # the node replica (and operator) that rejected it
 
+# CEC's footprints in a node's output: no tuple id, and no reader takes them as data or control.
+FOOTPRINTS = frozenset({TupleType.CEC_OPEN, TupleType.CEC_CHECK})
 TYPE_BYTES: dict[TupleType, bytes] = {t: t.value.encode() for t in TupleType}
 _TYPE_BY_BYTES: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
 
@@ -127,6 +133,25 @@ def carries_bound(headers: RawHeaders) -> bool:
         return parse_headers(headers).bound is not None
     except HeaderError:
         return False
+
+
+def cec_header(part: tuple[int, int], n: int, pos: int, seq: int, xs: int) -> tuple[str, bytes]:
+    """The ``ht.cec`` header of one record of a CEC node's output (ASCII, so kcat shows it)."""
+    return (H_CEC, b"%d.%d,%d,%d,%d,%d" % (part[0], part[1], n, pos, seq, xs))
+
+
+def read_cec(headers: RawHeaders) -> tuple[tuple[int, int], int, int, int, int] | None:
+    """(part, n, pos, seq, xs) of a record's ``ht.cec`` header; None without one. Raises HeaderError
+    on a malformed one."""
+    v = headers.get(H_CEC) if isinstance(headers, dict) else next((v for k, v in headers or () if k == H_CEC), None)
+    if v is None:
+        return None
+    try:
+        part, n, pos, seq, xs = (v.encode() if isinstance(v, str) else v).split(b",")
+        p, j = part.split(b".")
+        return (int(p), int(j)), int(n), int(pos), int(seq), int(xs)
+    except ValueError as e:
+        raise HeaderError(f"{H_CEC} must be part,n,pos,seq,xs with part p.j, got {v!r}") from e
 
 
 def make_headers(ttype: TupleType, tid: int, stime: int, replica: int = 0, epoch: int = 0) -> Headers:

@@ -24,6 +24,7 @@ from services.core.retry import retry_transient
 from services.core.tuples import (
     BOUNDARY,
     EPOCH,
+    FOOTPRINTS,
     STABLE,
     TENTATIVE,
     UNDO,
@@ -209,7 +210,7 @@ def undo_after(
                 t, tid, epoch = peek(m.headers())
                 if t is UNDO and tid is not None and tid <= last_stable:
                     return m.offset() or 0, epoch
-                if t is not TENTATIVE and t is not EPOCH:
+                if t is not TENTATIVE and t is not EPOCH and t not in FOOTPRINTS:
                     return None
             pos = max(pos, end)
             if pos >= start + limit or time.monotonic() >= deadline:
@@ -245,7 +246,7 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
     """Id of the last stable tuple in a node's output topic: -1 if it has none, None if nothing but
     EPOCH tuples was ever written to it.
 
-    Every message but a TENTATIVE or EPOCH one names it: a STABLE tuple its own id, control
+    Every message but a TENTATIVE, EPOCH or CEC footprint names it: a STABLE tuple its own id, control
     tuples (BOUNDARY, UNDO, REC_DONE) the last stable id before them.
     """
     empty = True
@@ -253,7 +254,7 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
         if t is EPOCH:
             continue
         empty = False
-        if t not in (None, TENTATIVE) and tid is not None:
+        if t not in (None, TENTATIVE) and t not in FOOTPRINTS and tid is not None:
             return tid
     return None if empty else -1
 
@@ -277,7 +278,7 @@ def _tail(bootstrap: str, topic: str, partition: int, chunk: int) -> tuple[int, 
     id, -1 if none; that boundary, -1 if none)."""
     last: int | None = None
     for off, (t, tid, _, _, bound) in _live_backward(bootstrap, topic, partition, chunk, _bound_meta):
-        if last is None and t not in (None, TENTATIVE, EPOCH) and tid is not None:
+        if last is None and t not in (None, TENTATIVE, EPOCH) and t not in FOOTPRINTS and tid is not None:
             last = tid
         if bound is not None:  # a STABLE or BOUNDARY message: it named the last stable id above, if not a newer one
             return off, (last if last is not None else -1), bound

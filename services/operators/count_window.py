@@ -63,13 +63,17 @@ class CountWindow(Operator):
         # one's first stime is the stream marker, without a scan
         self.open: OrderedDict[Any, _Open] = OrderedDict()
         self.made = 0  # windows opened so far: the next one's part number
+        self._loaded = False  # parts were loaded since the windows were last in their opening order
 
     def state(self) -> object:
+        if self._loaded:
+            self._reorder()
         return ([(k, w.dump()) for k, w in self.open.items()], self.made)
 
     def set_state(self, state: object) -> None:
         items, self.made = cast(tuple, state)
         self.open = OrderedDict((k, _Open.load(st)) for k, st in items)
+        self._loaded = False
 
     # -- state parts (``services.operators.parts``): a part is one key's open window, id (key, n) ------
     def part_ids(self) -> list[PartId]:
@@ -85,11 +89,16 @@ class CountWindow(Operator):
         return (w.dump(), self.made)
 
     def load_part(self, pid: PartId, state: object) -> None:
-        """Parts load in any order; the open windows keep the order they opened in."""
+        """Parts load in any order; the open windows are put back in the order they opened in once
+        the operator is used again (``_reorder``), not at every part."""
         dump, made = cast(tuple, state)
         self.open[pid[0]] = _Open.load(dump)
-        self.open = OrderedDict(sorted(self.open.items(), key=lambda kv: kv[1].n))
         self.made = max(self.made, made)
+        self._loaded = True
+
+    def _reorder(self) -> None:
+        self.open = OrderedDict(sorted(self.open.items(), key=lambda kv: kv[1].n))
+        self._loaded = False
 
     def watch(self, opened: PartEvent | None, closed: PartEvent | None) -> None:
         self.opened, self.closed = opened, closed
@@ -101,11 +110,15 @@ class CountWindow(Operator):
 
     def oldest_time(self, port: int) -> int | None:
         """The first stime of the window opened longest ago: windows open in input order."""
+        if self._loaded:
+            self._reorder()
         for w in self.open.values():
             return w.first
         return None
 
     def push(self, port: int, items: list[Item]) -> None:
+        if self._loaded:
+            self._reorder()
         out: list[Item] = []
         tf, kf, fields, size, windows, admit = self.time, self.key, self.fields, self.count, self.open, self.admit
         for item in items:

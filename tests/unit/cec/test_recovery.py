@@ -149,10 +149,11 @@ def test_a_key_that_reopens_is_a_new_part_and_the_scan_skips_the_closed_one() ->
 
 def test_q_below_the_open_parts_checks_each_part_once_per_slot() -> None:
     """The extent can never be below the open parts (q >= N): a target under it checks every part in
-    each slot, once, and stops there."""
+    each period's slot, once, and stops there; a second look in the same period checks nothing."""
     recs: list[dict[str, Any]] = [{"sensor": f"k{i}", "ts": i, "value": 1.0} for i in range(4)]
     cp = Checkpointer(operator(("count", 10)), Intensity(q=1, u=NEVER, ci_ms=5, cp_ms=100))
     cp.push(0, [(r, r["ts"]) for r in recs])
-    assert cp.background(now_ms=50) == []  # outside the slot
     checks = cp.background(now_ms=101)
     assert [m.win for m, _ in checks] == [(0, 0), (1, 0), (2, 0), (3, 0)] and cp.checks == 4
+    assert cp.background(now_ms=150) == []  # the period's slot was taken
+    assert [m.win for m, _ in cp.background(now_ms=200)] == [(0, 0), (1, 0), (2, 0), (3, 0)]

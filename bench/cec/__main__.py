@@ -1,0 +1,3 @@
+from bench.cec.report import main
+
+main()
