@@ -44,18 +44,19 @@ def _window(op: OperatorDef, recs: Records, ended: bool = False) -> Records:
             if start + op.size <= watermark:
                 groups[(start, r[op.key or ""])].append(r)
             start -= op.slide
-    out = []
-    for start, key in sorted(groups):
-        g = groups[(start, key)]
-        row: dict[str, Any] = {"key": str(key), "window_start": start, "window_end": start + op.size}
-        for a in op.aggregates:
-            vals = [r[a.field] for r in g] if a.field else []
-            total = 0.0
-            for v in vals:
-                total += v
-            row[a.out] = _aggregate(a.func, vals, len(g), total)
-        out.append(row)
-    return out
+    return [_row(op, key, start, start + op.size, groups[(start, key)]) for start, key in sorted(groups)]
+
+
+def _row(op: OperatorDef, key: Any, start: int, end: int, g: Records) -> dict[str, Any]:
+    """One window's result: its key, start and end, and each aggregate over its tuples ``g``."""
+    row: dict[str, Any] = {"key": str(key), "window_start": start, "window_end": end}
+    for a in op.aggregates:
+        vals = [r[a.field] for r in g] if a.field else []
+        total = 0.0
+        for v in vals:
+            total += v
+        row[a.out] = _aggregate(a.func, vals, len(g), total)
+    return row
 
 
 def _count_window(op: OperatorDef, recs: Records) -> Records:
@@ -67,14 +68,7 @@ def _count_window(op: OperatorDef, recs: Records) -> Records:
         run.append(r)
         if len(run) < op.count:
             continue
-        row: dict[str, Any] = {"key": str(r[op.key or ""]), "window_start": run[0][op.time], "window_end": r[op.time]}
-        for a in op.aggregates:
-            vals = [x[a.field] for x in run] if a.field else []
-            total = 0.0
-            for v in vals:
-                total += v
-            row[a.out] = _aggregate(a.func, vals, len(run), total)
-        out.append(row)
+        out.append(_row(op, r[op.key or ""], run[0][op.time], r[op.time], run))
         run.clear()
     return out
 

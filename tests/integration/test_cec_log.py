@@ -59,6 +59,16 @@ def outs(cp: Checkpointer, pos: int, batch: list[dict]) -> list[Out]:
     return cp.push(pos, [(r, r["ts"]) for r in batch]) + cp.background(now_ms=pos)
 
 
+def write(
+    producer: TransactionalProducer, log: OutLog, cp: Checkpointer, recs: list[dict], size: int, start: int = 0
+) -> None:
+    """``recs`` from ``start`` through ``cp`` into ``log``, a committed transaction per batch of ``size``."""
+    for pos, batch in batches(recs, size, start):
+        producer.begin()
+        log.write(outs(cp, pos, batch))
+        producer.commit()
+
+
 def results(log: list[Out]) -> list[dict]:
     return [payload[0] for mark, payload in log if mark.kind is Kind.RESULT]
 
@@ -100,11 +110,7 @@ def test_a_writer_that_dies_mid_transaction_is_recovered_from_the_committed_log(
         start = again.load(ec)
         last = last_stable_id(bootstrap, topic, 0)
         assert last == len(results(committed)) - 1
-        log2 = OutLog(second, topic, 0, "window_stat", "w", next_id=last + 1)
-        for pos, batch in batches(recs, size, start + 1):
-            second.begin()
-            log2.write(outs(again, pos, batch))
-            second.commit()
+        write(second, OutLog(second, topic, 0, "window_stat", "w", next_id=last + 1), again, recs, size, start + 1)
     finally:
         second.close()
 
@@ -119,12 +125,14 @@ def test_a_log_trimmed_past_the_extent_is_refused_in_one_line(kafka: Any) -> Non
     ensure_topics(bootstrap, [TopicSpec(topic, 1, 1, TOPIC_CONFIG)])
     producer = TransactionalProducer(bootstrap, tid)
     producer.init()
-    cp, log = Checkpointer(window(), POLICY), OutLog(producer, topic, 0, "window_stat", "w")
     try:
-        for pos, batch in batches(workload(1000, 80, 3), 50):
-            producer.begin()
-            log.write(outs(cp, pos, batch))
-            producer.commit()
+        write(
+            producer,
+            OutLog(producer, topic, 0, "window_stat", "w"),
+            Checkpointer(window(), POLICY),
+            workload(1000, 80, 3),
+            50,
+        )
     finally:
         producer.close()
     ec = eventual(bootstrap, topic, 0)

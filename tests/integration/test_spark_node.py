@@ -85,6 +85,7 @@ def test_upstream_replica_of_the_spark_node_killed(kafka: Any, tmp_path: Path, s
     check_schedule(run, spark_failure_free, schedule)
 
 
+@pytest.mark.slow  # about 2 minutes: the default suite keeps the Spark node's kill -9 and stopped source
 def test_spark_replica_restarted_on_another_host_continues_from_shared_checkpoints(
     kafka: Any, tmp_path: Path, spark_failure_free: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
