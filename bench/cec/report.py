@@ -88,9 +88,13 @@ COLUMNS = (
 )
 
 
+def _value(run: dict[str, Any], key: str) -> float:
+    """A run's figure as shown: the replay in MB, the rest as measured."""
+    return run[key] / 1e6 if key == "replay_bytes" else run[key]
+
+
 def _cell(run: dict[str, Any], key: str, fmt: str) -> str:
-    v = run[key] / 1e6 if key == "replay_bytes" else run[key]
-    return fmt.format(v)
+    return fmt.format(_value(run, key))
 
 
 def show(res: dict[str, Any]) -> None:
@@ -122,7 +126,7 @@ def plot(res: dict[str, Any]) -> None:
     ):
         for col, (key, title) in enumerate(panels):
             ax = axes[row][col]
-            ys = [r[key] / 1e6 if key == "replay_bytes" else r[key] for r in runs]
+            ys = [_value(r, key) for r in runs]
             ax.plot(xs, ys, "o-")
             ax.set_title(title, fontsize=10)
             ax.set_xlabel(xlabel, fontsize=9)

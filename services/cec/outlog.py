@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Message
 
 from services.cec import scan
 from services.cec.checkpointer import Out
@@ -27,7 +27,7 @@ from services.core.codec import codec_for, schema_header
 from services.core.errors import HeaderError
 from services.core.transactions import TransactionalProducer
 from services.core.tuples import STABLE, TupleType, admit, cec_header, header_writer, read_cec
-from services.log.tail import backward, range_consumer
+from services.log.tail import backward, first_offset
 
 TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
 FOOTPRINT = "checkpoint_part"
@@ -103,13 +103,9 @@ def eventual(bootstrap: str, topic: str, partition: int, chunk: int = 2000) -> s
     """The eventual checkpoint at the tail of ``topic[partition]``: read back in chunks from the tail
     (each four times the one before, ``services.log.tail.backward``), only the footprints kept
     decoded. A log whose start was trimmed (its low watermark above 0) must still hold the extent."""
-    c = range_consumer(bootstrap, "cec")
-    try:
-        low, _ = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-    finally:
-        c.close()
+    trimmed = first_offset(bootstrap, topic, partition) > 0
     chunks = backward(bootstrap, topic, partition, chunk, record)
-    ec = scan.backward(([r for _, r in ch if r is not None] for ch in chunks), trimmed=low > 0)
+    ec = scan.backward(([r for _, r in ch if r is not None] for ch in chunks), trimmed=trimmed)
     decode = codec_for(FOOTPRINT).decode
     ec.parts = {w: (mark, decode(value)["state"]) for w, (mark, value) in ec.parts.items()}
     return ec

@@ -34,6 +34,8 @@ from services.core.tuples import (
     peek,
 )
 
+# The types whose id names no stable id: a tentative tuple's is its own, an EPOCH and a CEC footprint have none.
+_UNNUMBERED = frozenset({TENTATIVE, EPOCH, *FOOTPRINTS})
 # What a backward scan needs of a message: type, id, epoch, whether a boundary rides on it, and
 # a tentative tuple's t_max (None for other types).
 Meta = tuple[TupleType | None, int | None, int, bool, int | None]
@@ -210,7 +212,7 @@ def undo_after(
                 t, tid, epoch = peek(m.headers())
                 if t is UNDO and tid is not None and tid <= last_stable:
                     return m.offset() or 0, epoch
-                if t is not TENTATIVE and t is not EPOCH and t not in FOOTPRINTS:
+                if t not in _UNNUMBERED:
                     return None
             pos = max(pos, end)
             if pos >= start + limit or time.monotonic() >= deadline:
@@ -254,7 +256,7 @@ def last_stable_id(bootstrap: str, topic: str, partition: int, chunk: int = 2000
         if t is EPOCH:
             continue
         empty = False
-        if t not in (None, TENTATIVE) and t not in FOOTPRINTS and tid is not None:
+        if t is not None and t not in _UNNUMBERED and tid is not None:
             return tid
     return None if empty else -1
 
@@ -278,7 +280,7 @@ def _tail(bootstrap: str, topic: str, partition: int, chunk: int) -> tuple[int, 
     id, -1 if none; that boundary, -1 if none)."""
     last: int | None = None
     for off, (t, tid, _, _, bound) in _live_backward(bootstrap, topic, partition, chunk, _bound_meta):
-        if last is None and t not in (None, TENTATIVE, EPOCH) and t not in FOOTPRINTS and tid is not None:
+        if last is None and t is not None and t not in _UNNUMBERED and tid is not None:
             last = tid
         if bound is not None:  # a STABLE or BOUNDARY message: it named the last stable id above, if not a newer one
             return off, (last if last is not None else -1), bound

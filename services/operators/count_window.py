@@ -20,7 +20,7 @@ from typing import Any, Sequence, cast
 
 from services.operators.base import Item, Operator, reason
 from services.operators.parts import Admit, PartEvent, PartId
-from services.operators.window import Accumulator, finish, window_input
+from services.operators.window import Accumulator, window_input, window_result
 from services.spec import Aggregate
 
 
@@ -104,8 +104,8 @@ class CountWindow(Operator):
         self.opened, self.closed = opened, closed
 
     def span(self) -> int:
-        """Unbounded in time; 0 says the node's span cannot bound it (amnesia refuses count windows:
-        ``services.spec.classes``, a deterministic node)."""
+        """Unbounded in time; 0 says no span bounds it: amnesia writes from its takeover on, each key's
+        windows counted from there (gap recovery with wrong values, ``services.ha.amnesia``)."""
         return 0
 
     def oldest_time(self, port: int) -> int | None:
@@ -141,9 +141,9 @@ class CountWindow(Operator):
                 w.last = t
             if w.acc.count >= size:
                 del windows[k]
-                rec = {"key": str(k), "window_start": w.start, "window_end": w.last}
-                rec.update(finish(self.aggs, fields, w.acc))
-                out.append((rec, item[1]))
+                out.append(
+                    (window_result(self.aggs, fields, k, w.start, w.last, w.acc)[0], item[1])
+                )  # its stime: the closing tuple's
                 if self.closed is not None:
                     self.closed((k, w.n), item[1])
         if out:
