@@ -24,7 +24,7 @@ from typing import Any, Callable
 from services.cec.footprints import Footprints, Kind, Mark, WinId
 from services.cec.intensity import Intensity
 from services.cec.scan import Eventual
-from services.operators.base import Item
+from services.operators.base import Emit, Item
 from services.operators.parts import PartId
 
 Out = tuple[Mark, Any]  # a result (record, stime), or a footprint's pickled (part id, part state)
@@ -48,8 +48,7 @@ class Checkpointer:
         self._events: list[tuple[Kind, WinId, bytes | None]] = []
         self._results: list[Item] = []
         self._opened = 0  # parts the current tuple opened so far
-        op.watch(self._on_open, self._on_close)
-        op.emit = self._results.extend
+        self.resume()
 
     # -- foreground -------------------------------------------------------------------------------
     def push(self, pos: int, items: list[Item]) -> list[Out]:
@@ -68,10 +67,25 @@ class Checkpointer:
 
     def advance(self, stime: int) -> list[Out]:
         """A time promise: what it closes, stamped with the last tuple's position."""
-        out: list[Out] = []
         self.op.advance(stime)
+        return self.collect()
+
+    def collect(self) -> list[Out]:
+        """The records of what the operator did since the last tuple pushed (its time was moved on)."""
+        out: list[Out] = []
         self._records(out)
         return out
+
+    def pause(self, emit: Emit) -> None:
+        """Stop recording: the operator's results go to ``emit``, its parts change unwatched until ``resume``
+        (a DPC failure's tentative processing, which its reconciliation rolls back to the parts as they were)."""
+        self.op.watch(None, None)
+        self.op.emit = emit
+
+    def resume(self) -> None:
+        """Record again: the operator's parts are back where ``pause`` found them."""
+        self.op.watch(self._on_open, self._on_close)
+        self.op.emit = self._results.extend
 
     def _on_open(self, pid: PartId, stime: int) -> None:
         win = (self.pos, self._opened)

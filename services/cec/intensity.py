@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.spec.stores import STORES
+
 NEVER = 2**62  # a target never exceeded: CEC_OPEN only (the paper's baseline, Fig. 5)
 
 
 @dataclass(frozen=True)
 class Intensity:
-    q: int = 1000  # extent target, records (the paper's example: Q = 1,000)
-    u: int = 1_000_000  # replay target, input tuples (U = 1,000,000)
-    ci_ms: int = 5  # slot length (Fig. 6: CI = 5 ms)
-    cp_ms: int = 100  # slot period (CP = 100 ms)
+    q: int  # extent target, records (the paper's example: Q = 1,000)
+    u: int  # replay target, input tuples (U = 1,000,000)
+    ci_ms: int  # slot length (Fig. 6: CI = 5 ms)
+    cp_ms: int  # slot period (CP = 100 ms)
 
     def next_period(self, now_ms: int) -> int:
         """When the checkpoint period after the one ``now_ms`` (a monotonic clock) falls in starts: each
@@ -32,4 +34,5 @@ class Intensity:
         return q > self.q or u > self.u
 
 
-OPEN_ONLY = Intensity(q=NEVER, u=NEVER)
+DEFAULT = Intensity(**STORES["cec"].params)  # the spec's defaults (``checkpoint: {method: cec}``)
+OPEN_ONLY = Intensity(NEVER, NEVER, DEFAULT.ci_ms, DEFAULT.cp_ms)

@@ -11,7 +11,7 @@ CEC_CHECK records (no id; every hastream reader skips them) whose value is a
 footprints it keeps.
 
 The topic must keep everything from the extent's start: ``cleanup.policy=delete`` with no
-retention (``TOPIC_CONFIG``), trimmed only below T (the digest's §4).
+retention (``TOPIC_CONFIG``: a recovery log's, ``services.log.retention``), trimmed only below T (the digest's §4).
 """
 
 from __future__ import annotations
@@ -27,16 +27,31 @@ from services.core.codec import codec_for, schema_header
 from services.core.errors import HeaderError
 from services.core.transactions import TransactionalProducer
 from services.core.tuples import STABLE, TupleType, admit, cec_header, header_writer, read_cec
+from services.log import retention
 from services.log.tail import backward, first_offset
 
-TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+TOPIC_CONFIG = retention.RECOVERY_LOG
 FOOTPRINT = "checkpoint_part"
-_TYPES = {Kind.OPEN: TupleType.CEC_OPEN, Kind.CHECK: TupleType.CEC_CHECK}
+TYPES = {Kind.OPEN: TupleType.CEC_OPEN, Kind.CHECK: TupleType.CEC_CHECK}  # a footprint's record type
 _KINDS: dict[TupleType | None, Kind] = {
     STABLE: Kind.RESULT,
+    TupleType.CEC_CLOSE: Kind.RESULT,  # a result that went to the dead letters: its part is closed all the same
     TupleType.CEC_OPEN: Kind.OPEN,
     TupleType.CEC_CHECK: Kind.CHECK,
 }
+
+
+def footprint(operator: str, partition: int, epoch: int, mark: Mark, state: bytes) -> dict[str, Any]:
+    """A footprint's ``checkpoint_part`` value: the part's pickled state, with what it is of."""
+    part = f"{mark.win[0]}.{mark.win[1]}"
+    return {
+        "operator": operator,
+        "partition": partition,
+        "part": part,
+        "stable_id": mark.pos,
+        "epoch": epoch,
+        "state": state,
+    }
 
 
 class OutLog:
@@ -72,16 +87,8 @@ class OutLog:
                 self.next_id += 1
                 send(topic, self.encode(rec), None, partition, headers)
                 continue
-            value = {
-                "operator": self.operator,
-                "partition": self.partition,
-                "part": f"{mark.win[0]}.{mark.win[1]}",
-                "stable_id": mark.pos,
-                "epoch": self.epoch,
-                "state": payload,
-            }
-            headers = [*self.footprints(_TYPES[mark.kind], -1, mark.stime), cec]
-            send(topic, self.encode_footprint(value), None, partition, headers)
+            value = self.encode_footprint(footprint(self.operator, partition, self.epoch, mark, payload))
+            send(topic, value, None, partition, [*self.footprints(TYPES[mark.kind], -1, mark.stime), cec])
 
 
 def record(m: Message) -> scan.Record | None:

@@ -30,6 +30,7 @@ class TupleType(str, Enum):
     EPOCH = "EPOCH"  # a writer's first message: its epoch fences every older copy of it (id -1, stime 0)
     CEC_OPEN = "CEC_OPEN"  # CEC: a state part opened; its state in the value (id -1), readers skip it
     CEC_CHECK = "CEC_CHECK"  # CEC: an open part's state now (id -1), readers skip it
+    CEC_CLOSE = "CEC_CLOSE"  # CEC: a part closed with a result that went to the dead letters (id -1, no value)
 
 
 # The types by their short names, for code that tests them per tuple (``t is STABLE``).
@@ -63,7 +64,7 @@ H_SRC_OFFSET = "ht.src.offset"
 H_REJECTED_BY = "ht.rejected.by"  # the node replica (and operator) that rejected it
 
 # CEC's footprints in a node's output: no tuple id, and no reader takes them as data or control.
-FOOTPRINTS = frozenset({TupleType.CEC_OPEN, TupleType.CEC_CHECK})
+FOOTPRINTS = frozenset({TupleType.CEC_OPEN, TupleType.CEC_CHECK, TupleType.CEC_CLOSE})
 TYPE_BYTES: dict[TupleType, bytes] = {t: t.value.encode() for t in TupleType}
 _TYPE_BY_BYTES: dict[bytes, TupleType] = {v: k for k, v in TYPE_BYTES.items()}
 

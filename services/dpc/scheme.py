@@ -71,7 +71,7 @@ class DpcScheme:
         self.path = StablePath(node, sunion, {o.stream: SOutput() for o in plan.outputs})
         self.path.on_tentative = self._tentative
         self.restart_topic = plan.restart_topics[node.replica]
-        self.store = build_store(node, self.restart_topic)
+        self.store = build_store(node, self.restart_topic, self.path)
         self.resume = Resume(node, self.path)
         self.reconciler = reconciler(plan.reconciliation, node.pipeline)
         self.state = NodeState.STABLE

@@ -18,6 +18,7 @@ import random
 from services.control.messages import now_ms
 from services.log.retention import CHUNK_BYTES
 from services.node import restart
+from services.node.path import StablePath
 from services.node.scheme import NodeRuntime
 from services.node.state import RecoveryPoint, WrittenPoints
 
@@ -28,7 +29,9 @@ IMAGE_EVERY = 4  # an image once the deltas since the last one weigh this many i
 class Checkpoints:
     """A ``StateStore``: one primary's chain of checkpoints, numbered, each a delta or an image."""
 
-    def __init__(self, node: NodeRuntime, topic: str) -> None:
+    restores = False
+
+    def __init__(self, node: NodeRuntime, topic: str, path: StablePath | None = None) -> None:
         self.node, self.topic = node, topic
         self.chain = self.seq = 0  # this primary's checkpoints: a chain of its own, numbered
         self.image_seq = 0  # the number of the last image taken

@@ -43,7 +43,7 @@ class PassiveStandbyScheme(HaScheme):
     def __init__(self, node: NodeRuntime) -> None:
         super().__init__(node)
         self.interval_s = node.plan.ha.interval_ms / 1000
-        self.store = build_store(node, self.restart_topic)  # the plan's (``state:``): checkpoints
+        self.store = build_store(node, self.restart_topic, self.path)  # the plan's (``state:``): checkpoints
         self.follower: Follower | None = None
         self.applied = self.taken = 0  # deltas a standby applied, images it took whole
         self.next_image = time.monotonic()  # the primary's next checkpoint

@@ -95,6 +95,8 @@ class Intake:
             self._each(msgs, now)
             return
         last, high, bound = port.last_stable, su.high, bounds[0]  # kept in locals: written back before _take
+        if not self.path.direct:
+            self.path.direct_first = last + 1
         for i, m in enumerate(msgs):
             try:
                 got = admit(m.headers(), gate)

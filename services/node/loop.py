@@ -23,8 +23,9 @@ from services.control.monitor import ReplicaMonitor
 from services.control.states import NodeState
 from services.core.config import Settings
 from services.core.errors import TrimmedError
-from services.core.kafka import BatchConsumer, BatchProducer, group_id
+from services.core.kafka import BatchConsumer, BatchProducer, DataProducer, group_id
 from services.core.metrics import MetricsServer, serve_from_env
+from services.core.transactions import TransactionalProducer
 from services.log import images
 from services.node import fence
 from services.node.engines import operator_builder
@@ -36,8 +37,9 @@ from services.node.ports import Inputs
 from services.node.scheme import CHECK_INTERVAL_S, NodeRuntime, NodeStats, RecoveryScheme
 from services.operators.base import Item
 from services.spec import Spec
-from services.spec.plan import plan_node
+from services.spec.plan import NodePlan, plan_node
 from services.spec.policies import Reconciliation
+from services.spec.stores import STORES
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +234,7 @@ class NodeService:
         # Rule 4 reads a second replica of an input through a consumer of its own (services.node.ports).
         replicated = any(len(p.topics) > 1 for p in plan.inputs)
         self.fresh_consumer = BatchConsumer(st.bootstrap, group_id(self.name) + ".fresh") if replicated else None
-        self.producer = BatchProducer(st.bootstrap, linger_ms=st.linger_ms)
+        self.producer = _producer(st, plan, self.name)
         self.images = images.ImageWriter(
             st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written
         )
@@ -284,3 +286,14 @@ class NodeService:
             signal.signal(signal.SIGINT, self.stop)
         except ValueError:  # not the main thread (tests run services in threads)
             pass
+
+
+def _producer(st: Settings, plan: NodePlan, name: str) -> DataProducer:
+    """A node whose store writes atomic batches (CEC's output log) writes in transactions under its
+    partition replica's own id: taking it over fences every earlier incarnation's producer and aborts
+    what that one left open, so a paused copy that wakes up cannot add to the log."""
+    if plan.state is None or not STORES[plan.state].atomic:
+        return BatchProducer(st.bootstrap, linger_ms=st.linger_ms)
+    producer = TransactionalProducer(st.bootstrap, f"{name}.out", linger_ms=st.linger_ms)
+    producer.init()
+    return producer

@@ -57,6 +57,7 @@ class Ordering(Protocol):
     def merge(self) -> Merge: ...
 
     direct: list[Item]  # (record, stime) of one input's next stable tuples, in its log order
+    direct_first: int  # the input id of direct's first tuple (its ids follow on)
     failed: bool  # in an upstream failure: every tuple goes through the merge
 
 

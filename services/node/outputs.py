@@ -18,6 +18,9 @@ Opened with a ``TransactionalProducer`` (``services.core.transactions``), the ou
 atomic batches: what is sent between two flushes, results and control tuples alike, is one
 transaction, readable all at once by a ``read_committed`` reader (every hastream reader) or not at
 all. A flush commits it; ``write`` then commits the previous batch before it sends the next.
+
+A ``stamp``ed stream (CEC's output log, ``services.cec.store``) queues its results and footprints with a
+header of their own: their payload is (value, key, header), a footprint's value of its own schema.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from services.core.transactions import TransactionalProducer
 from services.core.tuples import (
     BOUNDARY,
     EPOCH,
+    FOOTPRINTS,
     STABLE,
     TENTATIVE,
     HeaderWriter,
@@ -61,7 +65,8 @@ class Outputs:
         self._parts = {o.stream: o.kafka_partition(partition) for o in plans}  # a connection's own partition
         self._schemas = {o.stream: schema_header(o.schema) for o in plans}
         self.replica = replica
-        self._headers = self._header_writers(epoch)
+        self.stamped: dict[str, bytes] = {}  # stream -> its footprints' schema header (``stamp``)
+        self._set_epoch(epoch)
         self.producer: DataProducer | None = None
         self.produced = 0
         self.unacked = 0  # messages the last ``write`` sent without waiting for them
@@ -70,13 +75,20 @@ class Outputs:
     def begin(self, epoch: int) -> None:
         """Write with ``epoch`` from now on, announced first on every output partition (an EPOCH
         tuple): readers drop what older copies of this replica write after it."""
-        self._headers = self._header_writers(epoch)
+        self._set_epoch(epoch)
         for q in self.queues.values():
             q.insert(0, (EPOCH, -1, 0, None))
         self.flush()
 
-    def _header_writers(self, epoch: int) -> dict[str, HeaderWriter]:
-        return {s: header_writer(self.replica, epoch, sc) for s, sc in self._schemas.items()}
+    def _set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._headers = {s: header_writer(self.replica, epoch, sc) for s, sc in self._schemas.items()}
+        self._footprints = {s: header_writer(self.replica, epoch, sc) for s, sc in self.stamped.items()}
+
+    def stamp(self, stream: str, schema: str) -> None:
+        """``stream``'s payloads carry their own header from now on, its footprints' values are of ``schema``."""
+        self.stamped[stream] = schema_header(schema)
+        self._set_epoch(self.epoch)
 
     def open(self, producer: DataProducer) -> None:
         self.producer = producer
@@ -148,6 +160,9 @@ class Outputs:
                 continue
             headers_of, part = self._headers[s], self._parts[s]
             topic = self._writers[s][0]
+            if s in self.stamped:
+                sent += self._send_stamped(q, topic, part, headers_of, self._footprints[s])
+                continue
             carrier = _carrier(q)
             for ttype, tid, stime, payload in q:
                 if ttype is TENTATIVE:
@@ -168,6 +183,25 @@ class Outputs:
                 sent += 1
         self.produced += sent
         return sent
+
+    def _send_stamped(self, q: list[Out], topic: str, part: int, headers_of: HeaderWriter, fp: HeaderWriter) -> int:
+        """Produce a stamped stream's queue (see the module's docstring); returns how many."""
+        assert self.producer is not None
+        send = self.producer.send
+        for ttype, tid, stime, payload in q:
+            if ttype is TENTATIVE:  # a failure's results: not checkpointed, as any stream's
+                (value, key), tmax = payload
+                send(topic, value, key, part, with_tmax(headers_of(ttype, tid, stime), tmax))
+            elif payload is None:  # a control tuple
+                send(topic, None, None, part, headers_of(ttype, tid, stime))
+            else:
+                value, key, stamp = payload
+                headers = (fp if ttype in FOOTPRINTS else headers_of)(ttype, tid, stime)
+                headers.append(stamp)
+                send(topic, value, key, part, headers)
+        n = len(q)
+        q.clear()
+        return n
 
     def _begun(self) -> None:
         """Atomic batches: the batch's transaction is open before anything is sent into it."""

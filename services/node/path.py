@@ -16,13 +16,16 @@ What differs between schemes is given, not overridden:
   after the operators reached one splits the output at the same place in every run of the same
   input; ``resume_at`` is a takeover's cut, on the way to which the operators stop and before
   which every result is dropped (written already, or missing the input before the cut);
-- ``on_bucket`` sees each bucket before it runs, ``on_step`` each bucket start reached.
+- ``on_bucket`` sees each bucket before it runs, ``on_step`` each bucket start reached;
+- ``checkpointed``: a store that records the stable processing itself (CEC's output log): the input
+  goes to it with each run's first input id (``first_id``), and it queues the results; it is paused
+  while the node is ``failed``, and given the loop's time after each step (its background checkpoints).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Protocol
 
 from services.core.tuples import NO_TIME, STABLE, TENTATIVE, TupleType
 from services.dpc.buckets import STuple
@@ -36,6 +39,22 @@ from services.spec.plan import InputPlan
 log = logging.getLogger(__name__)
 
 Bucket = Callable[[int, list[STuple]], None]
+
+
+class Checkpointed(Protocol):
+    """A store that records the stable processing itself (``services.cec.store``)."""
+
+    def collect(self) -> None:
+        """Queue on the output what the stable processing made since the last call."""
+
+    def pause(self) -> None:
+        """An upstream failure begins: the operators run tentatively, unrecorded."""
+
+    def resume(self) -> None:
+        """It is over: the operators are back where ``pause`` found them."""
+
+    def background(self, now: float) -> None:
+        """Between batches: checkpoints due by the loop's clock (``now``, monotonic s)."""
 
 
 def _nothing(*_: object) -> None:
@@ -66,7 +85,10 @@ class StablePath:
         self.at_bucket_starts = at_bucket_starts
         self.entries = [_entry(node, i) for i in node.plan.inputs]
         self.direct: list[Item] = []  # (record, stime) of stable tuples taken past SUnion in this batch
-        self.failed = False  # in an upstream failure: processing tentative input (DPC)
+        self.direct_first = 0  # the input id of its first
+        self.first_id = 0  # the input id of the first tuple of the run being pushed
+        self._failed = False
+        self.checkpointed: Checkpointed | None = None
         self.advanced: int | None = None  # the last frontier sent downstream as a BOUNDARY
         self.op_time: int | None = None  # the operators' time: the last advance()
         self.t_in = NO_TIME  # tuple time of the last input tuple processed: tentative results' t_max
@@ -74,6 +96,18 @@ class StablePath:
         self.on_tentative: Callable[[list[STuple]], None] = _nothing
         self.on_bucket: Bucket = _nothing
         self.on_step: Callable[[int], None] = _nothing
+
+    @property
+    def failed(self) -> bool:
+        """In an upstream failure: processing tentative input (DPC)."""
+        return self._failed
+
+    @failed.setter
+    def failed(self, failed: bool) -> None:
+        cp = self.checkpointed
+        if cp is not None and failed != self._failed:
+            cp.pause() if failed else cp.resume()
+        self._failed = failed
 
     @property
     def merge(self) -> SUnion:
@@ -89,12 +123,15 @@ class StablePath:
         self.advance()
         if self.node.pipeline.due(now):
             self.flush()
+        if self.checkpointed is not None and not self._failed:
+            self.checkpointed.background(now)
 
     def run_direct(self) -> None:
         """The stable tuples of one input in order that went past SUnion (nothing was pending before
         them and the node is not in a failure): one run, as SUnion would give them."""
         items, self.direct = self.direct, []
         self.advance_operators(items[0][1] // self.bucket * self.bucket, STABLE)
+        self.first_id = self.direct_first
         self.entries[0](items)
         self.t_in = items[-1][1]
         self.collect(STABLE)
@@ -115,6 +152,7 @@ class StablePath:
                 t = tuples[j]
                 items.append((t.rec, t.stime))
                 j += 1
+            self.first_id = tuples[i].id
             entries[port](items)
             self.t_in = tuples[j - 1].stime
             if not stable:
@@ -199,6 +237,8 @@ class StablePath:
             pipeline.rejected.clear()
             return
         stable = label is STABLE
+        if stable and self.checkpointed is not None:
+            self.checkpointed.collect()
         reject = node.reject if stable else _ignore
         for s, items in pipeline.drain().items():
             so = self.soutputs[s]

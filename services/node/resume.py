@@ -37,7 +37,7 @@ class Resume:
         to drop the stable tuples the replay regenerates up to what its topic holds, checking each;
         returns the point and the input offsets to replay from. ``undo``: announce an UNDO on each
         output, since it may end with tentative tuples of the process that died."""
-        return self.resume_from(store.recover(), undo, restored=False)
+        return self.resume_from(store.recover(), undo, restored=store.restores)
 
     def resume_from(
         self, image: restart.RestartImage | None, undo: bool, restored: bool

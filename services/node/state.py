@@ -20,6 +20,7 @@ from services.control.messages import now_ms
 from services.core.factories import factory
 from services.dpc.sunion import SUnion, SUnionState
 from services.node import restart
+from services.node.path import StablePath
 from services.node.scheme import NodeRuntime
 from services.spec.stores import STORES
 
@@ -57,6 +58,8 @@ class RecoveryPoint:
 
 class StateStore(Protocol):
     """Takes a node replica partition's recovery points and recovers the newest."""
+
+    restores: bool  # ``recover`` puts the state into the operators itself (the point's snapshot is empty)
 
     @property
     def busy(self) -> bool:
@@ -97,20 +100,23 @@ class WrittenPoints:
         return out
 
 
-def build_store(node: NodeRuntime, topic: str) -> StateStore:
-    """The store the node's plan names (``state:``, else its scheme's default), keeping ``topic``;
-    its class is the one its descriptor names (``services.spec.stores``)."""
+def build_store(node: NodeRuntime, topic: str, path: StablePath) -> StateStore:
+    """The store the node's plan names (``state:``, else its scheme's default), keeping ``topic``, with the
+    stable ``path`` the scheme runs (a store may record it); its class is the one its descriptor names
+    (``services.spec.stores``)."""
     name = node.plan.state
     if name is None:
         raise ValueError(f"node '{node.plan.node}' runs {node.plan.scheme.value}, which keeps no state store")
-    store: StateStore = factory(STORES[name].factory)(node, topic)
+    store: StateStore = factory(STORES[name].factory)(node, topic, path)
     return store
 
 
 class RestartImages:
     """DPC's store: each point is a whole restart image in the replica's restart topic."""
 
-    def __init__(self, node: NodeRuntime, topic: str) -> None:
+    restores = False
+
+    def __init__(self, node: NodeRuntime, topic: str, path: StablePath | None = None) -> None:
         self.node, self.topic = node, topic
 
     @property

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -159,6 +160,7 @@ class NodeDef:
     flush_ms: int = 1000  # a spark node's window: how long decided results wait for the next Spark job
     state: str | None = None  # its ``state:``, a store of ``services.spec.stores``; None: its scheme's default
     processes: int | None = None  # processes per replica, each hosting some partitions (None: one per partition)
+    params: Mapping[str, int] = field(default_factory=dict, hash=False)  # its store's settings (``checkpoint:``)
 
     @property
     def store(self) -> str | None:

@@ -16,7 +16,7 @@ import yaml
 
 from services.core.codec import schema_fields, use_schema_dir
 from services.core.errors import SchemaNotFound, SpecError
-from services.spec import egress, validate
+from services.spec import checkpoint, egress, validate
 from services.spec.model import (
     ENGINES,
     INTERNAL_TOPICS,
@@ -41,7 +41,7 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 _STREAM_KEYS = {"schema", "key", "partitions", "delay", "ingress", "topic", "egress"}
 _INGRESS_KEYS = {"format", "time", "lateness", "idle", "replicas"}
-_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha", "flush_ms", "state", "processes"}
+_NODE_KEYS = {"operators", "replicas", "engine", "reconciliation", "ha", "flush_ms", "state", "checkpoint", "processes"}
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -358,11 +358,11 @@ def _parse_nodes(
                 f"segments), not by {ha.scheme.value}: remove 'ha' or use engine: python",
             )
         repl, flush_ms = ck.pos_int(ndef, "replicas", path, d_repl), ck.pos_int(ndef, "flush_ms", path, 1000)
-        state = validate.state(ck, ndef, path, ha.scheme)
+        state, params = checkpoint.parse(ck, ndef, path, ha.scheme)
         processes = ck.pos_int(ndef, "processes", path, 1) if "processes" in ndef else None
         if processes is not None and engine == "spark":
             ck.err(path + ("processes",), "a spark node runs one process per partition (each its own Spark session)")
-        out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, flush_ms, state, processes)
+        out[nname] = NodeDef(nname, tuple(ops), repl, engine, rec, ha, flush_ms, state, processes, params)
     for o in declared:
         if o not in owner:
             ck.err(("operators", o), f"operator '{o}' is not placed in any node")

@@ -7,13 +7,15 @@ order, its delay share of X, its recovery scheme, its state store and the contro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from services.core.codec import schema_fields
 from services.spec import exchanges
 from services.spec.model import DpcConfig, HaDef, IngressDef, OperatorDef, Scheme, Spec
 from services.spec.policies import Reconciliation
+from services.spec.stores import STORES
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class NodePlan:
     ha: HaDef = HaDef()
     acks_topic: str = ""  # upstream backup's level-1 acknowledgements
     state: str | None = None  # its state store (``services.spec.stores``); None: its scheme keeps no state
+    params: Mapping[str, int] = field(default_factory=dict, hash=False)  # the store's settings, defaults filled in
 
     @property
     def heartbeat_s(self) -> float:
@@ -172,6 +175,7 @@ def plan_node(spec: Spec, node: str) -> NodePlan:
         nd.ha,
         spec.acks_topic,
         nd.store,
+        {**STORES[nd.store].params, **nd.params} if nd.store else {},
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from services.spec.model import Spec
 from services.spec.schemes import NodeTopic
+from services.spec.stores import STORES
 
 
 def topic_configs(spec: Spec) -> dict[str, Mapping[str, str]]:
@@ -18,6 +19,8 @@ def topic_configs(spec: Spec) -> dict[str, Mapping[str, str]]:
     for kind in NodeTopic:
         for name, node in spec.nodes.items():
             config = node.ha.scheme.kind.topics.get(kind)
+            if node.store is not None:  # its store's needs come over its scheme's
+                config = STORES[node.store].topics.get(kind, config)
             if config is not None:
                 out.update(dict.fromkeys(node_topics(spec, name, kind), config))
     return out

@@ -7,12 +7,11 @@ from typing import Any, Callable
 
 from services.core.codec import record_fields, schema_fields
 from services.core.errors import ExprError, SpecError
-from services.spec import exchanges, expr
+from services.spec import checkpoint, exchanges, expr
 from services.spec.classes import node_class, outcome
 from services.spec.model import OPERATOR_TYPES, Aggregate, OperatorDef, Reconciliation, Spec, StreamDef
 from services.spec.problems import Problems
 from services.spec.schemes import Scheme
-from services.spec.stores import STORES
 
 OPERATOR_KEYS = {
     "filter": {"type", "input", "output", "where"},
@@ -293,6 +292,7 @@ def graph(ck: Problems, spec: Spec) -> None:
                         )
     guarantees(ck, spec)
     undo_rebuilds(ck, spec)
+    checkpoint.one_window(ck, spec)
 
 
 def undo_rebuilds(ck: Problems, spec: Spec) -> None:
@@ -318,31 +318,3 @@ def guarantees(ck: Problems, spec: Spec) -> None:
         got = outcome(nd.ha.scheme, nd.ha.guarantee, c.cls)
         if isinstance(got, str):
             ck.err(("nodes", n, "ha"), f"node '{n}' is {c.cls.label} ({c.why}): {got}")
-
-
-def state(ck: Problems, ndef: dict, path: tuple, scheme: Scheme) -> str | None:
-    """A node's ``state:``, a store its scheme can use; None when it is not given (the scheme's
-    default) or refused: a store nobody registered, one the scheme cannot use, or any store at
-    all on a scheme that keeps no state."""
-    raw = ndef.get("state")
-    if raw is None:
-        return None
-    node, at, stores = path[-1], path + ("state",), scheme.kind.stores
-    if not isinstance(raw, str) or raw not in STORES:
-        ck.err(at, f"'state' must be one of {', '.join(STORES)}, got {raw!r}")
-    elif not stores:
-        ck.err(
-            at,
-            f"node '{node}' runs {scheme.value}, which keeps no state (a takeover starts from the logs alone): "
-            f"remove 'state: {raw}'",
-        )
-    elif raw not in stores:
-        uses = " or ".join(f"'state: {s}'" for s in stores)
-        ck.err(
-            at,
-            f"node '{node}' runs {scheme.value}, which keeps its state in {' or '.join(stores)} only, not {raw}: "
-            f"use {uses}, or leave 'state' out for its default {stores[0]}",
-        )
-    else:
-        return raw
-    return None

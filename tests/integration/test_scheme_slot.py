@@ -42,6 +42,7 @@ class LogOrder:
 
     def __init__(self) -> None:
         self.direct: list[Any] = []
+        self.direct_first = 0
         self.failed = False
         self.boundaries: list[int | None] = [None]
         self.high, self.in_order = -1, True

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from services.cec.checkpointer import Checkpointer, Out
 from services.cec.footprints import Kind
-from services.cec.intensity import NEVER, Intensity
+from services.cec.intensity import NEVER, OPEN_ONLY, Intensity
 from services.cec.scan import Eventual, ScanError, backward, forward
 from services.operators.count_window import CountWindow
 from services.operators.window import WindowAggregate
@@ -136,7 +136,7 @@ def test_a_key_that_reopens_is_a_new_part_and_the_scan_skips_the_closed_one() ->
     """Window of 2 on one key: its first incarnation's G^open and R, then a second's G^open. The scan
     from the tail keeps only the open one, and stops there."""
     recs: list[dict[str, Any]] = [{"sensor": "k", "ts": t, "value": 1.0} for t in (1, 2, 3)]
-    cp = Checkpointer(operator(("count", 2)), Intensity(q=NEVER, u=NEVER))
+    cp = Checkpointer(operator(("count", 2)), OPEN_ONLY)
     log = cp.push(0, [(r, r["ts"]) for r in recs])
     assert [(m.kind, m.win, m.n) for m, _ in log] == [
         (Kind.OPEN, (0, 0), 1),

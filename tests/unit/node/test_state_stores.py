@@ -11,6 +11,7 @@ import pytest
 
 from services.core.factories import factory
 from services.ha.checkpoints import Checkpoints
+from services.node.path import StablePath
 from services.node.scheme import NodeRuntime
 from services.node.state import RestartImages, StateStore, build_store
 from services.spec import parse_spec
@@ -61,5 +62,5 @@ def test_a_node_whose_scheme_keeps_no_state_has_no_store_to_build() -> None:
     plan = plan_node(parse_spec(ONE_NODE.replace("HA", "ha: {scheme: upstream_backup}")), "n")
     assert plan.state is None
     with pytest.raises(ValueError, match="node 'n' runs upstream_backup, which keeps no state store"):
-        build_store(cast(NodeRuntime, SimpleNamespace(plan=plan)), "one.restart.n")
+        build_store(cast(NodeRuntime, SimpleNamespace(plan=plan)), "one.restart.n", cast(StablePath, None))
     assert plan_node(CHAIN, "n2").state == "restart_images"

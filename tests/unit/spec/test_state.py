@@ -70,8 +70,8 @@ def test_a_store_the_scheme_cannot_use_is_refused_naming_the_ones_it_can() -> No
         got[0],
     ), got
     got = problems(with_n2("state: checkpoints"))
-    assert len(got) == 1 and "node 'n2' runs dpc, which keeps its state in restart_images only" in got[0], got
-    assert "use 'state: restart_images'" in got[0]
+    assert len(got) == 1 and "node 'n2' runs dpc, which keeps its state in restart_images or cec only" in got[0], got
+    assert "use 'state: restart_images' or 'state: cec'" in got[0]
 
 
 @pytest.mark.parametrize("scheme", ["amnesia", "active_standby", "upstream_backup"])
@@ -88,5 +88,59 @@ def test_a_scheme_that_keeps_no_state_refuses_any_store(scheme: str) -> None:
 def test_a_store_nobody_registered_is_refused_naming_the_registered_ones() -> None:
     got = problems(with_n2("state: snapshots"))
     assert len(got) == 1, got
-    assert got[0].endswith("nodes.n2.state: 'state' must be one of restart_images, checkpoints, got 'snapshots'"), got
+    assert got[0].endswith(
+        "nodes.n2.state: 'state' must be one of restart_images, checkpoints, cec, got 'snapshots'"
+    ), got
     assert any("'state' must be one of" in p for p in problems(with_n2("state: [checkpoints]")))
+
+
+def test_checkpoint_names_the_store_and_gives_its_settings_the_rest_at_their_defaults() -> None:
+    spec = parse_spec(with_n2("checkpoint: {method: cec, q: 50, cp_ms: 20}"))
+    assert spec.nodes["n2"].store == "cec"
+    assert plan_node(spec, "n2").params == {**STORES["cec"].params, "q": 50, "cp_ms": 20}
+    assert plan_node(parse_spec(with_n2("state: cec")), "n2").params == STORES["cec"].params
+    assert plan_node(parse_spec(with_n2("checkpoint: {method: restart_images}")), "n2").state == "restart_images"
+
+
+@pytest.mark.parametrize(
+    "keys, says",
+    [
+        (
+            "checkpoint: {q: 5}",
+            "nodes.n2.checkpoint: 'checkpoint' needs a 'method': one of restart_images, checkpoints, cec",
+        ),
+        ("state: cec, checkpoint: {method: cec}", "nodes.n2.checkpoint: give 'state' or 'checkpoint', not both"),
+        ("checkpoint: {method: cec, q: 0}", "nodes.n2.checkpoint.q: "),
+        (
+            "checkpoint: {method: cec, ci: 5}",
+            "nodes.n2.checkpoint.ci: unknown key 'ci' (allowed: ci_ms, cp_ms, method, q, u)",
+        ),
+        ("checkpoint: {method: restart_images, q: 5}", "nodes.n2.checkpoint.q: unknown key 'q' (allowed: method)"),
+        ("checkpoint: {method: snapshots}", "nodes.n2.checkpoint.method: 'method' must be one of"),
+        ("ha: {scheme: passive_standby}, checkpoint: {method: cec}", "use 'method: checkpoints'"),
+    ],
+)
+def test_a_bad_checkpoint_is_refused_in_one_line_saying_what_to_fix(keys: str, says: str) -> None:
+    got = problems(with_n2(keys))
+    assert len(got) == 1 and says in got[0], got
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (
+            BASE.replace(
+                "n1: {operators: [f]}\n  n2: {operators: [win], replicas: 2}", "n2: {operators: [f, win], state: cec}"
+            ),
+            "node 'n2' keeps its state in cec, which checkpoints one window: give the node exactly one window operator",
+        ),
+        (
+            with_n2("state: cec, reconciliation: undo"),
+            "node 'n2' keeps its state in cec: it reconciles by checkpoint/redo, not undo/redo",
+        ),
+        (with_n2("state: cec, engine: spark"), "node 'n2' keeps its state in cec, which runs on engine: python"),
+    ],
+)
+def test_a_cec_node_is_one_window_from_its_input_to_its_output(text: str, says: str) -> None:
+    got = problems(text)
+    assert any(says in g for g in got), got
