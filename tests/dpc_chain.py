@@ -77,6 +77,9 @@ SIDE_PARTS = (
     ("  stats_{u}: {schema: window_stat, key: key}\n", "  both_{u}: {schema: reading, key: sensor}\n"),
     ("operators:\n", "  side: {type: union, inputs: [scaled_{u}, s4_{u}], output: both_{u}}\n"),
 )
+# The CEC variant: n3 keeps its window's parts in its output log, checked whenever a crash would replay
+# over 60 input tuples (n3 reads about 300 a second).
+CEC_NODE = "checkpoint: {method: cec, q: 1000, u: 60, cp_ms: 20}"
 NODES = ("n1", "n2", "n3")
 OUTPUTS = ("merged", "scaled", "stats")  # the node outputs whose replicas are compared
 RATE = 100  # tuples per second per source; event time advances 10 ms per tuple
@@ -111,6 +114,7 @@ class Shape:
     # exchange to it (``services.spec.exchanges``), one connection per partition pair.
     window_partitions: int | None = None
     window_processes: int | None = None  # n3's ``processes:``: each of its processes hosts several partitions
+    cec: bool = False  # n3 keeps its window in CEC (``CEC_NODE``), not in restart images
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -131,13 +135,16 @@ class Shape:
 
     def same_output(self, other: Shape) -> bool:
         """Whether runs of both shapes must give the same output: the memory bound, the delay and the
-        failure detection never change it, nor does an egress, nor how many processes host a node's partitions."""
+        failure detection never change it, nor does an egress, nor how many processes host a node's partitions,
+        nor the store a node keeps its state in."""
         same = replace(other, max_kept=self.max_kept, alpha=self.alpha, failure_timeout=self.failure_timeout)
         same = replace(same, window_processes=self.window_processes)  # how partitions share processes neither
+        same = replace(same, cec=self.cec)  # nor where a node keeps its state
         return replace(same, egress=self.egress) == self
 
 
 DEFAULT = Shape()
+CEC = Shape(cec=True)  # its output is the default chain's (``same_output``)
 # An X that covers a broker failure on the ``crowded3`` cluster: X x (1 - alpha) >= failure_timeout + F
 # with F = 4.6 s at worst (docs/dpc.md, "The delay budget across a broker failure").
 BROKER_BUDGET = Shape(delay=8000)
@@ -175,6 +182,8 @@ def chain_text(shape: Shape, reconciliation: str) -> str:
             "  n3: {operators: [per_sensor]}\n",
             f"  n3: {{operators: [per_sensor], processes: {shape.window_processes}}}\n",
         )
+    if shape.cec:
+        text = text.replace("  n3: {operators: [per_sensor]", "  n3: {operators: [per_sensor], " + CEC_NODE)
     if shape.egress:
         stats = "  stats_{u}: {schema: window_stat, key: key}\n"
         egress = ", ".join(f"{{mode: {m}, replicas: 2}}" for m in shape.egress)

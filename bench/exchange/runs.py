@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from confluent_kafka import TopicPartition
 
@@ -124,12 +124,20 @@ def wait_output(dep: Deployed, stream: str, want: list[int], limit_s: float = 60
         time.sleep(1.0)
 
 
-def throughput_run(bootstrap: str, scratch: Path, text: str, n: int) -> dict[str, Any]:
-    """Pre-loaded input through a deployed spec: throughput, CPU per tuple, and whether it equals the reference."""
+def throughput_run(
+    bootstrap: str,
+    scratch: Path,
+    text: str,
+    n: int,
+    sensors: int = 24,
+    before_close: Callable[[Deployed], None] | None = None,
+) -> dict[str, Any]:
+    """Pre-loaded input (``n`` readings of ``sensors`` sensors) through a deployed spec: throughput, CPU per
+    tuple, and whether it equals the reference; ``before_close`` may look at the deployment last."""
     dep = Deployed(bootstrap, text, scratch)
     try:
         key = dep.spec.streams["readings"].key or "sensor"
-        recs = list(located(n, step_ms=2, seed=5))
+        recs = list(located(n, sensors=sensors, step_ms=2, seed=5))
         dep.hold(True)  # the nodes run at their own pace, not the writer's, and share no core with it
         inputs = preload(dep.spec, bootstrap, "readings", recs)
         want = evaluate(dep.spec, {"readings": inputs}, ended=True)["stats"]
@@ -139,6 +147,8 @@ def throughput_run(bootstrap: str, scratch: Path, text: str, n: int) -> dict[str
         cpu = dep.cpu()
         last_out = max(g[-1][0] for g in got if g)
         equal = all([r for _, r in g] == w for g, w in zip(got, want, strict=True))
+        if before_close is not None:
+            before_close(dep)
         return {
             "tuples_per_s": n / max(1e-3, (last_out - went_on_ms) / 1000),
             "cpu_us": cpu / n * 1e6,

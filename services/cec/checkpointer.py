@@ -45,7 +45,7 @@ class Checkpointer:
         self.next_slot = 0  # when the next checkpoint slot may start (monotonic ms)
         self.tail = -1  # after ``load``: the log's tail position; tuples up to it are replayed
         self.since: dict[WinId, int] = {}  # after ``load``: each loaded part's footprint position
-        self._events: list[tuple[Kind, WinId, bytes | None]] = []
+        self._events: list[tuple[Kind, WinId, PartId]] = []
         self._results: list[Item] = []
         self._opened = 0  # parts the current tuple opened so far
         self.resume()
@@ -54,15 +54,21 @@ class Checkpointer:
     def push(self, pos: int, items: list[Item]) -> list[Out]:
         """``items``, the input tuples at positions ``pos``, ``pos + 1``, ...: the records they make."""
         out: list[Out] = []
-        op = self.op
+        op, tail, events, results = self.op, self.tail, self._events, self._results
+        push = op.push
         for i, item in enumerate(items):
-            self.pos, self.stime, self._opened = pos + i, item[1], 0
-            replaying = self.pos <= self.tail
-            op.admit = self._admit if replaying else None
-            op.push(0, [item])
-            if replaying and (self._events or self._results):
-                raise AssertionError(f"replayed tuple at {self.pos} made records: the log holds them already")
-            self._records(out)
+            at = pos + i
+            self.pos, self.stime, self._opened = at, item[1], 0
+            if at <= tail:  # a replay: only into the loaded parts whose footprint lacks it
+                op.admit = self._admit
+                push(0, [item])
+                op.admit = None
+                if events or results:
+                    raise AssertionError(f"replayed tuple at {at} made records: the log holds them already")
+                continue
+            push(0, [item])
+            if events or results:
+                self._records(out)
         return out
 
     def advance(self, stime: int) -> list[Out]:
@@ -91,36 +97,62 @@ class Checkpointer:
         win = (self.pos, self._opened)
         self._opened += 1
         self.ids[pid], self.pids[win] = win, pid
-        self._events.append((Kind.OPEN, win, self._state(pid)))
+        self._events.append((Kind.OPEN, win, pid))
 
     def _on_close(self, pid: PartId, stime: int) -> None:
         win = self.ids.pop(pid)
         del self.pids[win]
-        self._events.append((Kind.RESULT, win, None))
+        self._events.append((Kind.RESULT, win, pid))
 
     def _state(self, pid: PartId) -> bytes:
         return pickle.dumps((pid, self.op.part(pid)), protocol=pickle.HIGHEST_PROTOCOL)
 
     def _records(self, out: list[Out]) -> None:
-        """The current tuple's events as records, in the order they happened, each result with its part's close."""
-        if not self._events and not self._results:
+        """The current tuple's events as records, in the order they happened, each result with its part's
+        close. An opened part's state is taken now, once the tuple is processed (it is the state after its
+        opening tuple); a part the same tuple opened and closed needs no CEC_OPEN: its result follows it in
+        the same batch, and a scan passes over what comes before a part's result."""
+        events = self._events
+        if len(events) == 1 and len(self._results) == (events[0][0] is Kind.RESULT):  # the usual tuple: one event
+            self._one(events[0], out)
             return
+        if not events and not self._results:
+            return
+        if len(events) > 1:
+            shut = {win for kind, win, _ in events if kind is Kind.RESULT}
+            events = [e for e in events if e[0] is Kind.RESULT or e[1] not in shut]
         fp, seq = self.fp, self.seq
-        for kind, win, _ in self._events:
+        for kind, win, _ in events:
             if kind is Kind.OPEN:
                 fp.left(win, seq, self.pos)
             else:
                 fp.closed(win)
             seq += 1
         n, xs, results = len(self.ids), fp.start(seq - 1), iter(self._results)  # none open: its last record
-        for kind, win, state in self._events:
+        for kind, win, pid in events:
             mark = Mark(kind, win, n, self.pos, self.stime, self.seq, xs)
-            out.append((mark, state if kind is Kind.OPEN else next(results)))
+            out.append((mark, self._state(pid) if kind is Kind.OPEN else next(results)))
             self.seq += 1
         if next(results, None) is not None:
             raise AssertionError(f"operator '{self.op.name}' emitted a result of no part it closed")
         self._events.clear()
         self._results.clear()
+
+    def _one(self, event: tuple[Kind, WinId, PartId], out: list[Out]) -> None:
+        """``_records`` of a tuple that opened or closed one part."""
+        kind, win, pid = event
+        fp, seq = self.fp, self.seq
+        payload: Any
+        if kind is Kind.OPEN:
+            fp.left(win, seq, self.pos)
+            payload = self._state(pid)
+        else:
+            fp.closed(win)
+            payload = self._results[0]
+            self._results.clear()
+        out.append((Mark(kind, win, len(self.ids), self.pos, self.stime, seq, fp.start(seq)), payload))
+        self.seq = seq + 1
+        self._events.clear()
 
     # -- background ---------------------------------------------------------------------------
     def background(self, now_ms: int, clock: Callable[[], int] | None = None) -> list[Out]:

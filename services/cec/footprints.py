@@ -20,8 +20,8 @@ input tuples since then (what a crash now would replay).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 WinId = tuple[int, int]  # (input position of the opening tuple, its place among the parts that tuple opened)
 
@@ -32,9 +32,8 @@ class Kind(Enum):
     RESULT = "STABLE"  # R: the part's result, which closes it (a data record, as every node writes)
 
 
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """The CEC fields of one output record (its ``ht.cec.*`` headers)."""
+class Mark(NamedTuple):
+    """The CEC fields of one output record (its ``ht.cec`` header); a tuple, made for every record."""
 
     kind: Kind
     win: WinId
@@ -63,7 +62,8 @@ class Footprints:
         self.parts.move_to_end(win)
 
     def closed(self, win: WinId) -> None:
-        del self.parts[win]
+        """``win``'s result is out (a part opened and closed by one tuple never had a footprint)."""
+        self.parts.pop(win, None)
 
     def start(self, tail: int) -> int:
         """The seq of the oldest footprint of an open part, where the extent starts; ``tail`` with none

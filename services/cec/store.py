@@ -90,18 +90,25 @@ class CecStore:
         encoded = self._encode([p for m, p in made if m.kind is Kind.RESULT])
         results = iter(encoded)
         partition, epoch = node.partition, outputs.epoch
+        run: list[Any] = []  # results in a row, numbered together
         for mark, payload in made:
             stamp = cec_header(mark.win, mark.n, mark.pos, mark.seq, mark.xs)
             if mark.kind is Kind.RESULT:
                 got = next(results)
-                if got is None:  # dead-lettered: the part is closed all the same
-                    queue.append((TupleType.CEC_CLOSE, -1, mark.stime, (None, None, stamp)))
-                else:
+                if got is not None:
                     (value, key), stime = got
-                    so.stable([((value, key, stamp), stime)], queue)
+                    run.append(((value, key, stamp), stime))
+                    continue
+            if run:
+                so.stable(run, queue)
+                run = []
+            if mark.kind is Kind.RESULT:  # dead-lettered: the part is closed all the same
+                queue.append((TupleType.CEC_CLOSE, -1, mark.stime, (None, None, stamp)))
                 continue
             value = self.encode_footprint(outlog.footprint(self.operator, partition, epoch, mark, payload))
             queue.append((outlog.TYPES[mark.kind], -1, mark.stime, (value, None, stamp)))
+        if run:
+            so.stable(run, queue)
 
     def _encode(self, results: list[Any]) -> list[Any]:
         """Each result as (payload, stime), or None where it does not fit the output's schema (dead-lettered)."""

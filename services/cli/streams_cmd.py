@@ -239,6 +239,9 @@ def tail(
     limit: Annotated[int, typer.Option("--limit", "-n", help="Stop after this many tuples (0 = follow).")] = 0,
     idle: Annotated[float, typer.Option(help="Stop after this many seconds without tuples (0 = never).")] = 0,
     stable_only: Annotated[bool, typer.Option("--stable-only", help="Print only STABLE tuples.")] = False,
+    cec: Annotated[
+        bool, typer.Option("--cec", help="Show a CEC node's footprints too (reads one replica's topic raw).")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per tuple.")] = False,
     egress: Annotated[
         str | None,
@@ -251,10 +254,9 @@ def tail(
     if egress is not None:
         tail_egress(s, stream, egress, bootstrap, limit, idle, as_json)
         return
-    if replica is not None:
-        _tail_raw(
-            s, stream, bootstrap_for(s, bootstrap, stream), replica, from_beginning, limit, idle, stable_only, as_json
-        )
+    if replica is not None or cec:
+        where = bootstrap_for(s, bootstrap, stream)
+        _tail_raw(s, stream, where, replica or 0, from_beginning, limit, idle, stable_only, as_json, cec)
         return
     view = _view(s, stream, bootstrap_for(s, bootstrap, stream), stable_only, from_beginning)
     n = 0
@@ -338,12 +340,14 @@ def _tail_raw(
     idle: float,
     stable_only: bool,
     as_json: bool,
+    cec: bool = False,
 ) -> None:
-    """One replica's topic as it is: every tuple with its type, no replica choice, no undo applied."""
+    """One replica's topic as it is: every tuple with its type (``cec``: and every footprint), no replica
+    choice, no undo applied."""
     from services.client.reader import StreamReader
 
     try:
-        reader = StreamReader(s, stream, bootstrap, replica, from_beginning)
+        reader = StreamReader(s, stream, bootstrap, replica, from_beginning, footprints=cec)
     except ValueError as e:
         raise fail(str(e)) from None
     n = 0

@@ -19,6 +19,7 @@ read_committed``: ``READ_COMMITTED``, which every hastream reader sets, ``servic
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -61,6 +62,7 @@ class TransactionalProducer:
         }
         self._batch = BatchProducer(bootstrap, linger_ms, **conf)
         self.open = False  # a transaction is begun and not yet committed or aborted
+        self.begun_at = 0.0  # when the open one was begun (monotonic s)
 
     def init(self, timeout: float = 30) -> None:
         """Take the id over: earlier producers with it are fenced, their open transaction aborted."""
@@ -69,6 +71,7 @@ class TransactionalProducer:
     def begin(self) -> None:
         self._call("begin_transaction")
         self.open = True
+        self.begun_at = time.monotonic()
 
     def ensure_begun(self) -> None:
         """Begin a transaction unless one is open: the writer of atomic batches sends into the open one."""

@@ -212,7 +212,7 @@ class NodeService:
         return self.heartbeat.working(limit_s)
 
     def send_control(self, msg: ControlMessage) -> None:
-        self.producer.send(self.plan.control_topic, encode_control(msg))
+        self.control_producer.send(self.plan.control_topic, encode_control(msg))
 
     def deadletter(self, msg: Message, reason: str) -> None:
         self.outputs.deadletter(self.plan.deadletter_topic, msg, reason, self.name)
@@ -235,6 +235,9 @@ class NodeService:
         replicated = any(len(p.topics) > 1 for p in plan.inputs)
         self.fresh_consumer = BatchConsumer(st.bootstrap, group_id(self.name) + ".fresh") if replicated else None
         self.producer = _producer(st, plan, self.name)
+        # Control messages never wait for a batch's commit: outside the outputs' transactions, if any.
+        transactional = isinstance(self.producer, TransactionalProducer)
+        self.control_producer = BatchProducer(st.bootstrap, linger_ms=0) if transactional else self.producer
         self.images = images.ImageWriter(
             st.bootstrap, plan.restart_topics[self.replica], self.partition, on_written=self._image_written
         )
@@ -261,6 +264,7 @@ class NodeService:
                 self.outputs.flush()
                 self.scheme.on_stop()
                 self.producer.flush()
+                self.control_producer.flush()
         finally:
             if self.metrics_server is not None:
                 self.metrics_server.close()

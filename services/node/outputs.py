@@ -17,7 +17,9 @@ no boundary records of its own. ``begin`` sets the incarnation's epoch
 Opened with a ``TransactionalProducer`` (``services.core.transactions``), the outputs are written in
 atomic batches: what is sent between two flushes, results and control tuples alike, is one
 transaction, readable all at once by a ``read_committed`` reader (every hastream reader) or not at
-all. A flush commits it; ``write`` then commits the previous batch before it sends the next.
+all. A flush commits it; ``write`` adds the batch to the open transaction until it is ``COMMIT_S`` old,
+then commits it before it sends the batch into the next (a commit waits for the broker: as Kafka Streams'
+commit interval under exactly-once, one per batch would hold the loop a round trip each time).
 
 A ``stamp``ed stream (CEC's output log, ``services.cec.store``) queues its results and footprints with a
 header of their own: their payload is (value, key, header), a footprint's value of its own schema.
@@ -26,6 +28,7 @@ header of their own: their payload is (value, key, header), a footprint's value 
 from __future__ import annotations
 
 import json
+import time
 from typing import Callable
 
 from confluent_kafka import Message
@@ -52,6 +55,7 @@ from services.operators.base import Item, Reject, reason
 from services.spec.plan import OutputPlan
 
 Payload = tuple[bytes, bytes | None]  # an encoded record: (value, key)
+COMMIT_S = 0.1  # how long ``write`` keeps adding batches to one transaction (Kafka Streams' EOS default)
 
 
 class Outputs:
@@ -124,7 +128,7 @@ class Outputs:
         """Write every queued message and wait for Kafka's acknowledgement of everything written; returns how many."""
         assert self.producer is not None
         sent = self._send()
-        if sent or self.unacked:
+        if sent or self.unacked or self._open():  # an open transaction may hold a dead letter alone
             self.producer.flush()
             self.unacked = 0
         return sent
@@ -133,9 +137,11 @@ class Outputs:
         """Wait for Kafka's acknowledgement of what the last ``write`` sent (it came while the
         caller processed), then write every queued message without waiting; returns how many."""
         assert self.producer is not None
-        if self.unacked:
+        if self.unacked and not self._young():
             self.producer.flush()
-        self.unacked = sent = self._send()
+            self.unacked = 0
+        sent = self._send()
+        self.unacked += sent
         return sent
 
     def end_turn(self, more_waiting: bool) -> int:
@@ -187,21 +193,33 @@ class Outputs:
     def _send_stamped(self, q: list[Out], topic: str, part: int, headers_of: HeaderWriter, fp: HeaderWriter) -> int:
         """Produce a stamped stream's queue (see the module's docstring); returns how many."""
         assert self.producer is not None
-        send = self.producer.send
+        send, produce = self.producer.send, self.producer.raw.produce
         for ttype, tid, stime, payload in q:
             if ttype is TENTATIVE:  # a failure's results: not checkpointed, as any stream's
                 (value, key), tmax = payload
-                send(topic, value, key, part, with_tmax(headers_of(ttype, tid, stime), tmax))
+                headers = with_tmax(headers_of(ttype, tid, stime), tmax)
             elif payload is None:  # a control tuple
-                send(topic, None, None, part, headers_of(ttype, tid, stime))
+                value = key = None
+                headers = headers_of(ttype, tid, stime)
             else:
                 value, key, stamp = payload
                 headers = (fp if ttype in FOOTPRINTS else headers_of)(ttype, tid, stime)
                 headers.append(stamp)
+            try:
+                produce(topic, value, key, part, headers=headers)
+            except BufferError:  # queue full: the wrapper waits for room
                 send(topic, value, key, part, headers)
         n = len(q)
         q.clear()
         return n
+
+    def _young(self) -> bool:
+        """An open transaction that may take another batch before it commits."""
+        p = self.producer
+        return isinstance(p, TransactionalProducer) and p.open and time.monotonic() - p.begun_at < COMMIT_S
+
+    def _open(self) -> bool:
+        return isinstance(self.producer, TransactionalProducer) and self.producer.open
 
     def _begun(self) -> None:
         """Atomic batches: the batch's transaction is open before anything is sent into it."""

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
+from services.client.reader import StreamReader
 from services.core.kafka import plain_consumer
-from services.core.tuples import TupleType, peek
+from services.core.tuples import FOOTPRINTS, TupleType, peek
 from services.deploy import processes
 from services.log.tail import read_range
 from tests.integration.ha_rig import HaRig
@@ -57,6 +58,24 @@ def _types(bootstrap: str, topic: str) -> dict[TupleType | None, int]:
         c.close()
 
 
+def _readers_skip_footprints_unless_asked(rig: HaRig, stream: str, types: dict[TupleType | None, int]) -> None:
+    """A reader of the stream gets no footprint; one that asks (``hastream tail --cec``) gets every one,
+    each with its part and input id, its state's size in place of the state."""
+    plain = StreamReader(rig.spec, stream, rig.bootstrap)
+    shown = StreamReader(rig.spec, stream, rig.bootstrap, footprints=True)
+    try:
+        got = [t.meta.type for t in plain.read_until(lambda g: len(g) >= types[TupleType.STABLE], 30)]
+        assert not FOOTPRINTS.intersection(got) and got.count(TupleType.STABLE) == types[TupleType.STABLE]
+        feet = sum(types.get(t, 0) for t in FOOTPRINTS)
+        seen = [t for t in shown.read_until(lambda g: sum(t.meta.type in FOOTPRINTS for t in g) >= feet, 30)]
+        opened = [t.value for t in seen if t.meta.type is TupleType.CEC_OPEN]
+        assert len(opened) == types[TupleType.CEC_OPEN]
+        assert all(v is not None and v["state"] > 0 and "." in v["part"] for v in opened)
+    finally:
+        plain.close()
+        shown.close()
+
+
 def _written(rig: HaRig, stream: str, more: int) -> None:
     """Until the node's output log holds ``more`` records more than now (it runs, and writes)."""
     topic = rig.spec.topic(stream)
@@ -89,6 +108,7 @@ def test_a_cec_node_killed_again_and_again_gives_the_failure_free_output(
         assert types.get(TupleType.CEC_OPEN, 0) > 0 and types.get(TupleType.CEC_CHECK, 0) > 0, types
         for run in range(2, 5):
             assert "rebuilt" in rig.log("n", 0, run), rig.log("n", 0, run)[-3000:]
+        _readers_skip_footprints_unless_asked(rig, out, types)
     finally:
         rig.close()
 

@@ -157,3 +157,15 @@ def test_q_below_the_open_parts_checks_each_part_once_per_slot() -> None:
     assert [m.win for m, _ in checks] == [(0, 0), (1, 0), (2, 0), (3, 0)] and cp.checks == 4
     assert cp.background(now_ms=150) == []  # the period's slot was taken
     assert [m.win for m, _ in cp.background(now_ms=200)] == [(0, 0), (1, 0), (2, 0), (3, 0)]
+
+
+def test_a_part_one_tuple_opens_and_closes_writes_its_result_alone() -> None:
+    """Windows of 1 (Fig. 5's fast windows): each tuple opens and closes its part, so its CEC_OPEN would
+    come right before its result in the same batch, and no scan would keep it: only the results are
+    written, and the tail says no part is open."""
+    recs: list[dict[str, Any]] = [{"sensor": f"k{t % 2}", "ts": t, "value": 1.0} for t in range(4)]
+    cp = Checkpointer(operator(("count", 1)), OPEN_ONLY)
+    log = cp.push(0, [(r, r["ts"]) for r in recs])
+    assert [(m.kind, m.n, m.seq) for m, _ in log] == [(Kind.RESULT, 0, s) for s in range(4)]
+    ec = backward([log])
+    assert ec.parts == {} and ec.start == 3 and ec.read == 1

@@ -4,8 +4,11 @@ committed by the flush (over the fake client of ``tests/unit/core/test_transacti
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from services.core.tuples import BOUNDARY, STABLE
-from services.node.outputs import Outputs
+from services.node.outputs import COMMIT_S, Outputs
 from services.spec import parse_spec
 from services.spec.plan import plan_node
 from tests.unit.core.test_transactions import FakeClient, _producer
@@ -48,14 +51,23 @@ def test_a_flush_commits_what_was_sent_since_the_last_as_one_transaction() -> No
     assert client.calls == [], "nothing sent: no transaction"
 
 
-def test_write_commits_the_previous_batch_before_it_sends_the_next() -> None:
+def test_write_adds_batches_to_the_open_transaction_until_it_is_commit_s_old(monkeypatch: Any) -> None:
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     out, client = _outputs()
     _queue(out, 2)
     out.write()
     assert client.calls == ["begin_transaction", "produce", "produce"], "sent, not yet committed"
+    now[0] += COMMIT_S / 2
     _queue(out, 1)
     out.write()
-    assert client.calls[3:] == ["commit_transaction", "begin_transaction", "produce"]
+    assert client.calls[3:] == ["produce"], "a young transaction takes the next batch too"
+    now[0] += COMMIT_S
+    _queue(out, 1)
+    out.write()
+    assert client.calls[4:] == ["commit_transaction", "begin_transaction", "produce"], "then it commits first"
+    out.flush()
+    assert client.calls[7:] == ["commit_transaction"], "a flush always commits"
 
 
 def test_a_dead_letter_goes_in_the_open_batch() -> None:
