@@ -78,6 +78,7 @@ def test_spark_node_killed(kafka: Any, tmp_path: Path, spark_failure_free: Run) 
     check_schedule(run_chain(kafka, tmp_path, schedule, spark_failure_free), spark_failure_free, schedule)
 
 
+@pytest.mark.slow  # the Python chain kills upstream replicas in the default suite; this adds a minute to CI
 def test_upstream_replica_of_the_spark_node_killed(kafka: Any, tmp_path: Path, spark_failure_free: Run) -> None:
     """kill -9 of n2.r0, which n3.r0 reads: the Spark node switches to n2.r1 after its last stable id."""
     schedule = Schedule().kill("n2.r0.p0", 3.0, 4.0)
