@@ -4,32 +4,39 @@ same pre-loaded input, one node process per run, each method a spec setting of t
 - ``none``: no recovery point at all (restart images every hour: none in a run), the baseline;
 - ``snapshot``: a whole restart image every second (hastream's periodic full snapshot);
 - ``cec_open``: CEC with CEC_OPEN only (Q and U never exceeded): the paper's Fig. 5;
-- ``cec``: CEC at the paper's default intensity (Q = 1,000, U = 1,000,000, CI 5 ms, CP 100 ms).
+- ``cec``: CEC at the paper's default intensity (Q = 1,000, U = 1,000,000, CI 5 ms, CP 100 ms);
+- ``changelog``: each part the input changed, whole, after every run, and a tombstone when it closes,
+  in a compacted topic (Kafka Streams' and Quix's state stores).
 
 Each run measures throughput (from the node going on to its last result's append time), the node's CPU
 per input tuple, and the bytes written to the output and restart topics, and checks the output equals
 the reference evaluation. The workloads are Fig. 5's: 2 keys, windows of 1 tuple (fast: each tuple opens
-and closes one) or of 1,000 (slow). A repeat runs every method once, back to back, and a method's
-ratio to ``none`` is the median of its per-repeat ratios.
+and closes one) or of 1,000 (slow). A repeat runs every method once, back to back, each repeat in an
+order rotated by one (a later run in a repeat meets a broker with more topics behind it), and a
+method's ratio to ``none`` is the median of its per-repeat ratios.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from confluent_kafka import TopicPartition
 
-from bench.exchange.runs import throughput_run
+from bench.exchange.runs import Deployed, preload, throughput_run, wait_output
 from services.cec.intensity import NEVER
+from services.client.workload import located
 from services.log.tail import range_consumer, read_range
+from services.operators.reference import evaluate
 
 METHODS = {
     "none": "checkpoint: {method: restart_images}",
     "snapshot": "checkpoint: {method: restart_images}",
     "cec_open": f"checkpoint: {{method: cec, q: {NEVER}, u: {NEVER}}}",
     "cec": "checkpoint: {method: cec}",
+    "changelog": "checkpoint: {method: changelog}",
 }
 IMAGE_MS = {"none": 3_600_000, "snapshot": 1000}  # restart_image_interval
 SHAPES = {"fast": 1, "slow": 1000}  # Fig. 5's count windows (tuples), over 2 keys
@@ -88,8 +95,9 @@ def compare(
     out: dict[str, Any] = {"tuples": n, "repeats": repeats, "shapes": {}}
     for shape, count in SHAPES.items():
         runs: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+        names = list(METHODS)
         for r in range(repeats):
-            for m in METHODS:
+            for m in names[r % len(names) :] + names[: r % len(names)]:  # each repeat starts one method later
                 runs[m].append(one_run(bootstrap, scratch, f"cecm-{shape}-{m}-{r}", m, count, n))
                 tick()
         out["shapes"][shape] = {
@@ -109,3 +117,43 @@ def _summary(rs: list[dict[str, Any]], base: list[dict[str, Any]]) -> dict[str, 
         "restart_mb": statistics.median(r["restart"] for r in rs) / 1e6,
         "equal": all(r["equal"] for r in rs),
     }
+
+
+# The recovery comparison's workload: large state (the paper's Figs. 6-7 shape, scaled: count windows of
+# 10 over many keys, so thousands of windows are open at the crash).
+RECOVERY_KEYS, RECOVERY_COUNT = 10_000, 10
+
+
+def recovery_run(bootstrap: str, scratch: Path, name: str, method: str, n: int) -> dict[str, Any]:
+    """kill -9 of the node halfway through ``n`` pre-loaded readings, restarted at once (as its supervisor
+    does): the time from the kill until the last result is out, against the same run without the kill
+    (measured before it on a fresh deployment), and whether the output equals the reference."""
+    text = spec_text(name, method, RECOVERY_COUNT)
+    calm = throughput_run(bootstrap, scratch, text.replace(name, name + "c"), n, sensors=RECOVERY_KEYS)
+    dep = Deployed(bootstrap, text.replace(name, name + "k"), scratch)
+    try:
+        recs = list(located(n, sensors=RECOVERY_KEYS, step_ms=2, seed=5))
+        dep.hold(True)
+        inputs = preload(dep.spec, bootstrap, "readings", recs)
+        want = [len(w) for w in evaluate(dep.spec, {"readings": inputs}, ended=True)["stats"]]
+        dep.hold(False)
+        went_on = time.monotonic()
+        wait_output(dep, "stats", [w // 2 for w in want])
+        role = next(iter(dep.procs.procs))
+        killed = time.monotonic()
+        dep.procs.kill(role)
+        dep.procs.start(role)
+        got = wait_output(dep, "stats", want)
+        done = time.monotonic()
+        equal = [[r for _, r in g] for g in got] == evaluate(dep.spec, {"readings": inputs}, ended=True)["stats"]
+        calm_s = n / calm["tuples_per_s"]
+        return {
+            "method": method,
+            "kill_to_done_s": done - killed,
+            "total_s": done - went_on,
+            "calm_s": calm_s,
+            "lost_s": done - went_on - calm_s,
+            "equal": equal and calm["equal"],
+        }
+    finally:
+        dep.close()

@@ -12,7 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.borealis.common import machine
-from bench.cec.methods import METHODS, SHAPES, compare
+from bench.cec.methods import METHODS, RECOVERY_COUNT, RECOVERY_KEYS, SHAPES, compare, recovery_run
 from bench.cec.recovery import Workload, run, sizes
 from bench.throughput.run import bench_broker, console, out
 from services.cec.intensity import NEVER, OPEN_ONLY, Intensity
@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> None:
                 n, repeats = (20_000, 1) if a.quick else (200_000, 3)
                 task = progress.add_task("state stores in a node", total=repeats * len(SHAPES) * len(METHODS))
                 res["methods"] = compare(bootstrap, scratch, n, repeats, lambda: progress.advance(task))
+                task = progress.add_task("a kill -9 under each store", total=len(METHODS))
+                res["methods"]["recovery"] = []
+                for m in METHODS:
+                    res["methods"]["recovery"].append(recovery_run(bootstrap, scratch, f"cecr-{m}", m, n))
+                    progress.advance(task)
         res["machine"] = machine({"kafka": None})
         res["when"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         RESULTS.write_text(json.dumps(res, indent=2) + "\n")
@@ -136,6 +141,18 @@ def _method_rows(m: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
     ]
 
 
+RECOVERY_COLUMNS = (
+    ("kill_to_done_s", "kill to last result s", "{:.1f}"),
+    ("lost_s", "time lost s", "{:.1f}"),
+    ("calm_s", "run without kill s", "{:.1f}"),
+    ("equal", "= reference", "{}"),
+)
+
+
+def _recovery_rows(m: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    return [(r["method"], [fmt.format(r[k]) for k, _, fmt in RECOVERY_COLUMNS]) for r in m.get("recovery", [])]
+
+
 def show_methods(m: dict[str, Any]) -> None:
     t = Table(title=f"State stores in a node: {m['tuples']:,} tuples, median of {m['repeats']}")
     t.add_column("windows")
@@ -144,6 +161,13 @@ def show_methods(m: dict[str, Any]) -> None:
         t.add_column(head, justify="right")
     for shape, name, cells in _method_rows(m):
         t.add_row(shape, name, *cells)
+    out.print(t)
+    t = Table(title=f"kill -9 halfway, restarted at once: windows of {RECOVERY_COUNT} over {RECOVERY_KEYS:,} keys")
+    t.add_column("method")
+    for _, head, _ in RECOVERY_COLUMNS:
+        t.add_column(head, justify="right")
+    for name, cells in _recovery_rows(m):
+        t.add_row(name, *cells)
     out.print(t)
 
 
@@ -154,7 +178,7 @@ def plot_methods(m: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     panels = (("ratio", "throughput (x none)"), ("cpu_us", "CPU us per tuple"), ("output_mb", "output log (MB)"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.8))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(17, 3.8))
     names = list(METHODS)
     width = 0.8 / len(m["shapes"])
     for i, (shape, s) in enumerate(m["shapes"].items()):
@@ -165,6 +189,12 @@ def plot_methods(m: dict[str, Any]) -> None:
             ax.set_xticks([j + width / 2 for j in range(len(names))], names, fontsize=9)
             ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=8)
+    rec = m.get("recovery", [])
+    ax = axes[-1]
+    ax.bar([r["method"] for r in rec], [r["lost_s"] for r in rec], color="tab:red")
+    ax.set_title(f"time a kill -9 costs (s): {RECOVERY_KEYS:,} keys", fontsize=10)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"State stores in a running node (Fig. 5's workloads): {m['tuples']:,} tuples, 2 keys", fontsize=10)
     fig.tight_layout()
     fig.savefig(METHODS_PLOT, dpi=110)
@@ -218,8 +248,8 @@ def document(res: dict[str, Any]) -> str:
         "each run reads the eventual checkpoint back from the broker and loads it (EC-load), and counts the "
         "input bytes the replay after T needs (encoded values: about 23 bytes a tuple here, 100 in the paper).",
         "",
-        "Not here yet: Figs. 8-9 (response time and extent against CP), the changelog rival, and the "
-        "recovery time of each method with detection.",
+        "Not here yet: Figs. 8-9 (response time and extent against CP), and the recovery time of each method "
+        "with detection.",
         "",
         "![CEC recovery against Q and U](cec.png)",
         "",
@@ -247,7 +277,8 @@ def methods_section(m: dict[str, Any]) -> list[str]:
         "",
         f"One node process runs a count window of 10 over {m['tuples']:,} pre-loaded readings, in the same code "
         "path for every method: `none` (no recovery point in the run), `snapshot` (a whole restart image a "
-        "second), `cec_open` (CEC_OPEN only, Fig. 5) and `cec` (the paper's default intensity), on Fig. 5's "
+        "second), `cec_open` (CEC_OPEN only, Fig. 5), `cec` (the paper's default intensity) and `changelog` (each "
+        "changed part after every run and a tombstone on close, in a compacted topic: Kafka Streams'), on Fig. 5's "
         f"workloads: 2 keys, windows of {m['shapes']['fast']['window']} (fast) and {m['shapes']['slow']['window']:,} "
         "tuples (slow). Throughput from "
         "the node going on to its last result's append time; the ratio is the median of each repeat's ratio to "
@@ -259,6 +290,18 @@ def methods_section(m: dict[str, Any]) -> list[str]:
         "|---|---" + "|---" * len(METHOD_COLUMNS) + "|",
     ]
     lines += [f"| {shape} | {name} | " + " | ".join(cells) + " |" for shape, name, cells in _method_rows(m)]
+    lines += [
+        "",
+        f"A kill -9 halfway through the same count of readings over {RECOVERY_KEYS:,} keys (windows of "
+        f"{RECOVERY_COUNT}: thousands open at the kill), the node restarted at once as its supervisor does: "
+        "the time from the kill to the last result, and the time the run lost against the same run without "
+        "the kill (process start, recovery, replay and catch-up; detection is the supervisor seeing the "
+        "process exit, immediate for kill -9).",
+        "",
+        "| method | " + " | ".join(h for _, h, _ in RECOVERY_COLUMNS) + " |",
+        "|---" + "|---" * len(RECOVERY_COLUMNS) + "|",
+    ]
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in _recovery_rows(m)]
     lines += [
         "",
         "The paper (Fig. 5): with CEC_OPEN only the sink's data rate is less than 10% below native Borealis in "

@@ -70,6 +70,8 @@ class Outputs:
         self._schemas = {o.stream: schema_header(o.schema) for o in plans}
         self.replica = replica
         self.stamped: dict[str, bytes] = {}  # stream -> its footprints' schema header (``stamp``)
+        # records for other topics that go with the queued batch (a changelog): (topic, partition, key, value)
+        self.side: list[tuple[str, int, bytes, bytes | None]] = []
         self._set_epoch(epoch)
         self.producer: DataProducer | None = None
         self.produced = 0
@@ -156,7 +158,7 @@ class Outputs:
         assert self.producer is not None
         if self.guard is not None:
             self.guard()
-        if any(self.queues.values()):
+        if self.side or any(self.queues.values()):
             self._begun()
         send = self.producer.send
         produce = self.producer.raw.produce  # failures reach the producer's delivery callback
@@ -187,6 +189,9 @@ class Outputs:
                 (ttype, tid, stime, (value, key)), bound = carrier
                 send(topic, value, key, part, with_bound(headers_of(ttype, tid, stime), bound))
                 sent += 1
+        for topic, part, key, value in self.side:
+            self.producer.send(topic, value, key, part)
+        self.side.clear()
         self.produced += sent
         return sent
 

@@ -167,7 +167,7 @@ KINDS: dict[Scheme, SchemeKind] = {
         recovery=None,
         topics=_IMAGES,
         engines=("python", "spark"),
-        stores=("restart_images", "cec"),
+        stores=("restart_images", "cec", "changelog"),
     ),
     Scheme.AMNESIA: _ha(
         "services.ha.amnesia:AmnesiaScheme",

@@ -56,5 +56,13 @@ STORES: dict[str, StoreKind] = {
             atomic=True,
             one_window=True,
         ),
+        StoreKind(
+            "changelog",
+            "services.node.changelog:ChangelogStore",
+            "each part the input changed, whole, in the restart topic after every run; a tombstone when it closes",
+            topics={NodeTopic.INPUTS: retention.RECOVERY_LOG},
+            atomic=True,
+            one_window=True,
+        ),
     )
 }

@@ -70,8 +70,11 @@ def test_a_store_the_scheme_cannot_use_is_refused_naming_the_ones_it_can() -> No
         got[0],
     ), got
     got = problems(with_n2("state: checkpoints"))
-    assert len(got) == 1 and "node 'n2' runs dpc, which keeps its state in restart_images or cec only" in got[0], got
-    assert "use 'state: restart_images' or 'state: cec'" in got[0]
+    assert (
+        len(got) == 1
+        and "node 'n2' runs dpc, which keeps its state in restart_images or cec or changelog only" in got[0]
+    ), got
+    assert "use 'state: restart_images' or 'state: cec' or 'state: changelog'" in got[0]
 
 
 @pytest.mark.parametrize("scheme", ["amnesia", "active_standby", "upstream_backup"])
@@ -89,7 +92,7 @@ def test_a_store_nobody_registered_is_refused_naming_the_registered_ones() -> No
     got = problems(with_n2("state: snapshots"))
     assert len(got) == 1, got
     assert got[0].endswith(
-        "nodes.n2.state: 'state' must be one of restart_images, checkpoints, cec, got 'snapshots'"
+        "nodes.n2.state: 'state' must be one of restart_images, checkpoints, cec, changelog, got 'snapshots'"
     ), got
     assert any("'state' must be one of" in p for p in problems(with_n2("state: [checkpoints]")))
 
@@ -107,7 +110,7 @@ def test_checkpoint_names_the_store_and_gives_its_settings_the_rest_at_their_def
     [
         (
             "checkpoint: {q: 5}",
-            "nodes.n2.checkpoint: 'checkpoint' needs a 'method': one of restart_images, checkpoints, cec",
+            "nodes.n2.checkpoint: 'checkpoint' needs a 'method': one of restart_images, checkpoints, cec, changelog",
         ),
         ("state: cec, checkpoint: {method: cec}", "nodes.n2.checkpoint: give 'state' or 'checkpoint', not both"),
         ("checkpoint: {method: cec, q: 0}", "nodes.n2.checkpoint.q: "),
