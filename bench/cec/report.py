@@ -183,7 +183,7 @@ def plot_methods(m: dict[str, Any]) -> None:
     width = 0.8 / len(m["shapes"])
     for i, (shape, s) in enumerate(m["shapes"].items()):
         xs = [j + i * width for j in range(len(names))]
-        for ax, (key, title) in zip(axes, panels, strict=True):
+        for ax, (key, title) in zip(axes[:-1], panels, strict=True):
             ax.bar(xs, [s["methods"][n][key] for n in names], width, label=f"{shape} (window {s['window']:,})")
             ax.set_title(title, fontsize=10)
             ax.set_xticks([j + width / 2 for j in range(len(names))], names, fontsize=9)
