@@ -275,14 +275,15 @@ def methods_section(m: dict[str, Any]) -> list[str]:
     lines = [
         "## The state stores in a running node (Fig. 5 and the rivals)",
         "",
-        f"One node process runs a count window of 10 over {m['tuples']:,} pre-loaded readings, in the same code "
+        f"One node process runs a count window over {m['tuples']:,} pre-loaded readings, in the same code "
         "path for every method: `none` (no recovery point in the run), `snapshot` (a whole restart image a "
         "second), `cec_open` (CEC_OPEN only, Fig. 5), `cec` (the paper's default intensity) and `changelog` (each "
         "changed part after every run and a tombstone on close, in a compacted topic: Kafka Streams'), on Fig. 5's "
         f"workloads: 2 keys, windows of {m['shapes']['fast']['window']} (fast) and {m['shapes']['slow']['window']:,} "
         "tuples (slow). Throughput from "
         "the node going on to its last result's append time; the ratio is the median of each repeat's ratio to "
-        f"`none` ({m['repeats']} repeats).",
+        f"`none` ({m['repeats']} repeats, each in an order rotated by one; the runs of each repeat are in "
+        "`bench/results/cec.json`: their spread is as large as most differences here).",
         "",
         "![the state stores in a node](cec_methods.png)",
         "",
