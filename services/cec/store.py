@@ -25,20 +25,17 @@ from services.cec.checkpointer import Checkpointer, Out
 from services.cec.footprints import Kind
 from services.cec.intensity import Intensity
 from services.cec.scan import ScanError
-from services.control.messages import now_ms
 from services.core.codec import codec_for
 from services.core.errors import RestartImageError
 from services.core.tuples import TupleType, cec_header
 from services.dpc.soutput import SOutput
-from services.log.tail import last_stable_id, seek_after_stable
 from services.node import restart
 from services.node.path import StablePath
 from services.node.scheme import NodeRuntime
-from services.node.state import RecoveryPoint
+from services.node.state import RECOVERY_S, RecoveryPoint, replay_point
+from services.operators.base import _ignore
 
 log = logging.getLogger(__name__)
-
-RECOVERY_S = 600.0  # the longest scan of the log's tail heartbeats go on through
 
 
 class CecStore:
@@ -146,10 +143,6 @@ class CecStore:
         if not ec.read:
             return None
         last = self.cp.load(ec)
-        written = last_stable_id(bootstrap, topic, part)
-        nexts = {stream: (0 if written is None else written + 1, -1)}
-        ports = {p.stream: (p.replica, last) for p in node.inputs.ports}
-        offsets = {p.topic: seek_after_stable(bootstrap, p.topic, node.partition, last)[0] for p in node.inputs.ports}
         log.info(
             "rebuilt %d parts from the last %d records of %s[%d] in %.0f ms; replaying after input id %d",
             len(ec.parts),
@@ -159,12 +152,8 @@ class CecStore:
             (time.monotonic() - t0) * 1000,
             last,
         )
-        return restart.RestartImage(b"", self.path.sunion.state(), nexts, ports, offsets, now_ms())
+        return replay_point(node, self.path, last)
 
 
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def _ignore(*_: object) -> None:
-    return None

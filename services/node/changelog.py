@@ -21,19 +21,17 @@ from typing import Any, cast
 
 from confluent_kafka import TopicPartition
 
-from services.control.messages import now_ms
-from services.log.tail import last_stable_id, range_consumer, read_range, seek_after_stable
+from services.log.tail import range_consumer, read_range
 from services.node import restart
 from services.node.path import StablePath
 from services.node.scheme import NodeRuntime
-from services.node.state import RecoveryPoint
+from services.node.state import RECOVERY_S, RecoveryPoint, replay_point
 from services.operators.parts import PartId, Replayable
 
 log = logging.getLogger(__name__)
 
 POSITION = b"position"  # the key of the record of the last input id the parts hold
 PART = b"part:"  # what a part's key starts with (its pickled id follows)
-RECOVERY_S = 600.0  # the longest read of the changelog heartbeats go on through
 
 
 class ChangelogStore:
@@ -108,7 +106,7 @@ class ChangelogStore:
         """The parts read back from the changelog, the input to replay from after the position, the output's
         next id after its log's last; None when the changelog holds no position yet."""
         node = self.node
-        bootstrap, stream = node.settings.bootstrap, node.plan.outputs[0].stream
+        bootstrap = node.settings.bootstrap
         t0 = time.monotonic()
         with node.working(RECOVERY_S):
             parts, last, read = _read(bootstrap, self.topic, node.partition)
@@ -117,11 +115,6 @@ class ChangelogStore:
         for pid, state in parts.items():
             self.op.load_part(pid, state)
         self.last_id = self.written_id = last
-        out_topic, out_part = node.outputs.topic(stream), node.outputs.kafka_partition(stream)
-        written = last_stable_id(bootstrap, out_topic, out_part)
-        nexts = {stream: (0 if written is None else written + 1, -1)}
-        ports = {p.stream: (p.replica, last) for p in node.inputs.ports}
-        offsets = {p.topic: seek_after_stable(bootstrap, p.topic, node.partition, last)[0] for p in node.inputs.ports}
         log.info(
             "read %d changelog records of %s[%d] back in %.0f ms: %d parts; replaying after input id %d",
             read,
@@ -131,7 +124,7 @@ class ChangelogStore:
             len(parts),
             last,
         )
-        return restart.RestartImage(b"", self.path.sunion.state(), nexts, ports, offsets, now_ms())
+        return replay_point(node, self.path, last)
 
 
 def _key(pid: PartId) -> bytes:

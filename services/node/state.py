@@ -19,6 +19,7 @@ from typing import Protocol
 from services.control.messages import now_ms
 from services.core.factories import factory
 from services.dpc.sunion import SUnion, SUnionState
+from services.log.tail import last_stable_id, seek_after_stable
 from services.node import restart
 from services.node.path import StablePath
 from services.node.scheme import NodeRuntime
@@ -145,3 +146,21 @@ class RestartImages:
 
     def new_chain(self) -> None:
         """Each image is whole: a new primary's first one needs nothing before it."""
+
+
+# The longest read back a store's recovery may take (a log's tail, a changelog) with heartbeats going on.
+RECOVERY_S = 600.0
+
+
+def replay_point(node: NodeRuntime, path: StablePath, last: int) -> restart.RestartImage:
+    """What a store that put the operators' state back itself (``StateStore.restores``: CEC's log, the
+    changelog) recovers to: the state holds the input up to id ``last``, so every input is read again
+    right after it, and each output's ids go on after the last its log holds (none is regenerated)."""
+    bootstrap, out = node.settings.bootstrap, node.outputs
+    nexts = {}
+    for s in path.soutputs:
+        written = last_stable_id(bootstrap, out.topic(s), out.kafka_partition(s))
+        nexts[s] = (0 if written is None else written + 1, -1)
+    ports = {p.stream: (p.replica, last) for p in node.inputs.ports}
+    offsets = {p.topic: seek_after_stable(bootstrap, p.topic, node.partition, last)[0] for p in node.inputs.ports}
+    return restart.RestartImage(b"", path.sunion.state(), nexts, ports, offsets, now_ms())
